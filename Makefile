@@ -1,0 +1,50 @@
+# The two commands a user needs are `make demo` and `make test`; both set the machine up first.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.setup-done
+GEN_DIR := railfabric/v1
+PROTOS := $(wildcard proto/railfabric/v1/*.proto)
+
+.PHONY: setup demo test lint typecheck pytest proto proto-check clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml scripts/setup.sh
+	./scripts/setup.sh
+	touch $@
+
+# The main job: the most complete real thing railfabric runs today.
+demo: setup
+	$(PY) -m mininet_labs demo
+
+test: setup proto-check lint typecheck pytest
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: setup
+	$(VENV)/bin/mypy
+
+pytest: setup
+	$(VENV)/bin/pytest
+
+# Regenerate the railfabric.v1 stubs from proto/ (committed; proto-check keeps them honest).
+proto: setup
+	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m grpc_tools.protoc -I proto \
+	  --python_out=. --grpc_python_out=. --mypy_out=. --mypy_grpc_out=. $(PROTOS)
+
+proto-check: setup
+	@tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && \
+	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m grpc_tools.protoc -I proto \
+	  --python_out=$$tmp --grpc_python_out=$$tmp --mypy_out=$$tmp --mypy_grpc_out=$$tmp $(PROTOS) && \
+	for f in $$(cd $$tmp && find . -type f | sort); do \
+	  cmp -s "$$tmp/$$f" "$$f" || { echo "proto-check: $$f is stale or missing; run 'make proto' and commit" >&2; exit 1; }; \
+	done && \
+	for f in $(GEN_DIR)/*_pb2*.py*; do \
+	  [ -f "$$tmp/$$f" ] || { echo "proto-check: $$f has no .proto source; delete it" >&2; exit 1; }; \
+	done && echo "proto-check: railfabric.v1 stubs are up to date"
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info
