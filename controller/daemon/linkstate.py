@@ -1,0 +1,179 @@
+"""Link state as routing sees it, from the carrier reports of both ends (ARCHITECTURE §7).
+
+Pure: every call takes `now_ns`; nothing sleeps. The daemon calls `report` on each PortStatus,
+`tick` when `next_deadline_ns` passes, and recomputes routes for each returned Transition.
+
+- A link is down as soon as either end reports carrier loss: routes leave it at once.
+- A link whose both ends report carrier again is held down for `hold_down_ns` and returns to
+  routing only if it stayed up that long (a cable being re-seated does not bounce routes).
+- Flap damping after RFC 2439 (BGP route flap damping): each down adds `penalty_per_flap` to a
+  penalty that decays exponentially with `half_life_ns`; above `suppress` the link is damped and
+  stays out of routing until the penalty decays below `reuse`.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+End = tuple[str, int]  # (switch name, port)
+
+
+class LinkState(enum.Enum):
+    UP = "up"
+    DOWN = "down"
+    HOLD_DOWN = "hold_down"
+    DAMPED = "damped"
+
+
+@dataclass(frozen=True)
+class DampingParams:
+    hold_down_ns: int = 2_000_000_000
+    penalty_per_flap: float = 1000.0
+    suppress: float = 3000.0
+    reuse: float = 750.0
+    half_life_ns: int = 30_000_000_000
+
+    def __post_init__(self) -> None:
+        if self.hold_down_ns < 0:
+            raise ValueError(f"hold_down_ns must be >= 0, got {self.hold_down_ns}")
+        if not 0 < self.reuse < self.suppress:
+            raise ValueError(
+                f"damping needs 0 < reuse < suppress, got reuse={self.reuse} "
+                f"suppress={self.suppress}"
+            )
+        if self.half_life_ns <= 0:
+            raise ValueError(f"half_life_ns must be > 0, got {self.half_life_ns}")
+
+
+@dataclass(frozen=True)
+class Transition(Generic[K]):
+    """Routing must now use (`usable`) or avoid the link."""
+
+    link: K
+    usable: bool
+    state: LinkState
+
+
+@dataclass
+class _Link:
+    ends: tuple[End, End]
+    down_ends: set[End] = field(default_factory=set)
+    state: LinkState = LinkState.UP
+    # When both ends last came back up (start of the hold-down).
+    up_since_ns: int = 0
+    penalty: float = 0.0
+    penalty_at_ns: int = 0
+    flaps: int = 0
+    since_ns: int = 0
+
+
+class LinkTracker(Generic[K]):
+    """Tracks every link of the fabric; all links start up and usable."""
+
+    def __init__(self, links: Iterable[tuple[K, End, End]], params: DampingParams) -> None:
+        self.params = params
+        self._links: dict[K, _Link] = {}
+        self._by_end: dict[End, K] = {}
+        for key, a, b in links:
+            self._links[key] = _Link(ends=(a, b))
+            for end in (a, b):
+                if end in self._by_end:
+                    raise ValueError(f"port {end[0]}:{end[1]} is on two links")
+                self._by_end[end] = key
+
+    def link_of(self, end: End) -> K | None:
+        return self._by_end.get(end)
+
+    def state(self, key: K) -> LinkState:
+        return self._links[key].state
+
+    def flaps(self, key: K) -> int:
+        return self._links[key].flaps
+
+    def since_ns(self, key: K) -> int:
+        return self._links[key].since_ns
+
+    def usable(self, key: K) -> bool:
+        return self._links[key].state is LinkState.UP
+
+    def down_links(self) -> list[K]:
+        """Links routing must avoid (down, held down or damped)."""
+        return [k for k, link in self._links.items() if link.state is not LinkState.UP]
+
+    def report(self, now_ns: int, end: End, up: bool) -> list[Transition[K]]:
+        """Carrier report from one end. Unknown ends raise KeyError naming the port."""
+        key = self._by_end.get(end)
+        if key is None:
+            raise KeyError(f"port {end[0]}:{end[1]} is not on any link of the fabric")
+        link = self._links[key]
+        if up:
+            link.down_ends.discard(end)
+            if link.down_ends or link.state not in (LinkState.DOWN,):
+                return self.tick(now_ns)
+            link.up_since_ns = now_ns
+            self._set(link, LinkState.HOLD_DOWN, now_ns)
+            return self.tick(now_ns)
+        was_usable = link.state is LinkState.UP
+        newly_down = not link.down_ends
+        link.down_ends.add(end)
+        if newly_down:
+            link.flaps += 1
+            link.penalty = self._decayed(link, now_ns) + self.params.penalty_per_flap
+            link.penalty_at_ns = now_ns
+        if link.state is not LinkState.DOWN:
+            self._set(link, LinkState.DOWN, now_ns)
+        out = [Transition(key, False, LinkState.DOWN)] if was_usable else []
+        return out + self.tick(now_ns)
+
+    def tick(self, now_ns: int) -> list[Transition[K]]:
+        """Advance hold-downs and damping to `now_ns`; returns links that became usable."""
+        out: list[Transition[K]] = []
+        for key, link in self._links.items():
+            if link.state is LinkState.HOLD_DOWN:
+                if now_ns - link.up_since_ns < self.params.hold_down_ns:
+                    continue
+                if self._decayed(link, now_ns) >= self.params.suppress:
+                    self._set(link, LinkState.DAMPED, now_ns)
+                    continue
+                self._set(link, LinkState.UP, now_ns)
+                out.append(Transition(key, True, LinkState.UP))
+            elif link.state is LinkState.DAMPED and self._decayed(link, now_ns) < self.params.reuse:
+                self._set(link, LinkState.UP, now_ns)
+                out.append(Transition(key, True, LinkState.UP))
+        return out
+
+    def next_deadline_ns(self) -> int | None:
+        """The earliest time `tick` can change something, or None."""
+        deadlines: list[int] = []
+        for link in self._links.values():
+            if link.state is LinkState.HOLD_DOWN:
+                deadlines.append(link.up_since_ns + self.params.hold_down_ns)
+            elif link.state is LinkState.DAMPED:
+                # penalty * 2^(-dt/half_life) = reuse  =>  dt = half_life * log2(penalty/reuse)
+                dt = self.params.half_life_ns * math.log2(link.penalty / self.params.reuse)
+                deadlines.append(link.penalty_at_ns + math.ceil(dt) + 1)
+        return min(deadlines) if deadlines else None
+
+    def restore(self, key: K, state: LinkState, since_ns: int, flaps: int) -> None:
+        """Load a persisted state after a controller restart. A link stored as held down or
+        damped restarts its hold-down: the controller cannot know what happened meanwhile."""
+        link = self._links[key]
+        link.flaps, link.since_ns = flaps, since_ns
+        if state is LinkState.DOWN:
+            link.down_ends = set(link.ends)
+            link.state = LinkState.DOWN
+        elif state in (LinkState.HOLD_DOWN, LinkState.DAMPED):
+            link.state, link.up_since_ns = LinkState.HOLD_DOWN, since_ns
+
+    def _decayed(self, link: _Link, now_ns: int) -> float:
+        dt = max(0, now_ns - link.penalty_at_ns)
+        return link.penalty * math.pow(0.5, dt / self.params.half_life_ns)
+
+    @staticmethod
+    def _set(link: _Link, state: LinkState, now_ns: int) -> None:
+        link.state, link.since_ns = state, now_ns

@@ -1,0 +1,79 @@
+"""Link state: immediate down, hold-down before up, flap damping (RFC 2439 style)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from controller.daemon.linkstate import DampingParams, LinkState, LinkTracker, Transition
+
+pytestmark = pytest.mark.unit
+
+S = 1_000_000_000
+A, B = ("tor-r0-b0", 3), ("spine-0", 1)
+
+
+def tracker(**params: Any) -> LinkTracker[str]:
+    links = [("L", A, B), ("M", ("tor-r1-b0", 3), ("spine-0", 2))]
+    return LinkTracker(links, DampingParams(**params))
+
+
+def test_either_end_down_takes_the_link_out_at_once_and_only_once() -> None:
+    t = tracker()
+    assert t.report(10, A, up=False) == [Transition("L", False, LinkState.DOWN)]
+    assert t.report(11, B, up=False) == []  # the peer's report changes nothing more
+    assert t.down_links() == ["L"]
+    assert t.usable("M")
+
+
+def test_link_returns_only_after_both_ends_are_up_for_the_hold_down() -> None:
+    t = tracker(hold_down_ns=2 * S)
+    t.report(0, A, up=False)
+    t.report(0, B, up=False)
+    assert t.report(1 * S, A, up=True) == []
+    assert t.state("L") is LinkState.DOWN  # B still has no carrier
+    assert t.report(2 * S, B, up=True) == []
+    assert t.state("L") is LinkState.HOLD_DOWN
+    assert t.next_deadline_ns() == 4 * S
+    assert t.tick(4 * S - 1) == []
+    assert t.tick(4 * S) == [Transition("L", True, LinkState.UP)]
+    assert t.down_links() == []
+
+
+def test_a_bounce_inside_the_hold_down_restarts_it() -> None:
+    t = tracker(hold_down_ns=2 * S)
+    t.report(0, A, up=False)
+    t.report(1 * S, A, up=True)
+    t.report(2 * S, A, up=False)  # inside the hold-down: no new transition, routing never saw up
+    assert t.state("L") is LinkState.DOWN
+    t.report(3 * S, A, up=True)
+    assert t.tick(4 * S) == []
+    assert t.tick(5 * S) == [Transition("L", True, LinkState.UP)]
+    assert t.flaps("L") == 2
+
+
+def test_a_flapping_link_is_damped_until_its_penalty_decays_below_reuse() -> None:
+    t = tracker(
+        hold_down_ns=0, penalty_per_flap=1000, suppress=2500, reuse=1000, half_life_ns=10 * S
+    )
+    for i in range(3):  # three quick flaps: penalty ~3000 > suppress
+        t.report(i * S, A, up=False)
+        t.report(i * S, A, up=True)
+    assert t.state("L") is LinkState.DAMPED
+    deadline = t.next_deadline_ns()
+    assert deadline is not None
+    assert t.tick(deadline - S) == []
+    assert t.tick(deadline) == [Transition("L", True, LinkState.UP)]
+    # penalty ~2730 at t=2s decays to 1000 after 10s * log2(2.73) ~= 14.5 s
+    assert 15 * S < deadline < 18 * S
+
+
+def test_unknown_ports_and_bad_parameters_are_refused_with_names() -> None:
+    t = tracker()
+    with pytest.raises(KeyError, match="spine-9:4 is not on any link"):
+        t.report(0, ("spine-9", 4), up=False)
+    with pytest.raises(ValueError, match="reuse < suppress"):
+        DampingParams(suppress=100, reuse=200)
+    with pytest.raises(ValueError, match="two links"):
+        LinkTracker([("L", A, B), ("M", A, ("x", 1))], DampingParams())
