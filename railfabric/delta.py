@@ -1,0 +1,185 @@
+"""Deltas between desired states: the one definition of how a StateDelta changes a
+DesiredState, used by the controller (to know the state it asks for) and the agent (to know the
+state it holds), and the diff that produces a delta from two states.
+
+Objects are keyed as the API says: groups by id, routes by prefix, neighbours by port, ECN by
+(port, traffic class), PFC by (port, priority). Ports, DSCP map and watchdog are not in deltas:
+they change only with the intent, which sends a full DesiredState.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable
+from typing import TypeVar
+
+from railfabric.digest import state_digest
+from railfabric.v1 import state_pb2
+
+M = TypeVar("M")
+
+
+def _by(items: Iterable[M], key: Callable[[M], Hashable]) -> dict[Hashable, M]:
+    return {key(item): item for item in items}
+
+
+def _prefix_key(p: state_pb2.Ipv4Prefix) -> tuple[int, int]:
+    return (p.address, p.length)
+
+
+def _route_key(r: state_pb2.Route) -> tuple[int, int]:
+    return _prefix_key(r.prefix)
+
+
+def _group_key(g: state_pb2.NextHopGroup) -> int:
+    return g.id
+
+
+def _neighbor_key(n: state_pb2.Neighbor) -> int:
+    return n.port
+
+
+def _ecn_key(e: state_pb2.EcnThreshold) -> tuple[int, int]:
+    return (e.port, e.traffic_class)
+
+
+def _pfc_key(p: state_pb2.PfcSetting) -> tuple[int, int]:
+    return (p.port, p.priority)
+
+
+class DeltaError(ValueError):
+    """A delta that does not apply to the state it was given."""
+
+
+def apply_delta(
+    state: state_pb2.DesiredState, delta: state_pb2.StateDelta
+) -> state_pb2.DesiredState:
+    """The state at `delta.to_generation`. Raises DeltaError when `state` is not at
+    `delta.from_generation` or a delete names an object the state does not have."""
+    if state.generation != delta.from_generation:
+        raise DeltaError(
+            f"{delta.switch_name}: delta is from generation {delta.from_generation}, "
+            f"state is at {state.generation}"
+        )
+    if delta.to_generation != delta.from_generation + 1:
+        raise DeltaError(
+            f"{delta.switch_name}: delta goes from {delta.from_generation} to "
+            f"{delta.to_generation}; it must advance by one"
+        )
+    groups = _by(state.groups, _group_key)
+    routes = _by(state.routes, _route_key)
+    neighbors = _by(state.neighbors, _neighbor_key)
+    ecn = _by(state.ecn, _ecn_key)
+    pfc = _by(state.pfc, _pfc_key)
+    groups.update(_by(delta.upsert_groups, _group_key))
+    routes.update(_by(delta.upsert_routes, _route_key))
+    neighbors.update(_by(delta.upsert_neighbors, _neighbor_key))
+    ecn.update(_by(delta.upsert_ecn, _ecn_key))
+    pfc.update(_by(delta.upsert_pfc, _pfc_key))
+    for prefix in delta.delete_routes:
+        if routes.pop(_prefix_key(prefix), None) is None:
+            raise DeltaError(f"{delta.switch_name}: delete of unknown route {_fmt(prefix)}")
+    for gid in delta.delete_groups:
+        if groups.pop(gid, None) is None:
+            raise DeltaError(f"{delta.switch_name}: delete of unknown group {gid}")
+    for port in delta.delete_neighbors:
+        if neighbors.pop(port, None) is None:
+            raise DeltaError(f"{delta.switch_name}: delete of unknown neighbour on port {port}")
+    missing = {r.group_id for r in routes.values()} - set(groups)
+    if missing:
+        raise DeltaError(f"{delta.switch_name}: routes point at missing groups {sorted(missing)}")
+    out = state_pb2.DesiredState(
+        switch_name=state.switch_name,
+        generation=delta.to_generation,
+        ports=state.ports,
+        neighbors=neighbors.values(),
+        groups=groups.values(),
+        routes=routes.values(),
+        dscp_map=state.dscp_map,
+        ecn=ecn.values(),
+        pfc=pfc.values(),
+    )
+    if state.HasField("pfc_watchdog"):
+        out.pfc_watchdog.CopyFrom(state.pfc_watchdog)
+    out.digest = state_digest(out)
+    return out
+
+
+def diff_states(old: state_pb2.DesiredState, new: state_pb2.DesiredState) -> state_pb2.StateDelta:
+    """The delta that turns `old` into `new` (generations from old.generation to +1).
+
+    Raises DeltaError when ports, DSCP map or watchdog differ: those need a full state."""
+    if (
+        list(old.ports) != list(new.ports)
+        or list(old.dscp_map) != list(new.dscp_map)
+        or old.pfc_watchdog != new.pfc_watchdog
+    ):
+        raise DeltaError(f"{new.switch_name}: ports or QoS map changed; send a full state")
+    delta = state_pb2.StateDelta(
+        switch_name=new.switch_name,
+        from_generation=old.generation,
+        to_generation=old.generation + 1,
+    )
+    _diff(
+        old.groups,
+        new.groups,
+        _group_key,
+        delta.upsert_groups.extend,
+        lambda gone: delta.delete_groups.extend(g.id for g in gone),
+    )
+    _diff(
+        old.routes,
+        new.routes,
+        _route_key,
+        delta.upsert_routes.extend,
+        lambda gone: delta.delete_routes.extend(r.prefix for r in gone),
+    )
+    _diff(
+        old.neighbors,
+        new.neighbors,
+        _neighbor_key,
+        delta.upsert_neighbors.extend,
+        lambda gone: delta.delete_neighbors.extend(n.port for n in gone),
+    )
+    _diff(old.ecn, new.ecn, _ecn_key, delta.upsert_ecn.extend, _no_delete("ECN threshold"))
+    _diff(old.pfc, new.pfc, _pfc_key, delta.upsert_pfc.extend, _no_delete("PFC setting"))
+    delta.digest = state_digest(new)
+    return delta
+
+
+def delta_size(delta: state_pb2.StateDelta) -> int:
+    """Number of objects a delta upserts or deletes."""
+    return (
+        len(delta.upsert_groups)
+        + len(delta.upsert_routes)
+        + len(delta.delete_routes)
+        + len(delta.delete_groups)
+        + len(delta.upsert_neighbors)
+        + len(delta.delete_neighbors)
+        + len(delta.upsert_ecn)
+        + len(delta.upsert_pfc)
+    )
+
+
+def _diff(
+    old: Iterable[M],
+    new: Iterable[M],
+    key: Callable[[M], Hashable],
+    upsert: Callable[[list[M]], None],
+    delete: Callable[[list[M]], None],
+) -> None:
+    before, after = _by(old, key), _by(new, key)
+    upsert([item for k, item in after.items() if before.get(k) != item])
+    delete([item for k, item in before.items() if k not in after])
+
+
+def _no_delete(what: str) -> Callable[[list[M]], None]:
+    def refuse(gone: list[M]) -> None:
+        if gone:
+            raise DeltaError(f"{what} removed; send a full state")
+
+    return refuse
+
+
+def _fmt(p: state_pb2.Ipv4Prefix) -> str:
+    a = p.address
+    return f"{a >> 24}.{(a >> 16) & 255}.{(a >> 8) & 255}.{a & 255}/{p.length}"

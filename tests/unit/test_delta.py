@@ -1,0 +1,92 @@
+"""apply_delta(old, diff_states(old, new)) is new, for any two states; bad deltas are refused."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from railfabric.delta import DeltaError, apply_delta, delta_size, diff_states
+from railfabric.digest import state_digest
+from railfabric.v1 import state_pb2
+
+pytestmark = pytest.mark.unit
+
+_prefixes = st.tuples(st.integers(0, 255), st.sampled_from([16, 24, 32]))
+_groups = st.dictionaries(
+    st.integers(1, 8),
+    st.lists(st.integers(1, 6), min_size=1, max_size=4, unique=True),
+    max_size=6,
+)
+
+
+@st.composite
+def states(draw: st.DrawFn) -> state_pb2.DesiredState:
+    groups = draw(_groups)
+    s = state_pb2.DesiredState(switch_name="tor", generation=draw(st.integers(0, 50)))
+    for gid, ports in groups.items():
+        s.groups.add(
+            id=gid, next_hops=[state_pb2.NextHop(port=p, dmac=p, weight=1) for p in sorted(ports)]
+        )
+    if groups:
+        for third, length in draw(st.lists(_prefixes, max_size=8, unique=True)):
+            s.routes.add(
+                prefix=state_pb2.Ipv4Prefix(address=(10 << 24) | (third << 8), length=length),
+                group_id=draw(st.sampled_from(sorted(groups))),
+            )
+    for port in draw(st.lists(st.integers(1, 6), max_size=4, unique=True)):
+        s.ecn.add(port=port, traffic_class=3, kmin_bytes=draw(st.integers(1, 9)))
+        s.neighbors.add(port=port, peer_name=f"p{port}", peer_mac=draw(st.integers(1, 3)))
+    return s
+
+
+@settings(max_examples=200, deadline=None)
+@given(states(), states())
+def test_diff_then_apply_reaches_the_new_state(
+    old: state_pb2.DesiredState, new: state_pb2.DesiredState
+) -> None:
+    for port in {e.port for e in old.ecn} - {e.port for e in new.ecn}:
+        new.ecn.add(port=port, traffic_class=3)  # ECN entries are never deleted by deltas
+    delta = diff_states(old, new)
+    got = apply_delta(old, delta)
+    assert got.generation == old.generation + 1
+    assert state_digest(got) == state_digest(new) == delta.digest == got.digest
+    if state_digest(old) == state_digest(new):
+        assert delta_size(delta) == 0
+
+
+def test_delta_for_another_generation_is_refused() -> None:
+    old = state_pb2.DesiredState(switch_name="tor", generation=3)
+    delta = state_pb2.StateDelta(switch_name="tor", from_generation=2, to_generation=3)
+    with pytest.raises(DeltaError, match="tor: delta is from generation 2, state is at 3"):
+        apply_delta(old, delta)
+
+
+def test_deleting_a_group_still_in_use_is_refused() -> None:
+    old = state_pb2.DesiredState(switch_name="tor", generation=1)
+    old.groups.add(id=4, next_hops=[state_pb2.NextHop(port=1)])
+    old.routes.add(prefix=state_pb2.Ipv4Prefix(address=0x0A000000, length=24), group_id=4)
+    delta = state_pb2.StateDelta(
+        switch_name="tor", from_generation=1, to_generation=2, delete_groups=[4]
+    )
+    with pytest.raises(DeltaError, match=r"routes point at missing groups \[4\]"):
+        apply_delta(old, delta)
+    delta = state_pb2.StateDelta(
+        switch_name="tor",
+        from_generation=1,
+        to_generation=2,
+        delete_routes=[state_pb2.Ipv4Prefix(address=0x0A000100, length=24)],
+    )
+    with pytest.raises(DeltaError, match=r"unknown route 10.0.1.0/24"):
+        apply_delta(old, delta)
+
+
+def test_an_empty_delta_keeps_ports_qos_map_and_watchdog() -> None:
+    old = state_pb2.DesiredState(switch_name="tor", generation=1)
+    old.ports.add(port=1, mac=2, speed_mbps=400_000)
+    old.dscp_map.add(dscp=26, traffic_class=3)
+    old.pfc_watchdog.detect_ns = 200_000_000
+    got = apply_delta(old, diff_states(old, old))
+    assert state_digest(got) == state_digest(old)
+    assert got.pfc_watchdog.detect_ns == 200_000_000
+    assert got.ports[0].speed_mbps == 400_000
