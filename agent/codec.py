@@ -1,0 +1,437 @@
+"""Pipeline entries (agent/translate.py) ↔ P4Runtime entities, with every id resolved by name
+from the P4Info at start-up (the contract in /work/notes/p4_contract.md). A name the P4Info
+lacks fails loudly, naming the closest one it has.
+
+Values go on the wire in P4Runtime's canonical form (big-endian, no leading zero bytes) and are
+read back as integers, so what a target returns compares equal to what was written whatever
+padding it uses."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from finsy.proto import p4i, p4r
+from google.protobuf import text_format
+
+from agent.translate import (
+    AclAction,
+    AclEntry,
+    EcnEntry,
+    Entry,
+    GroupEntry,
+    GroupMember,
+    MemberEntry,
+    NextEntry,
+    Op,
+    PfcEntry,
+    Pipeline,
+    QosEntry,
+    RouteEntry,
+    Update,
+)
+
+T = TypeVar("T")
+
+ACL = "FabricIngress.acl"
+QOS = "FabricIngress.qos_classify"
+ROUTING = "FabricIngress.routing_v4"
+NEXT = "FabricIngress.next"
+ECN = "FabricEgress.ecn_marking"
+PFC = "FabricEgress.pfc_config"
+SELECTOR = "FabricIngress.ecmp_selector"
+PUNT = "FabricIngress.punt_to_cpu"
+DROP = "FabricIngress.drop"
+SET_TC = "FabricIngress.set_traffic_class"
+SET_NEXT_ID = "FabricIngress.set_next_id"
+SET_NEXTHOP = "FabricIngress.set_nexthop"
+SET_ECN = "FabricEgress.set_ecn_thresholds"
+SET_PFC = "FabricEgress.set_pfc_thresholds"
+PACKET_IN = "packet_in"
+PACKET_OUT = "packet_out"
+
+# Counter name → (PortCounters field for packets, field for bytes or None).
+PORT_COUNTERS: dict[str, tuple[str, str | None]] = {
+    "FabricIngress.ingress_port_counter": ("rx_packets", "rx_bytes"),
+    "FabricEgress.egress_port_counter": ("tx_packets", "tx_bytes"),
+    "FabricIngress.drop_counter": ("drops", None),
+    "FabricEgress.ecn_mark_counter": ("ecn_marks", None),
+    "FabricEgress.pfc_pause_tx_counter": ("pfc_pause_tx", None),
+    "FabricEgress.pfc_pause_rx_counter": ("pfc_pause_rx", None),
+    "FabricEgress.pfc_storm_counter": ("pfc_watchdog_storms", None),
+}
+
+_TABLE_KEYS: dict[str, tuple[str, ...]] = {
+    ACL: ("eth_type",),
+    QOS: ("dscp",),
+    ROUTING: ("ipv4_dst",),
+    NEXT: ("next_id",),
+    ECN: ("eg_port", "traffic_class"),
+    PFC: ("port", "priority"),
+}
+_ACTION_PARAMS: dict[str, tuple[str, ...]] = {
+    PUNT: (),
+    DROP: (),
+    SET_TC: ("tc",),
+    SET_NEXT_ID: ("next_id",),
+    SET_NEXTHOP: ("port", "smac", "dmac"),
+    SET_ECN: ("kmin", "kmax", "pmax"),
+    SET_PFC: ("xoff", "xon"),
+}
+
+
+class P4InfoMismatch(ValueError):
+    """The P4Info lacks a name of the contract."""
+
+
+def encode_value(value: int) -> bytes:
+    """P4Runtime canonical bytestring of a non-negative integer (§8.3: shortest, >= 1 byte)."""
+    if value < 0:
+        raise ValueError(f"cannot encode negative value {value}")
+    return value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
+
+
+def decode_value(data: bytes) -> int:
+    return int.from_bytes(data, "big")
+
+
+def _closest(name: str, names: Iterable[str]) -> str:
+    near = difflib.get_close_matches(name, list(names), n=1)
+    return f" Did you mean {near[0]!r}?" if near else ""
+
+
+def load_p4info(path: Path) -> p4i.P4Info:
+    """Parse a P4Info text file; errors name the file."""
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise P4InfoMismatch(f"{path}: cannot read P4Info: {err}") from err
+    try:
+        return text_format.Parse(text, p4i.P4Info())
+    except text_format.ParseError as err:
+        raise P4InfoMismatch(f"{path}: not a P4Info text file: {err}") from err
+
+
+@dataclass(frozen=True)
+class TableIds:
+    id: int
+    keys: Mapping[str, int]
+    key_widths: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class ActionIds:
+    id: int
+    params: Mapping[str, int]
+
+
+class Codec:
+    """Ids of the contract's names in one P4Info, and entry ↔ entity conversion."""
+
+    def __init__(self, p4info: p4i.P4Info, origin: str = "P4Info") -> None:
+        self.p4info = p4info
+        self.origin = origin
+        tables = {t.preamble.name: t for t in p4info.tables}
+        actions = {a.preamble.name: a for a in p4info.actions}
+        self.tables: dict[str, TableIds] = {}
+        for name, keys in _TABLE_KEYS.items():
+            table = self._find(tables, name, "table")
+            fields = {f.name: f for f in table.match_fields}
+            for key in keys:
+                self._find(fields, key, f"match field of {name}")
+            self.tables[name] = TableIds(
+                table.preamble.id,
+                {k: f.id for k, f in fields.items()},
+                {k: f.bitwidth for k, f in fields.items()},
+            )
+        self.actions: dict[str, ActionIds] = {}
+        for name, params in _ACTION_PARAMS.items():
+            action = self._find(actions, name, "action")
+            by_name = {p.name: p for p in action.params}
+            for param in params:
+                self._find(by_name, param, f"parameter of {name}")
+            self.actions[name] = ActionIds(action.preamble.id, {p: by_name[p].id for p in params})
+        profiles = {p.preamble.name: p for p in p4info.action_profiles}
+        self.selector_id = self._find(profiles, SELECTOR, "action profile").preamble.id
+        counters = {c.preamble.name: c for c in p4info.counters}
+        self.counters = {
+            name: self._find(counters, name, "counter").preamble.id for name in PORT_COUNTERS
+        }
+        self.counter_names = {v: k for k, v in self.counters.items()}
+        metadata = {m.preamble.name: m for m in p4info.controller_packet_metadata}
+        self.packet_in = {
+            m.name: m.id for m in self._find(metadata, PACKET_IN, "packet metadata").metadata
+        }
+        self.packet_out = {
+            m.name: m.id for m in self._find(metadata, PACKET_OUT, "packet metadata").metadata
+        }
+        for need, have in (("ingress_port", self.packet_in), ("egress_port", self.packet_out)):
+            self._find(have, need, "controller packet metadata field")
+        self._table_names = {t.id: n for n, t in self.tables.items()}
+
+    def _find(self, items: Mapping[str, T], name: str, what: str) -> T:
+        try:
+            return items[name]
+        except KeyError:
+            raise P4InfoMismatch(
+                f"{self.origin}: no {what} named {name!r}.{_closest(name, items)}"
+            ) from None
+
+    # -- entries → entities ------------------------------------------------------------
+
+    def _exact(self, table: str, key: str, value: int) -> p4r.FieldMatch:
+        return p4r.FieldMatch(
+            field_id=self.tables[table].keys[key],
+            exact=p4r.FieldMatch.Exact(value=encode_value(value)),
+        )
+
+    def _action(self, name: str, **params: int) -> p4r.Action:
+        ids = self.actions[name]
+        return p4r.Action(
+            action_id=ids.id,
+            params=[
+                p4r.Action.Param(param_id=ids.params[k], value=encode_value(v))
+                for k, v in params.items()
+            ],
+        )
+
+    def _table_entry(
+        self,
+        table: str,
+        match: list[p4r.FieldMatch],
+        action: p4r.TableAction | None,
+        priority: int = 0,
+    ) -> p4r.Entity:
+        entry = p4r.TableEntry(table_id=self.tables[table].id, match=match, priority=priority)
+        if action is not None:
+            entry.action.CopyFrom(action)
+        return p4r.Entity(table_entry=entry)
+
+    def encode(self, entry: Entry) -> p4r.Entity:
+        match entry:
+            case AclEntry():
+                name = PUNT if entry.action is AclAction.PUNT_TO_CPU else DROP
+                field = p4r.FieldMatch(
+                    field_id=self.tables[ACL].keys["eth_type"],
+                    ternary=p4r.FieldMatch.Ternary(
+                        value=encode_value(entry.eth_type & entry.eth_type_mask),
+                        mask=encode_value(entry.eth_type_mask),
+                    ),
+                )
+                return self._table_entry(
+                    ACL, [field], p4r.TableAction(action=self._action(name)), entry.priority
+                )
+            case QosEntry():
+                return self._table_entry(
+                    QOS,
+                    [self._exact(QOS, "dscp", entry.dscp)],
+                    p4r.TableAction(action=self._action(SET_TC, tc=entry.traffic_class)),
+                )
+            case EcnEntry():
+                return self._table_entry(
+                    ECN,
+                    [
+                        self._exact(ECN, "eg_port", entry.port),
+                        self._exact(ECN, "traffic_class", entry.traffic_class),
+                    ],
+                    p4r.TableAction(
+                        action=self._action(
+                            SET_ECN,
+                            kmin=entry.kmin_bytes,
+                            kmax=entry.kmax_bytes,
+                            pmax=entry.pmax_ppm,
+                        )
+                    ),
+                )
+            case PfcEntry():
+                return self._table_entry(
+                    PFC,
+                    [
+                        self._exact(PFC, "port", entry.port),
+                        self._exact(PFC, "priority", entry.priority),
+                    ],
+                    p4r.TableAction(
+                        action=self._action(SET_PFC, xoff=entry.xoff_bytes, xon=entry.xon_bytes)
+                    ),
+                )
+            case RouteEntry():
+                # A /0 route is the "don't care" LPM match: no field at all (P4Runtime §9.1.1).
+                fields = []
+                if entry.length > 0:
+                    fields.append(
+                        p4r.FieldMatch(
+                            field_id=self.tables[ROUTING].keys["ipv4_dst"],
+                            lpm=p4r.FieldMatch.LPM(
+                                value=encode_value(entry.address), prefix_len=entry.length
+                            ),
+                        )
+                    )
+                return self._table_entry(
+                    ROUTING,
+                    fields,
+                    p4r.TableAction(action=self._action(SET_NEXT_ID, next_id=entry.next_id)),
+                )
+            case NextEntry():
+                return self._table_entry(
+                    NEXT,
+                    [self._exact(NEXT, "next_id", entry.next_id)],
+                    p4r.TableAction(action_profile_group_id=entry.group_id),
+                )
+            case MemberEntry():
+                return p4r.Entity(
+                    action_profile_member=p4r.ActionProfileMember(
+                        action_profile_id=self.selector_id,
+                        member_id=entry.member_id,
+                        action=self._action(
+                            SET_NEXTHOP, port=entry.port, smac=entry.smac, dmac=entry.dmac
+                        ),
+                    )
+                )
+            case GroupEntry():
+                return p4r.Entity(
+                    action_profile_group=p4r.ActionProfileGroup(
+                        action_profile_id=self.selector_id,
+                        group_id=entry.group_id,
+                        members=[
+                            p4r.ActionProfileGroup.Member(
+                                member_id=m.member_id,
+                                weight=m.weight,
+                                watch_port=encode_value(m.watch_port),
+                            )
+                            for m in entry.members
+                        ],
+                    )
+                )
+        raise TypeError(f"not a pipeline entry: {entry!r}")
+
+    def encode_update(self, update: Update) -> p4r.Update:
+        kind = {
+            Op.INSERT: p4r.Update.INSERT,
+            Op.MODIFY: p4r.Update.MODIFY,
+            Op.DELETE: p4r.Update.DELETE,
+        }[update.op]
+        return p4r.Update(type=kind, entity=self.encode(update.entry))
+
+    # -- entities → entries ------------------------------------------------------------
+
+    def read_requests(self) -> list[p4r.Entity]:
+        """Wildcard reads of everything the agent owns."""
+        out = [
+            p4r.Entity(table_entry=p4r.TableEntry(table_id=self.tables[t].id))
+            for t in (ACL, QOS, ROUTING, NEXT, ECN, PFC)
+        ]
+        out.append(
+            p4r.Entity(
+                action_profile_member=p4r.ActionProfileMember(action_profile_id=self.selector_id)
+            )
+        )
+        out.append(
+            p4r.Entity(
+                action_profile_group=p4r.ActionProfileGroup(action_profile_id=self.selector_id)
+            )
+        )
+        return out
+
+    def decode(self, entity: p4r.Entity) -> Entry | None:
+        """The pipeline entry an entity read back from the target is, or None for entities
+        the agent does not own (other tables, default entries)."""
+        kind = entity.WhichOneof("entity")
+        if kind == "action_profile_member":
+            member = entity.action_profile_member
+            if member.action_profile_id != self.selector_id:
+                return None
+            params = self._params(member.action, SET_NEXTHOP)
+            return MemberEntry(member.member_id, params["port"], params["smac"], params["dmac"])
+        if kind == "action_profile_group":
+            group = entity.action_profile_group
+            if group.action_profile_id != self.selector_id:
+                return None
+            return GroupEntry(
+                group.group_id,
+                tuple(
+                    sorted(
+                        (
+                            GroupMember(
+                                m.member_id,
+                                decode_value(m.watch_port)
+                                if m.WhichOneof("watch_kind") == "watch_port"
+                                else m.watch,
+                                max(1, m.weight),
+                            )
+                            for m in group.members
+                        ),
+                        key=lambda m: m.member_id,
+                    )
+                ),
+            )
+        if kind != "table_entry":
+            return None
+        entry = entity.table_entry
+        table = self._table_names.get(entry.table_id)
+        if table is None or entry.is_default_action:
+            return None
+        ids = self.tables[table]
+        fields = {f.field_id: f for f in entry.match}
+
+        def exact(key: str) -> int:
+            return decode_value(fields[ids.keys[key]].exact.value)
+
+        action = entry.action
+        if table == NEXT:
+            return NextEntry(exact("next_id"), action.action_profile_group_id)
+        if table == ROUTING:
+            lpm = fields.get(ids.keys["ipv4_dst"])
+            address, length = (
+                (decode_value(lpm.lpm.value), lpm.lpm.prefix_len) if lpm is not None else (0, 0)
+            )
+            return RouteEntry(address, length, self._params(action.action, SET_NEXT_ID)["next_id"])
+        if table == QOS:
+            return QosEntry(exact("dscp"), self._params(action.action, SET_TC)["tc"])
+        if table == ECN:
+            p = self._params(action.action, SET_ECN)
+            return EcnEntry(
+                exact("eg_port"), exact("traffic_class"), p["kmin"], p["kmax"], p["pmax"]
+            )
+        if table == PFC:
+            p = self._params(action.action, SET_PFC)
+            return PfcEntry(exact("port"), exact("priority"), p["xoff"], p["xon"])
+        # ACL: the agent owns only entries matching eth_type alone.
+        eth = fields.get(ids.keys["eth_type"])
+        if eth is None or len(fields) != 1:
+            return None
+        mask = decode_value(eth.ternary.mask)
+        act = (
+            AclAction.PUNT_TO_CPU
+            if action.action.action_id == self.actions[PUNT].id
+            else AclAction.DROP
+            if action.action.action_id == self.actions[DROP].id
+            else None
+        )
+        if act is None:
+            return None
+        return AclEntry(decode_value(eth.ternary.value), mask, entry.priority, act)
+
+    def _params(self, action: p4r.Action, name: str) -> dict[str, int]:
+        ids = self.actions[name]
+        if action.action_id != ids.id:
+            raise ValueError(
+                f"{self.origin}: expected action {name!r} (id {ids.id}), read back "
+                f"action id {action.action_id}"
+            )
+        by_id = {v: k for k, v in ids.params.items()}
+        return {by_id[p.param_id]: decode_value(p.value) for p in action.params}
+
+    def decode_all(self, entities: Iterable[p4r.Entity]) -> tuple[Pipeline, list[p4r.Entity]]:
+        """The pipeline read back, plus the entities the agent does not own."""
+        entries: dict[tuple[object, ...], Entry] = {}
+        foreign: list[p4r.Entity] = []
+        for entity in entities:
+            entry = self.decode(entity)
+            if entry is None:
+                foreign.append(entity)
+            else:
+                entries[entry.key] = entry
+        return Pipeline(entries), foreign

@@ -1,0 +1,437 @@
+"""Intent → pipeline entries, and the ordered difference between two sets of entries.
+
+Pure and synchronous: no P4Info, no I/O. `translate` turns the controller's `DesiredState`
+(intent-level objects) into the entries of the fabric.p4 contract (/work/notes/p4_contract.md)
+as plain frozen dataclasses; `diff` computes the P4Runtime updates that turn what a target
+holds into what is wanted, as ordered batches (agent/codec.py encodes them for the wire).
+
+Member identity (ARCHITECTURE §5): one action-profile member per port (member id = port
+number), carrying (port, smac = that port's PortConfig MAC, dmac = the peer's MAC). Members
+exist for every port that has a next hop in a group or a neighbour with a MAC, so a link that
+goes down and comes back never changes a member's identity or creation order; groups only
+reference members, with watch_port = the member's port.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from railfabric.v1 import state_pb2
+
+# Field widths from the P4 contract; values must fit them.
+PORT_MAX = (1 << 9) - 1
+CPU_PORT = 255
+MAC_MAX = (1 << 48) - 1
+U32_MAX = (1 << 32) - 1
+TRAFFIC_CLASSES = 8
+DSCP_MAX = 63
+# pmax is a probability in parts per million.
+PPM_ONE = 1_000_000
+
+ETH_TYPE_LLDP = 0x88CC
+ETH_TYPE_MAC_CONTROL = 0x8808
+ACL_PRIORITY_CONTROL = 100
+
+
+class AclAction(enum.Enum):
+    PUNT_TO_CPU = "punt_to_cpu"
+    DROP = "drop"
+
+
+@dataclass(frozen=True, slots=True)
+class AclEntry:
+    """`FabricIngress.acl`: match eth_type (all other keys wildcard)."""
+
+    eth_type: int
+    eth_type_mask: int
+    priority: int
+    action: AclAction
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        return ("acl", self.eth_type, self.eth_type_mask, self.priority)
+
+
+@dataclass(frozen=True, slots=True)
+class QosEntry:
+    """`FabricIngress.qos_classify`: dscp → set_traffic_class(tc)."""
+
+    dscp: int
+    traffic_class: int
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        return ("qos", self.dscp)
+
+
+@dataclass(frozen=True, slots=True)
+class EcnEntry:
+    """`FabricEgress.ecn_marking`: (eg_port, traffic_class) → set_ecn_thresholds.
+    kmin/kmax in bytes of queue depth, pmax in parts per million."""
+
+    port: int
+    traffic_class: int
+    kmin_bytes: int
+    kmax_bytes: int
+    pmax_ppm: int
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        return ("ecn", self.port, self.traffic_class)
+
+
+@dataclass(frozen=True, slots=True)
+class PfcEntry:
+    """`FabricEgress.pfc_config`: (port, priority) → set_pfc_thresholds, bytes."""
+
+    port: int
+    priority: int
+    xoff_bytes: int
+    xon_bytes: int
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        return ("pfc", self.port, self.priority)
+
+
+@dataclass(frozen=True, slots=True)
+class MemberEntry:
+    """An `ecmp_selector` member: set_nexthop(port, smac, dmac)."""
+
+    member_id: int
+    port: int
+    smac: int
+    dmac: int
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        return ("member", self.member_id)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMember:
+    member_id: int
+    watch_port: int
+    weight: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class GroupEntry:
+    """An `ecmp_selector` group; members in ascending member id (= port) order."""
+
+    group_id: int
+    members: tuple[GroupMember, ...]
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        return ("group", self.group_id)
+
+
+@dataclass(frozen=True, slots=True)
+class NextEntry:
+    """`FabricIngress.next`: next_id → action-profile group `group_id`."""
+
+    next_id: int
+    group_id: int
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        return ("next", self.next_id)
+
+
+@dataclass(frozen=True, slots=True)
+class RouteEntry:
+    """`FabricIngress.routing_v4`: lpm ipv4_dst → set_next_id(next_id)."""
+
+    address: int
+    length: int
+    next_id: int
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        return ("route", self.address, self.length)
+
+
+Entry = (
+    AclEntry | QosEntry | EcnEntry | PfcEntry | MemberEntry | GroupEntry | NextEntry | RouteEntry
+)
+Key = tuple[object, ...]
+
+
+class Op(enum.Enum):
+    INSERT = "INSERT"
+    MODIFY = "MODIFY"
+    DELETE = "DELETE"
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    op: Op
+    entry: Entry
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectProblem:
+    """An intent object that cannot be translated; reported in Applied.errors."""
+
+    object: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """The full set of entries a switch should hold, keyed by `Entry.key`."""
+
+    entries: Mapping[Key, Entry] = field(default_factory=dict)
+
+    @staticmethod
+    def of(entries: Iterable[Entry]) -> Pipeline:
+        out: dict[Key, Entry] = {}
+        for entry in entries:
+            if entry.key in out:
+                raise ValueError(f"duplicate pipeline entry {entry.key}")
+            out[entry.key] = entry
+        return Pipeline(out)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def of_type(self, kind: type[Entry]) -> list[Entry]:
+        return [e for e in self.entries.values() if isinstance(e, kind)]
+
+
+class TranslationError(ValueError):
+    """The desired state as a whole cannot be used (problems are per object otherwise)."""
+
+
+def format_ipv4(address: int) -> str:
+    return ".".join(str((address >> s) & 0xFF) for s in (24, 16, 8, 0))
+
+
+def format_mac(mac: int) -> str:
+    return ":".join(f"{(mac >> s) & 0xFF:02x}" for s in range(40, -8, -8))
+
+
+def prefix_name(prefix: state_pb2.Ipv4Prefix) -> str:
+    return f"{format_ipv4(prefix.address)}/{prefix.length}"
+
+
+def control_acl() -> list[AclEntry]:
+    """The fixed ACL: punt LLDP to the agent, keep PFC MAC-control frames out of the
+    forwarding pipeline (the target's MAC layer consumes them)."""
+    return [
+        AclEntry(ETH_TYPE_LLDP, 0xFFFF, ACL_PRIORITY_CONTROL, AclAction.PUNT_TO_CPU),
+        AclEntry(ETH_TYPE_MAC_CONTROL, 0xFFFF, ACL_PRIORITY_CONTROL, AclAction.DROP),
+    ]
+
+
+def _check_port(port: int, what: str) -> str | None:
+    if not 1 <= port <= PORT_MAX or port == CPU_PORT:
+        return f"{what}: port {port} is not a front-panel port (1..{PORT_MAX}, not {CPU_PORT})"
+    return None
+
+
+def ecn_entry(ecn: state_pb2.EcnThreshold) -> EcnEntry:
+    """EcnThreshold → ecn_marking entry. Bytes stay bytes and ppm stays ppm (the contract's
+    units), but both must fit the action's bit<32> parameters."""
+    name = f"ecn port {ecn.port} tc {ecn.traffic_class}"
+    if (problem := _check_port(ecn.port, name)) is not None:
+        raise ValueError(problem)
+    if ecn.traffic_class >= TRAFFIC_CLASSES:
+        raise ValueError(f"{name}: traffic_class must be 0..{TRAFFIC_CLASSES - 1}")
+    if ecn.kmax_bytes > U32_MAX:
+        raise ValueError(f"{name}: kmax_bytes {ecn.kmax_bytes} exceeds the 32-bit threshold")
+    if ecn.kmin_bytes > ecn.kmax_bytes:
+        raise ValueError(f"{name}: kmin_bytes {ecn.kmin_bytes} > kmax_bytes {ecn.kmax_bytes}")
+    if ecn.pmax_ppm > PPM_ONE:
+        raise ValueError(f"{name}: pmax_ppm {ecn.pmax_ppm} exceeds {PPM_ONE} (probability 1)")
+    return EcnEntry(ecn.port, ecn.traffic_class, ecn.kmin_bytes, ecn.kmax_bytes, ecn.pmax_ppm)
+
+
+def pfc_entry(pfc: state_pb2.PfcSetting) -> PfcEntry:
+    """PfcSetting → pfc_config entry (bytes). headroom_bytes is buffer sizing the target
+    reserves above xoff; the contract's table has no parameter for it."""
+    name = f"pfc port {pfc.port} priority {pfc.priority}"
+    if (problem := _check_port(pfc.port, name)) is not None:
+        raise ValueError(problem)
+    if pfc.priority >= TRAFFIC_CLASSES:
+        raise ValueError(f"{name}: priority must be 0..{TRAFFIC_CLASSES - 1}")
+    if pfc.xoff_bytes > U32_MAX:
+        raise ValueError(f"{name}: xoff_bytes {pfc.xoff_bytes} exceeds the 32-bit threshold")
+    if pfc.xon_bytes > pfc.xoff_bytes:
+        raise ValueError(f"{name}: xon_bytes {pfc.xon_bytes} > xoff_bytes {pfc.xoff_bytes}")
+    return PfcEntry(pfc.port, pfc.priority, pfc.xoff_bytes, pfc.xon_bytes)
+
+
+def qos_entry(mapping: state_pb2.DscpMapping) -> QosEntry:
+    name = f"dscp {mapping.dscp}"
+    if mapping.dscp > DSCP_MAX:
+        raise ValueError(f"{name}: dscp must be 0..{DSCP_MAX}")
+    if mapping.traffic_class >= TRAFFIC_CLASSES:
+        raise ValueError(f"{name}: traffic_class must be 0..{TRAFFIC_CLASSES - 1}")
+    return QosEntry(mapping.dscp, mapping.traffic_class)
+
+
+def translate(state: state_pb2.DesiredState) -> tuple[Pipeline, list[ObjectProblem]]:
+    """The entries for `state` (local repair is applied on top by `repair`).
+
+    Objects that cannot be translated are skipped and returned as problems, named as the
+    controller names them; a route whose group was skipped is skipped too."""
+    problems: list[ObjectProblem] = []
+    entries: list[Entry] = list(control_acl())
+
+    for mapping in state.dscp_map:
+        try:
+            entries.append(qos_entry(mapping))
+        except ValueError as err:
+            problems.append(ObjectProblem(f"dscp {mapping.dscp}", str(err)))
+    for ecn in state.ecn:
+        try:
+            entries.append(ecn_entry(ecn))
+        except ValueError as err:
+            problems.append(ObjectProblem(f"ecn port {ecn.port} tc {ecn.traffic_class}", str(err)))
+    for pfc in state.pfc:
+        try:
+            entries.append(pfc_entry(pfc))
+        except ValueError as err:
+            problems.append(ObjectProblem(f"pfc port {pfc.port} priority {pfc.priority}", str(err)))
+
+    port_macs = {p.port: p.mac for p in state.ports}
+    members: dict[int, MemberEntry] = {}
+    groups: dict[int, GroupEntry] = {}
+    for group in sorted(state.groups, key=lambda g: g.id):
+        name = f"group {group.id}"
+        try:
+            group_members, new_members = _group(group, port_macs, members)
+        except ValueError as err:
+            problems.append(ObjectProblem(name, f"{name}: {err}"))
+            continue
+        members.update(new_members)
+        groups[group.id] = GroupEntry(group.id, tuple(group_members))
+
+    # Members for cabled ports without a next hop yet, so their identity is fixed up front.
+    for neighbor in state.neighbors:
+        port = neighbor.port
+        if port in members or neighbor.peer_mac == 0 or port not in port_macs:
+            continue
+        if _check_port(port, "neighbor") is None and neighbor.peer_mac <= MAC_MAX:
+            members[port] = MemberEntry(port, port, port_macs[port], neighbor.peer_mac)
+
+    entries.extend(members[m] for m in sorted(members))
+    for group_id in sorted(groups):
+        entries.append(groups[group_id])
+        entries.append(NextEntry(group_id, group_id))
+
+    seen_routes: set[tuple[int, int]] = set()
+    for route in state.routes:
+        name = f"route {prefix_name(route.prefix)}"
+        address, length = route.prefix.address, route.prefix.length
+        if length > 32:
+            problems.append(ObjectProblem(name, f"{name}: prefix length {length} > 32"))
+            continue
+        host_mask = (1 << (32 - length)) - 1
+        if address & host_mask:
+            problems.append(ObjectProblem(name, f"{name}: host bits set beyond /{length}"))
+            continue
+        if (address, length) in seen_routes:
+            problems.append(ObjectProblem(name, f"{name}: listed twice"))
+            continue
+        if route.group_id not in groups:
+            problems.append(
+                ObjectProblem(name, f"{name}: group {route.group_id} is missing or was refused")
+            )
+            continue
+        seen_routes.add((address, length))
+        entries.append(RouteEntry(address, length, route.group_id))
+
+    return Pipeline.of(entries), problems
+
+
+def _group(
+    group: state_pb2.NextHopGroup,
+    port_macs: Mapping[int, int],
+    members: Mapping[int, MemberEntry],
+) -> tuple[list[GroupMember], dict[int, MemberEntry]]:
+    """The group's member references and any members it needs that do not exist yet."""
+    if group.id == 0:
+        raise ValueError("id 0 is reserved")
+    if not group.next_hops:
+        raise ValueError("no next hops")
+    refs: list[GroupMember] = []
+    new: dict[int, MemberEntry] = {}
+    for hop in group.next_hops:
+        if (problem := _check_port(hop.port, f"next hop port {hop.port}")) is not None:
+            raise ValueError(problem)
+        if hop.port not in port_macs:
+            raise ValueError(f"next hop port {hop.port} has no PortConfig (source MAC)")
+        if not 0 < hop.dmac <= MAC_MAX:
+            raise ValueError(f"next hop port {hop.port}: dmac {hop.dmac:#x} is not a MAC")
+        known = new.get(hop.port) or members.get(hop.port)
+        if known is not None and known.dmac != hop.dmac:
+            raise ValueError(
+                f"next hop port {hop.port} dmac {format_mac(hop.dmac)} conflicts with "
+                f"{format_mac(known.dmac)} used by another next hop on that port"
+            )
+        if any(r.member_id == hop.port for r in refs):
+            raise ValueError(f"port {hop.port} listed twice")
+        if known is None:
+            new[hop.port] = MemberEntry(hop.port, hop.port, port_macs[hop.port], hop.dmac)
+        refs.append(GroupMember(hop.port, hop.port, max(1, hop.weight)))
+    refs.sort(key=lambda r: r.member_id)
+    return refs, new
+
+
+# Write order (P4Runtime §12: updates inside one WriteRequest may be applied in any order, so
+# an object and what it depends on go in separate Writes). Inserts and modifies go
+# members → groups → next → routes; deletes go the other way. Tables nobody references
+# (acl, qos, ecn, pfc) ride in the first batch.
+_STAGE_OF: dict[tuple[type, Op], int] = {}
+for _op in Op:
+    for _kind in (AclEntry, QosEntry, EcnEntry, PfcEntry):
+        _STAGE_OF[(_kind, _op)] = 0
+    _STAGE_OF[(RouteEntry, _op)] = 3
+for _op in (Op.INSERT, Op.MODIFY):
+    _STAGE_OF[(MemberEntry, _op)] = 0
+    _STAGE_OF[(GroupEntry, _op)] = 1
+    _STAGE_OF[(NextEntry, _op)] = 2
+_STAGE_OF[(NextEntry, Op.DELETE)] = 4
+_STAGE_OF[(GroupEntry, Op.DELETE)] = 5
+_STAGE_OF[(MemberEntry, Op.DELETE)] = 6
+_STAGES = 7
+
+
+def diff(current: Pipeline, desired: Pipeline) -> list[list[Update]]:
+    """Ordered, non-empty batches of updates turning `current` into `desired`. Entries equal
+    in both produce nothing, so an agent that restarts on an up-to-date target writes nothing.
+    Within a batch, updates are sorted by key (members in ascending port = creation order)."""
+    stages: list[list[Update]] = [[] for _ in range(_STAGES)]
+    for key, want in desired.entries.items():
+        have = current.entries.get(key)
+        if have is None:
+            stages[_STAGE_OF[(type(want), Op.INSERT)]].append(Update(Op.INSERT, want))
+        elif have != want:
+            stages[_STAGE_OF[(type(want), Op.MODIFY)]].append(Update(Op.MODIFY, want))
+    for key, have in current.entries.items():
+        if key not in desired.entries:
+            stages[_STAGE_OF[(type(have), Op.DELETE)]].append(Update(Op.DELETE, have))
+    for stage in stages:
+        stage.sort(key=lambda u: _sort_key(u.entry.key))
+    return [stage for stage in stages if stage]
+
+
+def _sort_key(key: Key) -> tuple[str, ...]:
+    # Keys mix ints and strings; compare ints numerically by zero-padding.
+    return tuple(f"{part:020d}" if isinstance(part, int) else str(part) for part in key)
+
+
+def repair(pipeline: Pipeline, down_ports: frozenset[int]) -> Pipeline:
+    """`pipeline` with every group member whose watch_port is in `down_ports` removed."""
+    out = dict(pipeline.entries)
+    for key, entry in pipeline.entries.items():
+        if isinstance(entry, GroupEntry):
+            live = tuple(m for m in entry.members if m.watch_port not in down_ports)
+            if live != entry.members:
+                out[key] = GroupEntry(entry.group_id, live)
+    return Pipeline(out)

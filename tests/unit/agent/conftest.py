@@ -1,0 +1,24 @@
+"""Fixtures for the agent's unit tests: the P4Info the agent is checked against."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent.codec import Codec, load_p4info
+
+REPO = Path(__file__).resolve().parents[3]
+REAL_P4INFO = REPO / "p4" / "fabric.p4info.txt"
+# Hand-written from the contract; used only until p4/fabric.p4info.txt exists.
+CONTRACT_P4INFO = Path(__file__).with_name("data") / "contract.p4info.txt"
+
+
+def p4info_path() -> Path:
+    return REAL_P4INFO if REAL_P4INFO.exists() else CONTRACT_P4INFO
+
+
+@pytest.fixture(scope="session")
+def codec() -> Codec:
+    path = p4info_path()
+    return Codec(load_p4info(path), str(path))
