@@ -1,0 +1,52 @@
+/*
+ * Constants and types shared by every control of fabric.p4.
+ * Names follow fabric-tna: types snake_case_t, constants UPPER_SNAKE.
+ */
+#ifndef __DEFINE__
+#define __DEFINE__
+
+typedef bit<9>  port_num_t;
+typedef bit<48> mac_addr_t;
+typedef bit<32> ipv4_addr_t;
+typedef bit<16> l4_port_t;
+typedef bit<3>  traffic_class_t;
+typedef bit<32> next_id_t;
+
+// Ports start at 1; the CPU port is 255 (bmv2 --cpu-port 255); 511 is bmv2's drop port.
+const port_num_t CPU_PORT  = 255;
+const port_num_t DROP_PORT = 511;
+
+const bit<16> ETHERTYPE_IPV4        = 0x0800;
+const bit<16> ETHERTYPE_LLDP        = 0x88cc;
+const bit<16> ETHERTYPE_MAC_CONTROL = 0x8808;
+
+// IEEE 802.1Qbb priority-based flow control opcode inside a MAC control frame.
+const bit<16> MAC_CONTROL_OPCODE_PFC = 0x0101;
+
+const bit<8> PROTO_TCP = 6;
+const bit<8> PROTO_UDP = 17;
+
+// RoCEv2 runs over UDP with this well-known destination port.
+const l4_port_t UDP_PORT_ROCEV2 = 4791;
+
+// ECN codepoints (RFC 3168).
+const bit<2> ECN_NOT_ECT = 0;
+const bit<2> ECN_ECT1    = 1;
+const bit<2> ECN_ECT0    = 2;
+const bit<2> ECN_CE      = 3;
+
+// Traffic classes (shared convention): DSCP 26 -> TC 3 (RoCEv2, lossless, PFC priority 3),
+// DSCP 48 -> TC 6 (CNP, strict priority), everything else TC 0. The qos_classify table holds
+// the mapping; these constants document it.
+const traffic_class_t TC_BEST_EFFORT = 0;
+const traffic_class_t TC_ROCE        = 3;
+const traffic_class_t TC_CNP         = 6;
+
+// bmv2 exposes the queue depth at enqueue in packets only; ECN thresholds are in bytes, so the
+// program approximates the depth in bytes as packets * a full-size frame.
+const bit<64> BYTES_PER_QUEUED_PACKET = 1500;
+
+// ECN marking probabilities are in parts per million.
+const bit<32> PPM_MAX = 1000000;
+
+#endif  // __DEFINE__

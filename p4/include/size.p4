@@ -1,0 +1,15 @@
+/* Table, selector and counter sizes. */
+#ifndef __SIZE__
+#define __SIZE__
+
+#define ACL_TABLE_SIZE          1024
+#define QOS_TABLE_SIZE          64      // one entry per DSCP value
+#define ROUTING_V4_TABLE_SIZE   16384
+#define NEXT_TABLE_SIZE         1024
+#define ECMP_SELECTOR_SIZE      32w4096 // members across all groups
+#define ECMP_MAX_GROUP_SIZE     64
+#define ECN_TABLE_SIZE          4096    // 512 ports x 8 traffic classes
+#define PFC_TABLE_SIZE          4096    // 512 ports x 8 priorities
+#define PORT_COUNTER_SIZE       512     // indexed by port number (9 bits)
+
+#endif  // __SIZE__
