@@ -9,13 +9,11 @@ import pytest
 from agent.codec import Codec, load_p4info
 
 REPO = Path(__file__).resolve().parents[3]
-REAL_P4INFO = REPO / "p4" / "fabric.p4info.txt"
-# Hand-written from the contract; used only until p4/fabric.p4info.txt exists.
-CONTRACT_P4INFO = Path(__file__).with_name("data") / "contract.p4info.txt"
+P4INFO = REPO / "p4" / "fabric.p4info.txt"
 
 
 def p4info_path() -> Path:
-    return REAL_P4INFO if REAL_P4INFO.exists() else CONTRACT_P4INFO
+    return P4INFO
 
 
 @pytest.fixture(scope="session")
