@@ -6,7 +6,7 @@ STAMP := $(VENV)/.setup-done
 GEN_DIR := railfabric/v1
 PROTOS := $(wildcard proto/railfabric/v1/*.proto)
 
-.PHONY: setup demo test lint typecheck pytest proto proto-check clean
+.PHONY: setup demo test lint typecheck pytest proto proto-check clean p4
 
 setup: $(STAMP)
 
@@ -45,6 +45,10 @@ proto-check: setup
 	for f in $(GEN_DIR)/*_pb2*.py*; do \
 	  [ -f "$$tmp/$$f" ] || { echo "proto-check: $$f has no .proto source; delete it" >&2; exit 1; }; \
 	done && echo "proto-check: railfabric.v1 stubs are up to date"
+
+# Compile p4/fabric.p4 with p4c-bm2-ss (when on PATH) and check p4/fabric.p4info.txt against it.
+p4: setup
+	$(PY) -m softswitch.p4build
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info

@@ -1,0 +1,132 @@
+"""`make p4` (softswitch.p4build): the semantic P4Info comparison, the clear skip without
+p4c, and the compile-and-check path driven by a fake p4c-bm2-ss (p4c cannot be installed
+here; the fake is a shell script that writes a given P4Info where p4c would)."""
+
+from __future__ import annotations
+
+import copy
+import stat
+from pathlib import Path
+
+import pytest
+from finsy.proto import p4i
+
+from softswitch import p4build
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def checked_in() -> p4i.P4Info:
+    return p4build.load_p4info(p4build.P4INFO)
+
+
+def _table(info: p4i.P4Info, name: str) -> p4i.Table:
+    return next(t for t in info.tables if t.preamble.name == name)
+
+
+def test_identical_p4info_has_no_differences(checked_in: p4i.P4Info) -> None:
+    assert p4build.p4info_differences(checked_in, copy.deepcopy(checked_in)) == []
+
+
+def test_annotations_and_order_are_ignored(checked_in: p4i.P4Info) -> None:
+    other = copy.deepcopy(checked_in)
+    other.actions[0].preamble.annotations.append('@brief("p4c release noise")')
+    other.ClearField("type_info")
+    reversed_tables = list(reversed(other.tables))
+    other.ClearField("tables")
+    other.tables.extend(reversed_tables)
+    assert p4build.p4info_differences(checked_in, other) == []
+
+
+def test_renamed_key_changed_width_and_id_are_reported(checked_in: p4i.P4Info) -> None:
+    other = copy.deepcopy(checked_in)
+    _table(other, "FabricIngress.routing_v4").match_fields[0].name = "dst"
+    _table(other, "FabricEgress.ecn_marking").match_fields[1].bitwidth = 8
+    _table(other, "FabricIngress.next").preamble.id += 1
+    diffs = p4build.p4info_differences(checked_in, other)
+    # the id change also leaves the selector pointing at an unknown table
+    assert len(diffs) == 4, diffs
+    assert any("FabricIngress.routing_v4: match_fields" in d and "'dst'" in d for d in diffs)
+    assert any("FabricEgress.ecn_marking: match_fields" in d for d in diffs)
+    assert any("FabricIngress.next: id" in d for d in diffs)
+    assert any("FabricIngress.ecmp_selector: tables" in d for d in diffs)
+
+
+def test_missing_action_and_param_change_are_reported(checked_in: p4i.P4Info) -> None:
+    other = copy.deepcopy(checked_in)
+    nexthop = next(a for a in other.actions if a.preamble.name == "FabricIngress.set_nexthop")
+    nexthop.params[0].bitwidth = 16
+    keep = [a for a in other.actions if a.preamble.name != "FabricEgress.set_pfc_thresholds"]
+    other.ClearField("actions")
+    other.actions.extend(keep)
+    diffs = p4build.p4info_differences(checked_in, other)
+    assert "action FabricEgress.set_pfc_thresholds: only in the checked-in P4Info" in diffs
+    assert any(d.startswith("action FabricIngress.set_nexthop: params") for d in diffs)
+    # the pfc_config table still refers to the action id, now unknown
+    assert any("table FabricEgress.pfc_config: actions" in d for d in diffs)
+
+
+def test_unreadable_p4info_names_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.p4info.txt"
+    bad.write_text("tables { preamble { id: nope } }")
+    with pytest.raises(p4build.P4BuildError, match=r"bad\.p4info\.txt"):
+        p4build.load_p4info(bad)
+
+
+def test_skips_clearly_without_p4c(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert p4build.main(["--build-dir", str(tmp_path / "build")]) == 0
+    out = capsys.readouterr().out
+    assert "make p4: p4c-bm2-ss not on PATH; skipped compiling p4/fabric.p4" in out
+    assert not (tmp_path / "build").exists()
+
+
+def _fake_p4c(bin_dir: Path, p4info_text: str, rc: int = 0) -> None:
+    """A stand-in p4c-bm2-ss: writes `p4info_text` where --p4runtime-files points and an
+    empty JSON where -o points, then exits with `rc`."""
+    (bin_dir / "p4info.txt").write_text(p4info_text)
+    script = bin_dir / "p4c-bm2-ss"
+    script.write_text(
+        "#!/bin/sh\n"
+        'while [ $# -gt 0 ]; do case "$1" in\n'
+        f'  --p4runtime-files) cp "{bin_dir}/p4info.txt" "$2"; shift;;\n'
+        '  -o) echo "{}" > "$2"; shift;;\n'
+        "esac; shift; done\n"
+        f"[ {rc} -eq 0 ] || echo 'fabric.p4(1): syntax error' >&2\n"
+        f"exit {rc}\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+
+
+def test_compiled_p4info_that_matches_passes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _fake_p4c(tmp_path, p4build.P4INFO.read_text())
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    assert p4build.main(["--build-dir", str(tmp_path / "build")]) == 0
+    assert "matches the compiled P4Info" in capsys.readouterr().out
+    assert (tmp_path / "build" / "fabric.json").exists()
+
+
+def test_compiled_p4info_that_differs_fails_with_the_difference(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    drifted = p4build.P4INFO.read_text().replace('name: "ipv4_dst"', 'name: "dst_addr"')
+    _fake_p4c(tmp_path, drifted)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    assert p4build.main(["--build-dir", str(tmp_path / "build")]) == 1
+    out = capsys.readouterr().out
+    assert "table FabricIngress.routing_v4: match_fields" in out
+    assert "'dst_addr'" in out
+
+
+def test_compiler_error_fails_with_its_message(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _fake_p4c(tmp_path, p4build.P4INFO.read_text(), rc=1)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    assert p4build.main(["--build-dir", str(tmp_path / "build")]) == 1
+    assert "syntax error" in capsys.readouterr().err
