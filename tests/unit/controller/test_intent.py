@@ -1,0 +1,328 @@
+"""Fabric intent: both forms load, expand and round-trip; every mistake is rejected with a
+message naming the file, line and field (no partial fabric)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from controller.fabric import Role, ipv4_str, mac_str
+from controller.intent import IntentError, load_fabric, load_fabric_text, to_explicit_yaml
+from controller.topology import host_nics, switch_ports
+
+pytestmark = pytest.mark.unit
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+EXPLICIT = """\
+name: tiny
+rails: 2
+switches:
+  - {name: tor-a, role: tor, rail: 1, pod: 1, block: 1, prefix: 10.1.0.0/24}
+  - {name: tor-b, role: tor, rail: 2, pod: 1, block: 1, prefix: 10.2.0.0/24}
+  - {name: spine-1, role: spine, pod: 1, index: 1}
+links:
+  - {a: "tor-a:2", b: "spine-1:1", speed: 400G, length_m: 30}
+  - {a: "tor-b:2", b: "spine-1:2", speed: 400G, length_m: 30}
+hosts:
+  - name: srv-1
+    nics:
+      - {name: nic1, rail: 1, ipv4: 10.1.0.2, switch: tor-a, port: 1, speed: 400G, length_m: 3}
+      - {name: nic2, rail: 2, ipv4: 10.2.0.2, switch: tor-b, port: 1, speed: 400G, length_m: 3}
+"""
+
+PARAMETRIC = """\
+name: p
+rails: 2
+blocks_per_pod: 2
+servers_per_block: 2
+spines: {per: pod, count: 2}
+links:
+  host: {speed: 100G, length_m: 2}
+  tor_spine: {speed: 100G, length_m: 10}
+"""
+
+
+def test_lab_example_has_the_documented_shape() -> None:
+    fabric = load_fabric(EXAMPLES / "lab-2rail.yaml")
+    tiers = fabric.tiers()
+    assert (tiers[Role.TOR], tiers[Role.SPINE], tiers[Role.CORE]) == (4, 2, 0)
+    assert len(fabric.nics) == 8
+    assert len(fabric.links) == 8
+    names = {s.name for s in fabric.switches}
+    assert {"tor-r1-b1", "tor-r2-b2", "spine-p1-1", "spine-p1-2"} <= names
+    # Rail affinity: NIC r of each server on the block's rail-ToR r.
+    for nic in fabric.nics:
+        tor = fabric.switch_by_name[nic.switch]
+        assert tor.rail == nic.rail
+        assert tor.block is not None and nic.host.startswith(f"srv-b{tor.block}-")
+        assert tor.prefix is not None and tor.prefix.contains(nic.ipv4)
+
+
+def test_reference_fabric_is_100k_gpus_three_tiers_within_radix() -> None:
+    fabric = load_fabric(EXAMPLES / "ref-100k.yaml")
+    assert len(fabric.nics) >= 100_000
+    assert fabric.rails == 8
+    tiers = fabric.tiers()
+    assert all(tiers[r] > 0 for r in Role)
+    used: dict[str, int] = {}
+    for ln in fabric.links:
+        used[ln.a] = max(used.get(ln.a, 0), ln.a_port)
+        used[ln.b] = max(used.get(ln.b, 0), ln.b_port)
+    assert max(used.values()) <= 128
+    assert {ln.speed_mbps for ln in fabric.links} == {400_000}
+
+
+def test_explicit_round_trip_is_equal() -> None:
+    fabric = load_fabric(EXAMPLES / "lab-2rail.yaml")
+    again = load_fabric_text(to_explicit_yaml(fabric), "expanded.yaml")
+    assert again == fabric
+
+
+def test_consumer_views_give_peers_macs_and_gateways() -> None:
+    fabric = load_fabric(EXAMPLES / "lab-2rail.yaml")
+    ports = switch_ports(fabric)
+    tor = {p.port: p for p in ports["tor-r1-b1"]}
+    assert tor[1].peer_name == "srv-b1-s1/nic1" and tor[1].peer_port == 0
+    assert tor[3].peer_name == "spine-p1-1" and tor[3].peer_port == 1
+    spine = {p.port: p for p in ports["spine-p1-1"]}
+    assert spine[1].peer_mac == tor[3].mac
+    assert tor[3].peer_mac == spine[1].mac
+    assert mac_str(tor[3].mac) == "02:00:00:01:00:03"
+    nics = {n.name: n for n in host_nics(fabric)}
+    nic = nics["srv-b1-s2/nic2"]
+    assert ipv4_str(nic.ipv4) == "10.0.0.11"
+    assert ipv4_str(nic.gateway_ipv4) == "10.0.0.9"
+    assert nic.prefix_length == 29
+    assert nic.switch == "tor-r2-b1" and nic.switch_port == 2
+    assert len({p.mac for pl in ports.values() for p in pl} | {n.mac for n in nics.values()}) == (
+        sum(len(pl) for pl in ports.values()) + len(nics)
+    )
+
+
+def _err(text: str) -> str:
+    with pytest.raises(IntentError) as info:
+        load_fabric_text(text, "f.yaml")
+    return str(info.value)
+
+
+def _sub(old: str, new: str, text: str = EXPLICIT) -> str:
+    assert old in text, old
+    return text.replace(old, new, 1)
+
+
+# (mutation of EXPLICIT or PARAMETRIC, expected message regex). Line numbers are pinned.
+NEGATIVE = [
+    (
+        "unknown top-level key",
+        _sub("rails: 2", "rails: 2\nrials: 3"),
+        r"^f\.yaml:3: rials: unknown key \(did you mean 'rails'\?\)$",
+    ),
+    (
+        "unknown switch key",
+        _sub("index: 1}", "indx: 1}"),
+        r"^f\.yaml:6: switches\[2\]\.indx: unknown key \(did you mean 'index'\?\)$",
+    ),
+    (
+        "duplicate YAML key",
+        _sub("name: tiny", "name: tiny\nname: other"),
+        r"^f\.yaml:2: name: duplicate key$",
+    ),
+    ("missing rails", _sub("rails: 2\n", ""), r"^f\.yaml:1: rails: missing required key$"),
+    (
+        "wrong type",
+        _sub("rails: 2", "rails: two"),
+        r"^f\.yaml:2: rails: expected an integer, got str 'two'$",
+    ),
+    (
+        "duplicate switch",
+        _sub("name: tor-b,", "name: tor-a,"),
+        r"^f\.yaml:5: switches\[1\]: duplicate switch name 'tor-a' \(first at line 4\)$",
+    ),
+    (
+        "unknown role",
+        _sub("role: spine", "role: spien"),
+        r"^f\.yaml:6: switches\[2\]\.role: unknown value 'spien', expected one of tor, spine, "
+        r"core \(did you mean 'spine'\?\)$",
+    ),
+    (
+        "link to unknown switch",
+        _sub('b: "spine-1:1"', 'b: "spine-2:1"'),
+        r"^f\.yaml:8: links\[0\]\.b: unknown switch 'spine-2' \(did you mean 'spine-1'\?\)$",
+    ),
+    (
+        "port used twice",
+        _sub('b: "spine-1:2"', 'b: "spine-1:1"'),
+        r"^f\.yaml:9: links\[1\]\.b: port spine-1:1 is already used by links\[0\] \(line 8\)$",
+    ),
+    (
+        "NIC on a port a link uses",
+        _sub("switch: tor-a, port: 1", "switch: tor-a, port: 2"),
+        r"^f\.yaml:13: hosts\[0\]\.nics\[0\]\.switch: port tor-a:2 is already used by links\[0\]",
+    ),
+    (
+        "overlapping prefixes",
+        _sub("prefix: 10.2.0.0/24", "prefix: 10.1.0.0/16"),
+        r"^f\.yaml:5: switches\[1\]: prefix 10\.1\.0\.0/24 of tor-a overlaps 10\.1\.0\.0/16 of "
+        r"tor-b$|^f\.yaml:4: switches\[0\]: prefix 10\.1\.0\.0/24 of tor-a overlaps 10\.1\.0\.0/16",
+    ),
+    (
+        "rail out of range",
+        _sub("rail: 2, pod", "rail: 3, pod"),
+        r"^f\.yaml:5: switches\[1\]\.rail: rail 3 is out of range: the fabric has rails 1\.\.2$",
+    ),
+    (
+        "NIC rail differs from ToR rail",
+        _sub("rail: 2, ipv4: 10.2.0.2, switch: tor-b", "rail: 1, ipv4: 10.2.0.2, switch: tor-b"),
+        r"^f\.yaml:14: hosts\[0\]\.nics\[1\]\.rail: rail 1 NIC is cabled to tor-b, the ToR of "
+        r"rail 2 \(rail affinity\)$",
+    ),
+    (
+        "NIC outside its ToR prefix",
+        _sub("ipv4: 10.2.0.2", "ipv4: 10.3.0.2"),
+        r"^f\.yaml:14: hosts\[0\]\.nics\[1\]\.ipv4: 10\.3\.0\.2 is outside tor-b's prefix "
+        r"10\.2\.0\.0/24$",
+    ),
+    (
+        "NIC on the gateway address",
+        _sub("ipv4: 10.2.0.2", "ipv4: 10.2.0.1"),
+        r"^f\.yaml:14: hosts\[0\]\.nics\[1\]\.ipv4: 10\.2\.0\.1 is the network, broadcast or "
+        r"gateway address of 10\.2\.0\.0/24$",
+    ),
+    (
+        "bad speed",
+        _sub("speed: 400G, length_m: 30}", "speed: 400Q, length_m: 30}"),
+        r"^f\.yaml:8: links\[0\]\.speed: '400Q' is not a link speed \(expected e\.g\. 100G, "
+        r"400G, 800G\)$",
+    ),
+    (
+        "negative cable length",
+        _sub("length_m: 30}", "length_m: -5}"),
+        r"^f\.yaml:8: links\[0\]\.length_m: cable length must be >= 0 metres, got -5$",
+    ),
+    (
+        "prefix with host bits",
+        _sub("prefix: 10.1.0.0/24", "prefix: 10.1.0.1/24"),
+        r"^f\.yaml:4: switches\[0\]\.prefix: '10\.1\.0\.1/24' has host bits set \(did you mean "
+        r"10\.1\.0\.0/24\?\)$",
+    ),
+    (
+        "ToR without prefix",
+        _sub(", prefix: 10.1.0.0/24", ""),
+        r"^f\.yaml:4: switches\[0\]: ToR 'tor-a' needs a 'prefix' covering its NICs$",
+    ),
+    (
+        "self link",
+        _sub('b: "spine-1:1"', 'b: "tor-a:5"'),
+        r"^f\.yaml:8: links\[0\]: link joins tor-a to itself$",
+    ),
+    (
+        "link skipping tiers",
+        _sub('a: "tor-b:2", b: "spine-1:2"', 'a: "tor-b:2", b: "tor-a:9"'),
+        r"^f\.yaml:9: links\[1\]: link tor-b \(tor\) -- tor-a \(tor\) must join adjacent tiers",
+    ),
+    (
+        "NIC on a spine",
+        _sub("switch: tor-b, port: 1", "switch: spine-1, port: 7"),
+        r"^f\.yaml:14: hosts\[0\]\.nics\[1\]\.switch: NICs attach to ToRs; 'spine-1' is a spine$",
+    ),
+    (
+        "CPU port",
+        _sub('a: "tor-a:2"', 'a: "tor-a:255"'),
+        r"^f\.yaml:8: links\[0\]\.a: port 255 of tor-a is invalid \(1\.\.511, not 255\)$",
+    ),
+    (
+        "port beyond radix",
+        _sub("rails: 2", "rails: 2\nswitch_radix: 4").replace('"spine-1:2"', '"spine-1:9"'),
+        r"^f\.yaml:10: links\[1\]\.b: port 9 exceeds the radix 4 of spine-1$",
+    ),
+    (
+        "duplicate NIC address",
+        _sub("ipv4: 10.2.0.2, switch: tor-b", "ipv4: 10.2.0.2, switch: tor-b").replace(
+            "      - {name: nic2",
+            "      - {name: nic3, rail: 2, ipv4: 10.2.0.2, switch: tor-b,"
+            " port: 3, speed: 400G, length_m: 3}\n      - {name: nic2",
+        ),
+        r"^f\.yaml:15: hosts\[0\]\.nics\[2\]: address 10\.2\.0\.2 is also srv-1/nic3's$",
+    ),
+    (
+        "bad link end",
+        _sub('a: "tor-a:2"', 'a: "tor-a"'),
+        r"^f\.yaml:8: links\[0\]\.a: 'tor-a' is not a port \(expected SWITCH:PORT\)$",
+    ),
+    (
+        "unknown QoS profile",
+        _sub("rails: 2", "rails: 2\nqos: {profile: dcqn}"),
+        r"^f\.yaml:3: qos\.profile: unknown value 'dcqn', expected one of dcqcn, hpcc "
+        r"\(did you mean 'dcqcn'\?\)$",
+    ),
+    (
+        "unknown QoS override",
+        _sub("rails: 2", "rails: 2\nqos: {overrides: {ecn_kmin: 5}}"),
+        r"^f\.yaml:3: qos\.overrides\.ecn_kmin: unknown key \(did you mean 'ecn_kmin_bytes'\?\)$",
+    ),
+    ("YAML syntax", "name: [oops\n", r"^f\.yaml:2: YAML syntax error: "),
+    ("empty file", "", r"^f\.yaml:1: the file is empty"),
+    (
+        "top level is a list",
+        "- a\n- b\n",
+        r"^f\.yaml:1: expected a mapping of fabric fields at the top level$",
+    ),
+    (
+        "parametric: pool too small",
+        PARAMETRIC + "addressing: {nic_pool: 10.0.0.0/28}\n",
+        r"^f\.yaml:9: addressing: nic_pool 10\.0\.0\.0/28 holds 2 /29 ToR prefixes, but the "
+        r"fabric has 4 ToRs$",
+    ),
+    (
+        "parametric: core tier without its links",
+        PARAMETRIC + "cores: {per_group: 2}\n",
+        r"^f\.yaml:7: links\.spine_core: missing: the core tier needs it$",
+    ),
+    (
+        "parametric: spines per rail without cores",
+        _sub("per: pod", "per: rail", PARAMETRIC),
+        r"^f\.yaml:5: spines\.per: spines per rail plane without a core tier leave the rails "
+        r"disconnected",
+    ),
+    (
+        "parametric: radix exceeded",
+        PARAMETRIC + "switch_radix: 3\n",
+        r"^f\.yaml:9: switch_radix: a ToR needs 4 ports but switch_radix is 3$",
+    ),
+    (
+        "parametric: unknown spines.per",
+        _sub("per: pod", "per: pdo", PARAMETRIC),
+        r"^f\.yaml:5: spines\.per: unknown value 'pdo', expected one of pod, rail "
+        r"\(did you mean 'pod'\?\)$",
+    ),
+    (
+        "parametric: zero servers",
+        _sub("servers_per_block: 2", "servers_per_block: 0", PARAMETRIC),
+        r"^f\.yaml:4: servers_per_block: must be >= 1, got 0$",
+    ),
+]
+
+
+def test_base_texts_are_valid() -> None:
+    assert len(load_fabric_text(EXPLICIT, "f.yaml").nics) == 2
+    assert len(load_fabric_text(PARAMETRIC, "f.yaml").switches) == 6
+
+
+@pytest.mark.parametrize(
+    ("text", "pattern"), [(t, p) for _, t, p in NEGATIVE], ids=[n for n, _, _ in NEGATIVE]
+)
+def test_bad_intent_is_rejected_with_its_message(text: str, pattern: str) -> None:
+    message = _err(text)
+    assert re.search(pattern, message), message
+
+
+def test_there_are_at_least_20_distinct_mistakes() -> None:
+    assert len({p for _, _, p in NEGATIVE}) >= 20
+
+
+def test_unreadable_file_is_an_intent_error(tmp_path: Path) -> None:
+    with pytest.raises(IntentError, match=r"cannot read the file"):
+        load_fabric(tmp_path / "missing.yaml")
