@@ -1,0 +1,265 @@
+"""The agent's P4Runtime side, on finsy's P4Client (channel, unary requests, the stream and
+decoded per-update errors).
+
+`P4Target.run()` owns the StreamChannel: it arbitrates with the agent's election id, tells the
+daemon when the agent becomes (or stops being) primary, and delivers packet-ins. The other
+methods are the unary calls the single writer and the counter poller make. A target that goes
+away is reconnected with backoff; `on_primary` fires again after every reconnection so the
+writer reconciles."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from finsy import P4Client, P4ClientError
+from finsy.proto import p4i, p4r, rpc_code
+
+from agent.codec import PORT_COUNTERS, Codec, decode_value, encode_value
+from agent.session import Backoff
+from agent.translate import Pipeline
+
+LOG = logging.getLogger("railfabric.agent.p4")
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateError:
+    index: int
+    code: int
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class PacketIn:
+    port: int
+    payload: bytes
+
+
+class P4Target:
+    def __init__(
+        self,
+        address: str,
+        device_id: int,
+        election_id: int,
+        codec: Codec,
+        *,
+        device_config: bytes = b"",
+        backoff: Backoff | None = None,
+    ) -> None:
+        if election_id <= 0:
+            raise ValueError(f"election id must be > 0, got {election_id}")
+        self.address = address
+        self.device_id = device_id
+        self.election_id = election_id
+        self.codec = codec
+        self.device_config = device_config
+        self._backoff = backoff or Backoff(initial_s=0.2, maximum_s=5.0)
+        self._client: P4Client | None = None
+        self._stream_lock = asyncio.Lock()
+        self.primary = asyncio.Event()
+        self.last_error = ""
+        self.packet_ins = 0
+
+    @property
+    def _election(self) -> p4r.Uint128:
+        return p4r.Uint128(high=self.election_id >> 64, low=self.election_id & ((1 << 64) - 1))
+
+    # -- the stream -------------------------------------------------------------------
+
+    async def run(
+        self,
+        on_primary: Callable[[], Awaitable[None]],
+        on_packet_in: Callable[[PacketIn], Awaitable[None]],
+    ) -> None:
+        delays = self._backoff.delays(random.Random())
+        while True:
+            try:
+                async with P4Client(self.address) as client:
+                    self._client = client
+                    await self._send(
+                        p4r.StreamMessageRequest(
+                            arbitration=p4r.MasterArbitrationUpdate(
+                                device_id=self.device_id, election_id=self._election
+                            )
+                        )
+                    )
+                    while True:
+                        msg = await client.receive()
+                        kind = msg.WhichOneof("update")
+                        if kind == "arbitration":
+                            await self._arbitration(msg.arbitration, on_primary)
+                            delays = self._backoff.delays(random.Random())
+                        elif kind == "packet":
+                            packet = self._packet_in(msg.packet)
+                            if packet is not None:
+                                await on_packet_in(packet)
+                        elif kind == "error":
+                            LOG.warning("target %s stream error: %s", self.address, msg.error)
+            except (P4ClientError, RuntimeError) as err:
+                self.last_error = str(err).splitlines()[0] if str(err) else repr(err)
+            finally:
+                self._client = None
+                self.primary.clear()
+            delay = await anext(delays)
+            LOG.warning(
+                "target %s: %s; reconnecting in %.2f s", self.address, self.last_error, delay
+            )
+            await asyncio.sleep(delay)
+
+    async def _arbitration(
+        self, update: p4r.MasterArbitrationUpdate, on_primary: Callable[[], Awaitable[None]]
+    ) -> None:
+        if update.status.code == rpc_code.OK:
+            if not self.primary.is_set():
+                LOG.info("target %s: primary (election id %d)", self.address, self.election_id)
+                self.primary.set()
+                await on_primary()
+        else:
+            if self.primary.is_set() or not self.last_error.startswith("backup"):
+                LOG.warning(
+                    "target %s: backup, primary election id is %d",
+                    self.address,
+                    (update.election_id.high << 64) | update.election_id.low,
+                )
+            self.last_error = "backup"
+            self.primary.clear()
+
+    def _packet_in(self, packet: p4r.PacketIn) -> PacketIn | None:
+        port_id = self.codec.packet_in["ingress_port"]
+        for meta in packet.metadata:
+            if meta.metadata_id == port_id:
+                self.packet_ins += 1
+                return PacketIn(decode_value(meta.value), packet.payload)
+        LOG.warning("packet-in without ingress_port metadata dropped")
+        return None
+
+    async def _send(self, msg: p4r.StreamMessageRequest) -> None:
+        client = self._client
+        if client is None:
+            raise ConnectionError(f"target {self.address} is not connected")
+        async with self._stream_lock:
+            await client.send(msg)
+
+    async def packet_out(self, frame: bytes, port: int) -> None:
+        meta = [
+            p4r.PacketMetadata(
+                metadata_id=self.codec.packet_out["egress_port"], value=encode_value(port)
+            )
+        ]
+        pad = self.codec.packet_out.get("_pad")
+        if pad is not None:
+            meta.append(p4r.PacketMetadata(metadata_id=pad, value=b"\x00"))
+        await self._send(
+            p4r.StreamMessageRequest(packet=p4r.PacketOut(payload=frame, metadata=meta))
+        )
+
+    # -- unary calls ------------------------------------------------------------------
+
+    def _require(self) -> P4Client:
+        if self._client is None or not self.primary.is_set():
+            raise ConnectionError(f"target {self.address}: not connected as primary")
+        return self._client
+
+    async def ensure_pipeline(self) -> bool:
+        """Push our P4Info (and the opaque device config) when the target has no pipeline.
+        A target running a different P4Info is left alone and reported: replacing it would
+        wipe forwarding state. Returns True when a pipeline was pushed."""
+        client = self._require()
+        try:
+            reply = await client.request(
+                p4r.GetForwardingPipelineConfigRequest(
+                    device_id=self.device_id,
+                    response_type=p4r.GetForwardingPipelineConfigRequest.P4INFO_AND_COOKIE,
+                )
+            )
+            has = reply.config.HasField("p4info") and len(reply.config.p4info.tables) > 0
+        except P4ClientError as err:
+            if err.code.name != "FAILED_PRECONDITION":
+                raise
+            has = False
+        if has:
+            if not _same_tables(reply.config.p4info, self.codec.p4info):
+                LOG.error(
+                    "target %s runs a different P4 program (%s); not replacing it",
+                    self.address,
+                    reply.config.p4info.pkg_info.name or "unnamed",
+                )
+            return False
+        await client.request(
+            p4r.SetForwardingPipelineConfigRequest(
+                device_id=self.device_id,
+                election_id=self._election,
+                action=p4r.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT,
+                config=p4r.ForwardingPipelineConfig(
+                    p4info=self.codec.p4info, p4_device_config=self.device_config
+                ),
+            )
+        )
+        LOG.info("target %s: pipeline pushed", self.address)
+        return True
+
+    async def read(self, entities: list[p4r.Entity]) -> list[p4r.Entity]:
+        client = self._require()
+        out: list[p4r.Entity] = []
+        async for reply in client.request_iter(
+            p4r.ReadRequest(device_id=self.device_id, entities=entities)
+        ):
+            out.extend(reply.entities)
+        return out
+
+    async def read_pipeline(self) -> tuple[Pipeline, list[p4r.Entity]]:
+        return self.codec.decode_all(await self.read(self.codec.read_requests()))
+
+    async def write(self, updates: list[p4r.Update]) -> list[UpdateError]:
+        """One WriteRequest; the updates that failed, by index (empty on success)."""
+        client = self._require()
+        try:
+            await client.request(
+                p4r.WriteRequest(
+                    device_id=self.device_id,
+                    election_id=self._election,
+                    updates=updates,
+                    atomicity=p4r.WriteRequest.CONTINUE_ON_ERROR,
+                )
+            )
+        except P4ClientError as err:
+            if not err.details:
+                # Not a per-update failure (not primary, target gone, ...): every update failed.
+                return [
+                    UpdateError(i, int(err.code.value), err.message) for i in range(len(updates))
+                ]
+            return [
+                UpdateError(i, int(e.canonical_code.value), e.message)
+                for i, e in sorted(err.details.items())
+            ]
+        return []
+
+    async def read_port_counters(self) -> dict[int, dict[str, int]]:
+        """port → PortCounters field → value, from the contract's indirect counters."""
+        entities = [
+            p4r.Entity(counter_entry=p4r.CounterEntry(counter_id=counter_id))
+            for counter_id in self.codec.counters.values()
+        ]
+        out: dict[int, dict[str, int]] = {}
+        for entity in await self.read(entities):
+            entry = entity.counter_entry
+            name = self.codec.counter_names.get(entry.counter_id)
+            if name is None:
+                continue
+            packets_field, bytes_field = PORT_COUNTERS[name]
+            port = entry.index.index
+            fields = out.setdefault(port, {})
+            fields[packets_field] = entry.data.packet_count
+            if bytes_field is not None:
+                fields[bytes_field] = entry.data.byte_count
+        return out
+
+
+def _same_tables(a: p4i.P4Info, b: p4i.P4Info) -> bool:
+    """Same program for our purposes: the same table names with the same ids."""
+    return {(t.preamble.name, t.preamble.id) for t in a.tables} == {
+        (t.preamble.name, t.preamble.id) for t in b.tables
+    }

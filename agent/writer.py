@@ -1,0 +1,342 @@
+"""The single writer: the only task that writes to the P4 target.
+
+It holds the controller's desired state (a DesiredState with StateDeltas applied), the set of
+ports whose members are kept out of groups, and what the target holds (`installed`, read back
+at every (re)connection). Every change goes through `diff`, so only differences are written,
+in dependency order.
+
+Local repair: a port that loses carrier is removed from every group in ONE Write (a group
+modify per affected group; members keep their identity), and only then is PortStatus sent,
+carrying the commit time. A port whose carrier returns is NOT put back by the agent: it stays
+out of groups until the next state from the controller (DesiredState or StateDelta) is applied,
+because the controller's link state (hold-down, flap damping, the far end's view) decides when
+a link carries traffic again. Ports still without carrier stay out whatever the controller says.
+
+Headless: without a controller the writer keeps the last state it had (or, after a restart,
+adopts what the target holds) and local repair keeps working on it."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from finsy.proto import p4r
+
+from agent.codec import Codec
+from agent.p4client import UpdateError
+from agent.ports import PortEvent
+from agent.translate import (
+    AclEntry,
+    EcnEntry,
+    Entry,
+    GroupEntry,
+    MemberEntry,
+    NextEntry,
+    ObjectProblem,
+    PfcEntry,
+    Pipeline,
+    QosEntry,
+    RouteEntry,
+    Update,
+    control_acl,
+    diff,
+    format_ipv4,
+    repair,
+    translate,
+)
+from railfabric.delta import DeltaError, apply_delta
+from railfabric.digest import state_digest
+from railfabric.v1 import control_pb2, state_pb2
+
+LOG = logging.getLogger("railfabric.agent.writer")
+
+
+class Target(Protocol):
+    """What the writer needs from the P4Runtime side (agent.p4client.P4Target)."""
+
+    primary: asyncio.Event
+
+    async def ensure_pipeline(self) -> bool: ...
+
+    async def read_pipeline(self) -> tuple[Pipeline, list[p4r.Entity]]: ...
+
+    async def write(self, updates: list[p4r.Update]) -> list[UpdateError]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RepairRecord:
+    port: int
+    groups: int
+    # netlink event → Write committed, CLOCK_MONOTONIC.
+    latency_ns: int
+
+
+def object_name(entry: Entry) -> str:
+    """How Applied.errors name an object: the controller's own words where it has them."""
+    match entry:
+        case RouteEntry():
+            return f"route {format_ipv4(entry.address)}/{entry.length}"
+        case GroupEntry():
+            return f"group {entry.group_id}"
+        case NextEntry():
+            return f"group {entry.next_id} (next entry)"
+        case MemberEntry():
+            return f"next hop port {entry.port} (member)"
+        case EcnEntry():
+            return f"ecn port {entry.port} tc {entry.traffic_class}"
+        case PfcEntry():
+            return f"pfc port {entry.port} priority {entry.priority}"
+        case QosEntry():
+            return f"dscp {entry.dscp}"
+        case AclEntry():
+            return f"acl eth_type {entry.eth_type:#06x}"
+    raise TypeError(entry)
+
+
+class Writer:
+    def __init__(
+        self,
+        target: Target,
+        codec: Codec,
+        *,
+        on_applied: Callable[[control_pb2.Applied], None],
+        on_port_status: Callable[[control_pb2.PortStatus], None],
+        request_snapshot: Callable[[], None],
+        queue_size: int = 1024,
+    ) -> None:
+        self.target = target
+        self.codec = codec
+        self._on_applied = on_applied
+        self._on_port_status = on_port_status
+        self._request_snapshot = request_snapshot
+        self._ports: asyncio.Queue[PortEvent] = asyncio.Queue(queue_size)
+        self._messages: asyncio.Queue[control_pb2.ControllerMessage] = asyncio.Queue(16)
+        self._wake = asyncio.Event()
+        self._reconcile_pending = False
+
+        self.held: state_pb2.DesiredState | None = None
+        self.problems: list[ObjectProblem] = []
+        self.adopted: Pipeline | None = None
+        self.installed: Pipeline | None = None
+        self.down: set[int] = set()
+        self.held_out: set[int] = set()
+        self.applied_generation = 0
+        self.applied_digest = ""
+        self.writes = 0
+        self.updates_written = 0
+        self.repairs: collections.deque[RepairRecord] = collections.deque(maxlen=10_000)
+        self.synced = asyncio.Event()
+
+    # -- inputs -----------------------------------------------------------------------
+
+    async def port_event(self, event: PortEvent) -> None:
+        await self._ports.put(event)
+        self._wake.set()
+
+    async def controller_message(self, msg: control_pb2.ControllerMessage) -> None:
+        await self._messages.put(msg)
+        self._wake.set()
+
+    async def target_ready(self) -> None:
+        """The target (re)connected and we are primary: read back and reconcile."""
+        self._reconcile_pending = True
+        self._wake.set()
+
+    # -- the task ---------------------------------------------------------------------
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while True:
+                # Port events first: local repair must not wait behind a large state.
+                if not self._ports.empty():
+                    await self._port(self._ports.get_nowait())
+                elif self._reconcile_pending and self.target.primary.is_set():
+                    self._reconcile_pending = False
+                    await self._reconcile()
+                elif not self._messages.empty():
+                    await self._message(self._messages.get_nowait())
+                else:
+                    break
+
+    # -- what is wanted ---------------------------------------------------------------
+
+    def desired(self) -> Pipeline | None:
+        """The controller's pipeline (or the adopted one), before local repair."""
+        if self.held is not None:
+            pipeline, self.problems = translate(self.held)
+            return pipeline
+        return self.adopted
+
+    def excluded(self) -> frozenset[int]:
+        return frozenset(self.down | self.held_out)
+
+    # -- handlers ---------------------------------------------------------------------
+
+    async def _port(self, event: PortEvent) -> None:
+        if not event.up:
+            was_down = event.port in self.down
+            self.down.add(event.port)
+            self.held_out.discard(event.port)
+            repaired, commit_wall = await self._repair(event)
+            if not event.initial and not was_down:
+                self._on_port_status(
+                    control_pb2.PortStatus(
+                        port=event.port,
+                        up=False,
+                        monotonic_ns=event.monotonic_ns,
+                        wall_ns=event.wall_ns,
+                        local_repair_wall_ns=commit_wall,
+                        groups_repaired=repaired,
+                    )
+                )
+            return
+        if event.port in self.down:
+            self.down.discard(event.port)
+            self.held_out.add(event.port)
+        if not event.initial:
+            self._on_port_status(
+                control_pb2.PortStatus(
+                    port=event.port,
+                    up=True,
+                    monotonic_ns=event.monotonic_ns,
+                    wall_ns=event.wall_ns,
+                )
+            )
+
+    async def _repair(self, event: PortEvent) -> tuple[int, int]:
+        """Take the port's members out of every group in one Write. (groups changed, commit
+        wall ns); (0, 0) when nothing needed it or the target is unreachable (then the
+        reconcile after reconnection applies the exclusion)."""
+        if self.installed is None or not self.target.primary.is_set():
+            return 0, 0
+        repaired = repair(self.installed, frozenset({event.port}))
+        batches = diff(self.installed, repaired)
+        if not batches:
+            return 0, 0
+        (batch,) = batches  # group modifies only: one Write
+        errors = await self._write(batch)
+        commit_mono, commit_wall = time.monotonic_ns(), time.time_ns()
+        if errors:
+            LOG.error("local repair of port %d: %d updates failed", event.port, len(errors))
+            await self._read_back()
+        else:
+            self.installed = repaired
+        record = RepairRecord(event.port, len(batch), commit_mono - event.monotonic_ns)
+        self.repairs.append(record)
+        LOG.info(
+            "port %d down: %d groups repaired in %.3f ms (netlink event -> committed Write)",
+            event.port,
+            record.groups,
+            record.latency_ns / 1e6,
+        )
+        return len(batch), commit_wall
+
+    async def _message(self, msg: control_pb2.ControllerMessage) -> None:
+        kind = msg.WhichOneof("msg")
+        if kind == "desired_state":
+            state = state_pb2.DesiredState()
+            state.CopyFrom(msg.desired_state)
+            if not state.digest:
+                state.digest = state_digest(state)
+            self.held = state
+        elif kind == "state_delta":
+            delta = msg.state_delta
+            if self.held is None:
+                LOG.warning(
+                    "StateDelta %d->%d before any snapshot; asking for one",
+                    delta.from_generation,
+                    delta.to_generation,
+                )
+                self._request_snapshot()
+                return
+            try:
+                new = apply_delta(self.held, delta)
+            except DeltaError as err:
+                LOG.warning("%s; asking for a snapshot", err)
+                self._request_snapshot()
+                return
+            self.held = new
+            if delta.digest and delta.digest != new.digest:
+                LOG.warning(
+                    "generation %d: digest differs from the controller's; asking for a snapshot",
+                    new.generation,
+                )
+                self._request_snapshot()
+        else:
+            return
+        # The controller has spoken since ports came back: its groups decide now.
+        self.held_out.clear()
+        await self._sync()
+
+    async def _reconcile(self) -> None:
+        await self.target.ensure_pipeline()
+        await self._read_back()
+        if self.held is None and self.adopted is None and self.installed is not None:
+            entries = dict(self.installed.entries)
+            for acl in control_acl():
+                entries.setdefault(acl.key, acl)
+            self.adopted = Pipeline(entries)
+            LOG.info(
+                "no controller state yet: adopted the %d entries the target holds",
+                len(self.installed),
+            )
+        await self._sync()
+
+    async def _read_back(self) -> None:
+        self.installed, _ = await self.target.read_pipeline()
+
+    async def _sync(self) -> None:
+        """Write the difference between what the target holds and what is wanted."""
+        desired = self.desired()
+        if desired is None or self.installed is None or not self.target.primary.is_set():
+            return
+        wanted = repair(desired, self.excluded())
+        errors: list[control_pb2.ObjectError] = [
+            control_pb2.ObjectError(object=p.object, code=3, message=p.message)  # INVALID_ARG.
+            for p in self.problems
+        ]
+        written = 0
+        failed = False
+        for batch in diff(self.installed, wanted):
+            for err in await self._write(batch):
+                failed = True
+                entry = batch[err.index].entry
+                errors.append(
+                    control_pb2.ObjectError(
+                        object=object_name(entry),
+                        code=err.code,
+                        message=f"{batch[err.index].op.value} {entry.key}: {err.message}",
+                    )
+                )
+            written += len(batch)
+        if failed:
+            await self._read_back()
+        else:
+            self.installed = wanted
+        if self.held is not None:
+            self.applied_generation = self.held.generation
+            self.applied_digest = self.held.digest
+            self._on_applied(
+                control_pb2.Applied(
+                    generation=self.held.generation,
+                    errors=errors,
+                    digest=self.held.digest,
+                    wall_ns=time.time_ns(),
+                    updates_written=written,
+                )
+            )
+        if written:
+            LOG.info("wrote %d updates (generation %d)", written, self.applied_generation)
+        self.synced.set()
+
+    async def _write(self, batch: list[Update]) -> list[UpdateError]:
+        self.writes += 1
+        self.updates_written += len(batch)
+        return await self.target.write([self.codec.encode_update(u) for u in batch])

@@ -1,0 +1,210 @@
+"""The single writer's decisions: what it writes, in which order, and when it reports.
+
+RecordingTarget is a stand-in for the P4Runtime target that keeps the entries it was written
+(decoded with the real codec) and logs every Write; the same writer runs against softswitch in
+tests/integration/agent/test_softswitch.py."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from finsy.proto import p4r
+
+from agent.codec import Codec
+from agent.p4client import UpdateError
+from agent.ports import PortEvent
+from agent.translate import GroupEntry, GroupMember, Pipeline, translate
+from agent.writer import Writer
+from railfabric.delta import diff_states
+from railfabric.v1 import control_pb2
+from tests.unit.agent.samples import tor_state
+
+pytestmark = pytest.mark.unit
+
+
+class RecordingTarget:
+    __test__ = False
+
+    def __init__(self, codec: Codec, log: list[str], holds: Pipeline | None = None) -> None:
+        self.codec = codec
+        self.log = log
+        self.entries = dict(holds.entries) if holds else {}
+        self.primary = asyncio.Event()
+        self.primary.set()
+        self.writes: list[list[p4r.Update]] = []
+        self.fail_keys: set[tuple[object, ...]] = set()
+        self.pipeline_pushed = False
+
+    async def ensure_pipeline(self) -> bool:
+        self.pipeline_pushed = True
+        return True
+
+    async def read_pipeline(self) -> tuple[Pipeline, list[p4r.Entity]]:
+        return Pipeline(dict(self.entries)), []
+
+    async def write(self, updates: list[p4r.Update]) -> list[UpdateError]:
+        self.writes.append(updates)
+        self.log.append(f"write {len(updates)}")
+        errors = []
+        for i, update in enumerate(updates):
+            entry = self.codec.decode(update.entity)
+            assert entry is not None
+            if entry.key in self.fail_keys:
+                errors.append(UpdateError(i, 8, "table full"))
+            elif update.type == p4r.Update.DELETE:
+                del self.entries[entry.key]
+            else:
+                assert (entry.key in self.entries) == (update.type == p4r.Update.MODIFY)
+                self.entries[entry.key] = entry
+        return errors
+
+
+class Harness:
+    def __init__(self, codec: Codec, holds: Pipeline | None = None) -> None:
+        self.log: list[str] = []
+        self.target = RecordingTarget(codec, self.log, holds)
+        self.applied: list[control_pb2.Applied] = []
+        self.statuses: list[control_pb2.PortStatus] = []
+        self.snapshots = 0
+        self.writer = Writer(
+            self.target,
+            codec,
+            on_applied=self._applied,
+            on_port_status=self._status,
+            request_snapshot=self._snapshot,
+        )
+
+    def _applied(self, msg: control_pb2.Applied) -> None:
+        self.log.append(f"applied {msg.generation}")
+        self.applied.append(msg)
+
+    def _status(self, msg: control_pb2.PortStatus) -> None:
+        self.log.append(f"port {msg.port} {'up' if msg.up else 'down'}")
+        self.statuses.append(msg)
+
+    def _snapshot(self) -> None:
+        self.snapshots += 1
+
+    async def settle(self) -> None:
+        # Run the writer until its queues are empty.
+        task = asyncio.create_task(self.writer.run())
+        for _ in range(100):
+            await asyncio.sleep(0)
+        task.cancel()
+
+
+def _port(port: int, up: bool, initial: bool = False) -> PortEvent:
+    return PortEvent(port, f"veth{port}", up, time.monotonic_ns(), time.time_ns(), initial)
+
+
+def _desired(state: object) -> control_pb2.ControllerMessage:
+    return control_pb2.ControllerMessage(desired_state=state)  # type: ignore[arg-type]
+
+
+async def test_first_programming_then_a_restart_writes_nothing(codec: Codec) -> None:
+    h = Harness(codec)
+    await h.writer.target_ready()
+    await h.writer.controller_message(_desired(tor_state(1)))
+    await h.settle()
+    want, _ = translate(tor_state(1))
+    assert h.target.entries == dict(want.entries)
+    assert [m.generation for m in h.applied] == [1]
+    # Before the controller spoke, the agent installed its own control ACL (LLDP punt).
+    assert sum(len(w) for w in h.target.writes) == len(want) and not h.applied[0].errors
+    assert h.target.pipeline_pushed
+
+    again = Harness(codec, holds=Pipeline(h.target.entries))
+    await again.writer.controller_message(_desired(tor_state(1)))
+    await again.writer.target_ready()
+    await again.settle()
+    assert again.target.writes == []
+    assert [(m.generation, m.updates_written) for m in again.applied] == [(1, 0)]
+    assert again.writer.applied_digest == tor_state(1).digest
+
+
+async def test_carrier_loss_repairs_in_one_write_before_port_status(codec: Codec) -> None:
+    want, _ = translate(tor_state(1))
+    h = Harness(codec, holds=want)
+    await h.writer.controller_message(_desired(tor_state(1)))
+    await h.writer.target_ready()
+    await h.settle()
+    h.log.clear()
+    await h.writer.port_event(_port(1, False))
+    await h.settle()
+    assert h.log == ["write 1", "port 1 down"]
+    status = h.statuses[0]
+    assert status.groups_repaired == 1 and status.local_repair_wall_ns >= status.wall_ns
+    assert h.target.entries[("group", 1)] == GroupEntry(1, (GroupMember(2, 2, 1),))
+    assert ("member", 1) in h.target.entries  # identity kept
+    assert h.writer.repairs[-1].latency_ns > 0
+
+    # Carrier back: the agent waits for the controller before using the port again.
+    h.log.clear()
+    await h.writer.port_event(_port(1, True))
+    await h.settle()
+    assert h.log == ["port 1 up"]
+    assert h.target.entries[("group", 1)] == GroupEntry(1, (GroupMember(2, 2, 1),))
+    nxt = tor_state(2)
+    nxt.ecn[0].kmin_bytes = 120_000
+    delta = diff_states(tor_state(1), nxt)
+    await h.writer.controller_message(control_pb2.ControllerMessage(state_delta=delta))
+    await h.settle()
+    assert h.target.entries[("group", 1)] == GroupEntry(
+        1, (GroupMember(1, 1, 1), GroupMember(2, 2, 1))
+    )
+    assert h.applied[-1].generation == 2 and h.writer.applied_digest == delta.digest
+
+
+async def test_a_port_still_down_stays_out_whatever_the_controller_says(codec: Codec) -> None:
+    h = Harness(codec)
+    await h.writer.port_event(_port(2, False, initial=True))
+    await h.writer.target_ready()
+    await h.writer.controller_message(_desired(tor_state(1)))
+    await h.settle()
+    assert h.statuses == []  # initial states travel in Hello, not PortStatus
+    assert h.target.entries[("group", 1)] == GroupEntry(1, (GroupMember(1, 1, 1),))
+
+
+async def test_a_delta_for_another_generation_asks_for_a_snapshot(codec: Codec) -> None:
+    h = Harness(codec)
+    await h.writer.target_ready()
+    await h.writer.controller_message(_desired(tor_state(3)))
+    await h.settle()
+    writes = len(h.target.writes)
+    delta = diff_states(tor_state(1), tor_state(2))  # from generation 1, we hold 3
+    await h.writer.controller_message(control_pb2.ControllerMessage(state_delta=delta))
+    await h.settle()
+    assert h.snapshots == 1
+    assert len(h.target.writes) == writes
+    assert h.writer.applied_generation == 3
+
+
+async def test_headless_restart_adopts_the_target_and_still_repairs(codec: Codec) -> None:
+    want, _ = translate(tor_state(1))
+    h = Harness(codec, holds=want)
+    await h.writer.target_ready()
+    await h.settle()
+    assert h.target.writes == [] and h.applied == []
+    await h.writer.port_event(_port(2, False))
+    await h.settle()
+    assert len(h.target.writes) == 1
+    assert h.target.entries[("group", 1)] == GroupEntry(1, (GroupMember(1, 1, 1),))
+    assert h.statuses[0].groups_repaired == 1
+
+
+async def test_refused_updates_are_reported_by_object(codec: Codec) -> None:
+    h = Harness(codec)
+    h.target.fail_keys.add(("route", 0x0A000003, 32))
+    await h.writer.target_ready()
+    state = tor_state(1)
+    state.ecn.add(port=2, traffic_class=3, kmin_bytes=9, kmax_bytes=1, pmax_ppm=1)
+    await h.writer.controller_message(_desired(state))
+    await h.settle()
+    errors = {e.object: e for e in h.applied[0].errors}
+    assert errors["route 10.0.0.3/32"].code == 8
+    assert "table full" in errors["route 10.0.0.3/32"].message
+    assert "kmin_bytes 9 > kmax_bytes 1" in errors["ecn port 2 tc 3"].message
+    assert ("route", 0x0A000003, 32) not in h.target.entries
+    assert ("route", 0, 0) in h.target.entries
