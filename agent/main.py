@@ -1,10 +1,43 @@
-"""`railfabric-agent`: the switch agent daemon."""
+"""`railfabric-agent`: the switch agent daemon (ARCHITECTURE §1, §7).
+
+One asyncio process. Long-lived state (the writer's desired/installed state, port and LLDP
+state) lives in `Agent`; the tasks that feed it run in one TaskGroup: a failing task cancels
+its siblings, the group is restarted with a throttle, and the state carries over (the P4
+stream reconnects, which makes the writer read back and reconcile)."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import logging
+import signal
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
+from typing import Any
+
+from agent.codec import Codec, P4InfoMismatch, load_p4info
+from agent.lldp import NeighborTable, build_lldp
+from agent.p4client import P4Target, PacketIn
+from agent.ports import PortEvent, PortMonitor, parse_port_map
+from agent.session import ControllerSession
+from agent.writer import Writer
+from railfabric import __version__
+from railfabric.v1 import control_pb2
+
+LOG = logging.getLogger("railfabric.agent")
+
+TARGET_KINDS = {
+    "softswitch": control_pb2.TARGET_KIND_SOFTSWITCH,
+    "bmv2": control_pb2.TARGET_KIND_BMV2,
+    "tofino": control_pb2.TARGET_KIND_TOFINO,
+    "other": control_pb2.TARGET_KIND_OTHER,
+}
+ETH_TYPE_LLDP = b"\x88\xcc"
+# The task group is restarted at most this often after a failure.
+RESTART_THROTTLE_S = 2.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,13 +52,220 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port-map", required=True, help="PORT=IFNAME[,PORT=IFNAME...]")
     parser.add_argument("--netns", help="network namespace of the switch's interfaces")
     parser.add_argument("--p4info", default="p4/fabric.p4info.txt", help="P4Info text file")
+    parser.add_argument(
+        "--device-config",
+        help="target-specific pipeline blob pushed with the P4Info (bmv2 JSON); empty if unset",
+    )
+    parser.add_argument(
+        "--election-id", type=int, default=1, help="P4Runtime election id (higher wins)"
+    )
+    parser.add_argument("--target-kind", choices=sorted(TARGET_KINDS), default="softswitch")
+    parser.add_argument(
+        "--lldp-interval", type=float, default=1.0, help="seconds between LLDPDUs per port"
+    )
+    parser.add_argument(
+        "--lldp-ttl", type=int, default=4, help="TTL advertised in LLDPDUs, seconds"
+    )
+    parser.add_argument(
+        "--counters-interval", type=float, default=5.0, help="seconds between Counters"
+    )
+    parser.add_argument("--log-level", default="INFO")
     return parser
 
 
+class Agent:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.switch = args.switch
+        self.port_map = parse_port_map(args.port_map)
+        p4info_path = Path(args.p4info)
+        self.codec = Codec(load_p4info(p4info_path), str(p4info_path))
+        device_config = Path(args.device_config).read_bytes() if args.device_config else b""
+        self.target_kind = TARGET_KINDS[args.target_kind]
+        self.device_id = args.device_id
+        self.lldp_interval = args.lldp_interval
+        self.lldp_ttl = args.lldp_ttl
+        self.counters_interval = args.counters_interval
+
+        self.monitor = PortMonitor(self.port_map, args.netns)
+        self.target = P4Target(
+            args.target, args.device_id, args.election_id, self.codec, device_config=device_config
+        )
+        self.session = ControllerSession(args.controller, self.hello, self._from_controller)
+        self.writer = Writer(
+            self.target,
+            self.codec,
+            on_applied=lambda m: self._send(control_pb2.AgentMessage(applied=m)),
+            on_port_status=lambda m: self._send(control_pb2.AgentMessage(port_status=m)),
+            request_snapshot=self.session.resend_hello,
+        )
+        self.neighbors = NeighborTable()
+        self.carrier: dict[int, bool] = {}
+        # Ports whose LLDP neighbour went silent while carrier stayed up (one-way failure).
+        self.lldp_down: set[int] = set()
+        self.effective: dict[int, bool] = {}
+
+    # -- glue -------------------------------------------------------------------------
+
+    def hello(self) -> control_pb2.Hello:
+        return control_pb2.Hello(
+            switch_name=self.switch,
+            agent_version=__version__,
+            target=self.target_kind,
+            ports=[
+                control_pb2.PortInfo(
+                    port=port,
+                    ifname=ifname,
+                    oper_up=self.effective.get(port, False),
+                    mac=self._port_mac(port),
+                )
+                for port, ifname in sorted(self.port_map.items())
+            ],
+            applied_generation=self.writer.applied_generation,
+            applied_digest=self.writer.applied_digest,
+            device_id=self.device_id,
+        )
+
+    def _send(self, msg: control_pb2.AgentMessage) -> None:
+        self.session.send(msg)
+
+    async def _from_controller(self, msg: control_pb2.ControllerMessage) -> None:
+        await self.writer.controller_message(msg)
+
+    def _port_mac(self, port: int) -> int:
+        held = self.writer.held
+        if held is not None:
+            for cfg in held.ports:
+                if cfg.port == port and cfg.mac:
+                    return cfg.mac
+        return self.monitor.macs.get(port, 0)
+
+    async def _set_effective(self, event: PortEvent) -> None:
+        """Tell the writer when carrier-and-LLDP state of a port changes."""
+        up = self.carrier.get(event.port, False) and event.port not in self.lldp_down
+        if self.effective.get(event.port) == up and not event.initial:
+            return
+        self.effective[event.port] = up
+        await self.writer.port_event(
+            PortEvent(
+                event.port,
+                event.ifname,
+                up,
+                event.monotonic_ns,
+                event.wall_ns,
+                event.initial,
+                event.mac,
+            )
+        )
+
+    async def on_carrier(self, event: PortEvent) -> None:
+        self.carrier[event.port] = event.up
+        if not event.up:
+            self.neighbors.forget([event.port])
+            self.lldp_down.discard(event.port)
+        await self._set_effective(event)
+
+    async def on_packet_in(self, packet: PacketIn) -> None:
+        if packet.payload[12:14] != ETH_TYPE_LLDP:
+            return
+        change = self.neighbors.receive(
+            packet.port, packet.payload, time.time_ns(), time.monotonic_ns()
+        )
+        if change is not None and packet.port in self.lldp_down:
+            LOG.info("port %d: LLDP heard again", packet.port)
+            self.lldp_down.discard(packet.port)
+            await self._set_effective(self._synthetic(packet.port))
+
+    def _synthetic(self, port: int) -> PortEvent:
+        return PortEvent(
+            port, self.port_map[port], True, time.monotonic_ns(), time.time_ns(), False
+        )
+
+    # -- periodic tasks ---------------------------------------------------------------
+
+    async def lldp_loop(self) -> None:
+        while True:
+            if self.target.primary.is_set():
+                for port in sorted(self.port_map):
+                    if not self.carrier.get(port):
+                        continue
+                    frame = build_lldp(self.switch, port, self._port_mac(port), self.lldp_ttl)
+                    try:
+                        await self.target.packet_out(frame, port)
+                    except ConnectionError:
+                        break
+                now = time.monotonic_ns()
+                for port in self.neighbors.expired(now):
+                    if port in self.lldp_down or not self.carrier.get(port):
+                        continue
+                    LOG.warning("port %d: LLDP neighbour expired with carrier up", port)
+                    self.lldp_down.add(port)
+                    event = self._synthetic(port)
+                    await self._set_effective(event)
+                self._send(control_pb2.AgentMessage(neighbors=self.neighbors.report(now)))
+            await asyncio.sleep(self.lldp_interval)
+
+    async def counters_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.counters_interval)
+            if not self.target.primary.is_set() or not self.session.connected.is_set():
+                continue
+            try:
+                counters = await self.target.read_port_counters()
+            except Exception as err:  # a failed poll is retried next period
+                LOG.warning("counter read failed: %s", err)
+                continue
+            msg = control_pb2.Counters(wall_ns=time.time_ns())
+            for port in sorted(self.port_map):
+                msg.ports.append(control_pb2.PortCounters(port=port, **counters.get(port, {})))
+            self._send(control_pb2.AgentMessage(counters=msg))
+
+    def tasks(self) -> dict[str, Callable[[], Coroutine[Any, Any, None]]]:
+        return {
+            "writer": self.writer.run,
+            "port-monitor": lambda: self.monitor.run(self.on_carrier),
+            "p4-stream": lambda: self.target.run(self.writer.target_ready, self.on_packet_in),
+            "controller-session": self.session.run,
+            "lldp": self.lldp_loop,
+            "counters": self.counters_loop,
+        }
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            try:
+                async with asyncio.TaskGroup() as group:
+                    for name, start in self.tasks().items():
+                        group.create_task(start(), name=name)
+            except* Exception as failed:
+                for err in failed.exceptions:
+                    LOG.error("task failed, restarting all: %r", err, exc_info=err)
+            await asyncio.sleep(max(0.0, RESTART_THROTTLE_S - (loop.time() - started)))
+
+
+async def _serve(agent: Agent) -> None:
+    main = asyncio.current_task()
+    assert main is not None
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, main.cancel)
+    with contextlib.suppress(asyncio.CancelledError):
+        await agent.run()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    build_parser().parse_args(argv)
-    print("railfabric-agent: not implemented yet (tracked by the daemons issue)", file=sys.stderr)
-    return 2
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format=f"%(asctime)s {args.switch} %(name)s %(levelname)s %(message)s",
+    )
+    try:
+        agent = Agent(args)
+    except (P4InfoMismatch, ValueError, OSError) as err:
+        print(f"railfabric-agent: {err}", file=sys.stderr)
+        return 2
+    asyncio.run(_serve(agent))
+    return 0
 
 
 if __name__ == "__main__":

@@ -106,7 +106,7 @@ class Writer:
         *,
         on_applied: Callable[[control_pb2.Applied], None],
         on_port_status: Callable[[control_pb2.PortStatus], None],
-        request_snapshot: Callable[[], None],
+        request_snapshot: Callable[[], object],
         queue_size: int = 1024,
     ) -> None:
         self.target = target
