@@ -1,0 +1,334 @@
+"""The P4Info, indexed by id, and checked against what softswitch's model of fabric.p4 needs.
+
+softswitch runs one program: p4/fabric.p4. A P4Info pushed with SetForwardingPipelineConfig
+must declare every table, action, action profile, counter and controller header that the
+model implements, with the names, match kinds and bit widths of /work/notes/p4_contract.md;
+ids are whatever the P4Info says (resolved by name, never hard-coded). `FabricSchema.build`
+raises `SchemaError` listing everything missing or different.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from finsy.proto import p4i
+
+
+class SchemaError(ValueError):
+    """The P4Info does not describe the program this model implements."""
+
+
+class MatchKind(enum.Enum):
+    EXACT = "exact"
+    LPM = "lpm"
+    TERNARY = "ternary"
+    RANGE = "range"
+    OPTIONAL = "optional"
+
+
+_MATCH_KINDS = {
+    p4i.MatchField.EXACT: MatchKind.EXACT,
+    p4i.MatchField.LPM: MatchKind.LPM,
+    p4i.MatchField.TERNARY: MatchKind.TERNARY,
+    p4i.MatchField.RANGE: MatchKind.RANGE,
+    p4i.MatchField.OPTIONAL: MatchKind.OPTIONAL,
+}
+
+
+class CounterUnit(enum.Enum):
+    BYTES = "bytes"
+    PACKETS = "packets"
+    BOTH = "both"
+
+
+_COUNTER_UNITS = {
+    p4i.CounterSpec.BYTES: CounterUnit.BYTES,
+    p4i.CounterSpec.PACKETS: CounterUnit.PACKETS,
+    p4i.CounterSpec.BOTH: CounterUnit.BOTH,
+}
+
+
+@dataclass(frozen=True)
+class MatchFieldInfo:
+    id: int
+    name: str
+    bitwidth: int
+    kind: MatchKind
+
+
+@dataclass(frozen=True)
+class ParamInfo:
+    id: int
+    name: str
+    bitwidth: int
+
+
+@dataclass(frozen=True)
+class ActionInfo:
+    id: int
+    name: str
+    params: tuple[ParamInfo, ...]
+    param_by_id: dict[int, ParamInfo] = field(compare=False)
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    id: int
+    name: str
+    match_fields: tuple[MatchFieldInfo, ...]
+    field_index: dict[int, int] = field(compare=False)  # field id -> position in the key
+    entry_actions: frozenset[int]  # actions allowed in entries (not @defaultonly)
+    default_actions: frozenset[int]  # actions allowed as default (not @tableonly)
+    const_default_action_id: int
+    implementation_id: int
+    size: int
+    needs_priority: bool  # has a ternary, range or optional field
+
+
+@dataclass(frozen=True)
+class ProfileInfo:
+    id: int
+    name: str
+    table_ids: tuple[int, ...]
+    with_selector: bool
+    size: int
+    max_group_size: int
+
+
+@dataclass(frozen=True)
+class CounterInfo:
+    id: int
+    name: str
+    unit: CounterUnit
+    size: int
+
+
+@dataclass(frozen=True)
+class PacketMetadataInfo:
+    id: int
+    name: str
+    fields: tuple[ParamInfo, ...]
+
+    def field_named(self, name: str) -> ParamInfo:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+
+# What the model of fabric.p4 implements (p4_contract.md): name -> (match fields, actions).
+_TABLES: dict[str, tuple[tuple[tuple[str, int, MatchKind], ...], tuple[str, ...]]] = {
+    "FabricIngress.acl": (
+        (
+            ("ig_port", 9, MatchKind.TERNARY),
+            ("eth_dst", 48, MatchKind.TERNARY),
+            ("eth_type", 16, MatchKind.TERNARY),
+            ("ip_proto", 8, MatchKind.TERNARY),
+        ),
+        ("FabricIngress.punt_to_cpu", "FabricIngress.drop", "NoAction"),
+    ),
+    "FabricIngress.qos_classify": (
+        (("dscp", 6, MatchKind.EXACT),),
+        ("FabricIngress.set_traffic_class",),
+    ),
+    "FabricIngress.routing_v4": (
+        (("ipv4_dst", 32, MatchKind.LPM),),
+        ("FabricIngress.set_next_id",),
+    ),
+    "FabricIngress.next": (
+        (("next_id", 32, MatchKind.EXACT),),
+        ("FabricIngress.set_nexthop",),
+    ),
+    "FabricEgress.ecn_marking": (
+        (("eg_port", 9, MatchKind.EXACT), ("traffic_class", 3, MatchKind.EXACT)),
+        ("FabricEgress.set_ecn_thresholds",),
+    ),
+    "FabricEgress.pfc_config": (
+        (("port", 9, MatchKind.EXACT), ("priority", 3, MatchKind.EXACT)),
+        ("FabricEgress.set_pfc_thresholds",),
+    ),
+}
+
+_ACTIONS: dict[str, tuple[tuple[str, int], ...]] = {
+    "NoAction": (),
+    "FabricIngress.punt_to_cpu": (),
+    "FabricIngress.drop": (),
+    "FabricIngress.set_traffic_class": (("tc", 3),),
+    "FabricIngress.set_next_id": (("next_id", 32),),
+    "FabricIngress.set_nexthop": (("port", 9), ("smac", 48), ("dmac", 48)),
+    "FabricEgress.set_ecn_thresholds": (("kmin", 32), ("kmax", 32), ("pmax", 32)),
+    "FabricEgress.set_pfc_thresholds": (("xoff", 32), ("xon", 32)),
+}
+
+_PROFILE = "FabricIngress.ecmp_selector"
+
+_COUNTERS: dict[str, tuple[CounterUnit, ...]] = {
+    "FabricIngress.ingress_port_counter": (CounterUnit.BOTH,),
+    "FabricEgress.egress_port_counter": (CounterUnit.BOTH,),
+    "FabricIngress.drop_counter": (CounterUnit.BOTH,),
+    "FabricEgress.ecn_mark_counter": (CounterUnit.PACKETS, CounterUnit.BOTH),
+    "FabricEgress.pfc_pause_tx_counter": (CounterUnit.PACKETS, CounterUnit.BOTH),
+    "FabricEgress.pfc_pause_rx_counter": (CounterUnit.PACKETS, CounterUnit.BOTH),
+    "FabricEgress.pfc_storm_counter": (CounterUnit.PACKETS, CounterUnit.BOTH),
+}
+
+_PACKET_METADATA = {"packet_in": "ingress_port", "packet_out": "egress_port"}
+
+
+@dataclass(frozen=True)
+class FabricSchema:
+    """The P4Info indexed by id, plus the ids of the objects the model uses, by name."""
+
+    p4info: p4i.P4Info
+    p4info_tables: dict[int, p4i.Table]
+    tables: dict[int, TableInfo]
+    actions: dict[int, ActionInfo]
+    profiles: dict[int, ProfileInfo]
+    counters: dict[int, CounterInfo]
+    table_ids: dict[str, int]
+    action_ids: dict[str, int]
+    counter_ids: dict[str, int]
+    profile_id: int
+    packet_in: PacketMetadataInfo
+    packet_out: PacketMetadataInfo
+
+    @classmethod
+    def build(cls, p4info: p4i.P4Info) -> FabricSchema:
+        """Index `p4info`; raise SchemaError naming every contract object it lacks."""
+        problems: list[str] = []
+        actions = {a.preamble.id: _action(a) for a in p4info.actions}
+        tables = {t.preamble.id: _table(t) for t in p4info.tables}
+        profiles = {p.preamble.id: _profile(p) for p in p4info.action_profiles}
+        counters = {c.preamble.id: _counter(c) for c in p4info.counters}
+        action_ids = {a.name: a.id for a in actions.values()}
+        table_ids = {t.name: t.id for t in tables.values()}
+        profile_ids = {p.name: p.id for p in profiles.values()}
+        counter_ids = {c.name: c.id for c in counters.values()}
+
+        for name, params in _ACTIONS.items():
+            if name not in action_ids:
+                problems.append(f"no action named {name!r}")
+                continue
+            got = tuple((p.name, p.bitwidth) for p in actions[action_ids[name]].params)
+            if got != params:
+                problems.append(f"action {name!r} has params {got}, the model needs {params}")
+        for name, (fields, needed_actions) in _TABLES.items():
+            if name not in table_ids:
+                problems.append(f"no table named {name!r}")
+                continue
+            table = tables[table_ids[name]]
+            got_fields = tuple((f.name, f.bitwidth, f.kind) for f in table.match_fields)
+            if got_fields != fields:
+                want = ", ".join(f"{n}:{k.value}<{w}>" for n, w, k in fields)
+                have = ", ".join(f"{n}:{k.value}<{w}>" for n, w, k in got_fields)
+                problems.append(f"table {name!r} has keys ({have}), the model needs ({want})")
+            for action in needed_actions:
+                if action in action_ids and action_ids[action] not in (
+                    table.entry_actions | table.default_actions
+                ):
+                    problems.append(f"table {name!r} lacks action {action!r}")
+        profile_id = profile_ids.get(_PROFILE, 0)
+        if not profile_id:
+            problems.append(f"no action profile named {_PROFILE!r}")
+        else:
+            profile = profiles[profile_id]
+            if not profile.with_selector:
+                problems.append(f"action profile {_PROFILE!r} is not an action selector")
+            next_id = table_ids.get("FabricIngress.next")
+            if next_id is not None and tables[next_id].implementation_id != profile_id:
+                problems.append(f"table 'FabricIngress.next' is not implemented by {_PROFILE!r}")
+        for name, units in _COUNTERS.items():
+            if name not in counter_ids:
+                problems.append(f"no counter named {name!r}")
+            elif counters[counter_ids[name]].unit not in units:
+                problems.append(f"counter {name!r} must count {units[0].value}")
+        metadata: dict[str, PacketMetadataInfo] = {}
+        for header in p4info.controller_packet_metadata:
+            metadata[header.preamble.name] = PacketMetadataInfo(
+                header.preamble.id,
+                header.preamble.name,
+                tuple(ParamInfo(m.id, m.name, m.bitwidth) for m in header.metadata),
+            )
+        for header_name, field_name in _PACKET_METADATA.items():
+            header_info = metadata.get(header_name)
+            if header_info is None:
+                problems.append(f"no controller_packet_metadata named {header_name!r}")
+                continue
+            try:
+                port_field = header_info.field_named(field_name)
+            except KeyError:
+                problems.append(f"controller header {header_name!r} has no field {field_name!r}")
+                continue
+            if port_field.bitwidth != 9:
+                problems.append(f"{header_name}.{field_name} must be bit<9>")
+        if problems:
+            raise SchemaError(
+                "P4Info is not fabric.p4 as softswitch models it: " + "; ".join(problems)
+            )
+        return cls(
+            p4info=p4info,
+            p4info_tables={t.preamble.id: t for t in p4info.tables},
+            tables=tables,
+            actions=actions,
+            profiles=profiles,
+            counters=counters,
+            table_ids=table_ids,
+            action_ids=action_ids,
+            counter_ids=counter_ids,
+            profile_id=profile_id,
+            packet_in=metadata["packet_in"],
+            packet_out=metadata["packet_out"],
+        )
+
+
+def _action(action: p4i.Action) -> ActionInfo:
+    params = tuple(ParamInfo(p.id, p.name, p.bitwidth) for p in action.params)
+    return ActionInfo(action.preamble.id, action.preamble.name, params, {p.id: p for p in params})
+
+
+def _table(table: p4i.Table) -> TableInfo:
+    fields = tuple(
+        MatchFieldInfo(f.id, f.name, f.bitwidth, _MATCH_KINDS.get(f.match_type, MatchKind.EXACT))
+        for f in table.match_fields
+    )
+    entry_actions = frozenset(
+        ref.id for ref in table.action_refs if ref.scope != p4i.ActionRef.DEFAULT_ONLY
+    )
+    default_actions = frozenset(
+        ref.id for ref in table.action_refs if ref.scope != p4i.ActionRef.TABLE_ONLY
+    )
+    return TableInfo(
+        id=table.preamble.id,
+        name=table.preamble.name,
+        match_fields=fields,
+        field_index={f.id: i for i, f in enumerate(fields)},
+        entry_actions=entry_actions,
+        default_actions=default_actions,
+        const_default_action_id=table.const_default_action_id,
+        implementation_id=table.implementation_id,
+        size=table.size,
+        needs_priority=any(
+            f.kind in (MatchKind.TERNARY, MatchKind.RANGE, MatchKind.OPTIONAL) for f in fields
+        ),
+    )
+
+
+def _profile(profile: p4i.ActionProfile) -> ProfileInfo:
+    return ProfileInfo(
+        id=profile.preamble.id,
+        name=profile.preamble.name,
+        table_ids=tuple(profile.table_ids),
+        with_selector=profile.with_selector,
+        size=profile.size,
+        max_group_size=profile.max_group_size,
+    )
+
+
+def _counter(counter: p4i.Counter) -> CounterInfo:
+    return CounterInfo(
+        id=counter.preamble.id,
+        name=counter.preamble.name,
+        unit=_COUNTER_UNITS.get(counter.spec.unit, CounterUnit.BOTH),
+        size=counter.size,
+    )

@@ -1,0 +1,385 @@
+"""The P4Runtime gRPC service (`p4.v1.P4Runtime`, grpc.aio) in front of a `Switch`.
+
+Semantics follow the P4Runtime spec 1.3/1.4: arbitration on the StreamChannel (arbitration.py),
+Write only from the primary with CONTINUE_ON_ERROR batches whose per-update errors travel as
+p4.v1.Error in the google.rpc.Status details (overall code UNKNOWN), Read with wildcards,
+Set/GetForwardingPipelineConfig, packet-in/out with the P4Info's controller_packet_metadata.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from finsy.proto import U128, p4r, p4r_grpc, rpc_status
+from google.protobuf import any_pb2
+
+from softswitch import codec
+from softswitch.arbitration import Arbiter, ArbitrationAnswer
+from softswitch.p4state import Code, P4Error
+from softswitch.schema import SchemaError
+from softswitch.switch import Switch
+
+LOG = logging.getLogger("softswitch.p4rt")
+
+API_VERSION = "1.4.0"
+READ_BATCH = 1000  # entities per ReadResponse
+STREAM_QUEUE = 4096  # StreamMessageResponses waiting per client (packet-ins beyond are dropped)
+
+_GRPC_CODES = {c.value[0]: c for c in grpc.StatusCode}
+_Context = grpc.aio.ServicerContext[Any, Any]
+
+
+class _Stream:
+    """One StreamChannel: the responses waiting to be written to it."""
+
+    def __init__(self, peer: str) -> None:
+        self.peer = peer
+        self.queue: asyncio.Queue[p4r.StreamMessageResponse | None] = asyncio.Queue(STREAM_QUEUE)
+        self.dropped = 0
+
+    def send(self, msg: p4r.StreamMessageResponse) -> None:
+        try:
+            self.queue.put_nowait(msg)
+        except asyncio.QueueFull:
+            self.dropped += 1
+
+
+class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
+    """P4Runtime for one device."""
+
+    def __init__(self, switch: Switch) -> None:
+        self.switch = switch
+        self.arbiter = Arbiter(switch.device_id)
+        self.streams: set[_Stream] = set()
+        self.packet_ins_dropped = 0
+        switch.packet_in = self._packet_in
+
+    # ---- helpers ------------------------------------------------------------------------
+
+    async def _abort(self, context: _Context, code: Code, message: str) -> None:
+        await context.abort(_GRPC_CODES[int(code)], message)
+
+    async def _check_device(self, context: _Context, device_id: int) -> None:
+        if device_id != self.switch.device_id:
+            await self._abort(
+                context,
+                Code.NOT_FOUND,
+                f"device id {device_id} not found (this is {self.switch.device_id})",
+            )
+
+    async def _check_primary(
+        self, context: _Context, role: str, election_id: p4r.Uint128, what: str
+    ) -> None:
+        primary = self.arbiter.primary_election_id(role)
+        eid = U128.decode(election_id)
+        if primary is None or eid != primary:
+            await self._abort(
+                context,
+                Code.PERMISSION_DENIED,
+                f"{what}: election id {eid} is not the primary's for role {role!r}"
+                f" (primary: {primary})",
+            )
+
+    # ---- unary RPCs ---------------------------------------------------------------------
+
+    async def Capabilities(
+        self, request: p4r.CapabilitiesRequest, context: _Context
+    ) -> p4r.CapabilitiesResponse:
+        return p4r.CapabilitiesResponse(p4runtime_api_version=API_VERSION)
+
+    async def SetForwardingPipelineConfig(
+        self, request: p4r.SetForwardingPipelineConfigRequest, context: _Context
+    ) -> p4r.SetForwardingPipelineConfigResponse:
+        await self._check_device(context, request.device_id)
+        await self._check_primary(
+            context,
+            _role_name(None, request.role_id, request.role),
+            request.election_id,
+            "SetForwardingPipelineConfig",
+        )
+        action = request.action
+        A = p4r.SetForwardingPipelineConfigRequest
+        try:
+            if action in (A.VERIFY, A.VERIFY_AND_SAVE, A.VERIFY_AND_COMMIT, A.RECONCILE_AND_COMMIT):
+                if not request.config.HasField("p4info"):
+                    raise P4Error(Code.INVALID_ARGUMENT, "config.p4info is missing")
+                self.switch.verify(request.config.p4info)
+            if action == A.VERIFY:
+                pass
+            elif action == A.VERIFY_AND_SAVE:
+                saved = p4r.ForwardingPipelineConfig()
+                saved.CopyFrom(request.config)
+                self.switch.saved_config = saved
+            elif action == A.VERIFY_AND_COMMIT:
+                self.switch.commit(request.config)
+                self.switch.saved_config = None
+            elif action == A.COMMIT:
+                if self.switch.saved_config is None:
+                    raise P4Error(
+                        Code.FAILED_PRECONDITION, "COMMIT: no config was saved (VERIFY_AND_SAVE)"
+                    )
+                self.switch.commit(self.switch.saved_config)
+                self.switch.saved_config = None
+            elif action == A.RECONCILE_AND_COMMIT:
+                self.switch.commit(request.config, keep_state=True)
+            else:
+                raise P4Error(Code.INVALID_ARGUMENT, f"unsupported pipeline config action {action}")
+        except SchemaError as err:
+            await self._abort(context, Code.INVALID_ARGUMENT, str(err))
+        except P4Error as err:
+            await self._abort(context, err.code, err.message)
+        return p4r.SetForwardingPipelineConfigResponse()
+
+    async def GetForwardingPipelineConfig(
+        self, request: p4r.GetForwardingPipelineConfigRequest, context: _Context
+    ) -> p4r.GetForwardingPipelineConfigResponse:
+        await self._check_device(context, request.device_id)
+        current = self.switch.config
+        config = p4r.ForwardingPipelineConfig()
+        if current.HasField("cookie"):
+            config.cookie.CopyFrom(current.cookie)
+        R = p4r.GetForwardingPipelineConfigRequest
+        rtype = request.response_type
+        if rtype in (R.ALL, R.P4INFO_AND_COOKIE) and current.HasField("p4info"):
+            config.p4info.CopyFrom(current.p4info)
+        if rtype in (R.ALL, R.DEVICE_CONFIG_AND_COOKIE):
+            config.p4_device_config = current.p4_device_config
+        return p4r.GetForwardingPipelineConfigResponse(config=config)
+
+    async def Write(self, request: p4r.WriteRequest, context: _Context) -> p4r.WriteResponse:
+        await self._check_device(context, request.device_id)
+        pipeline = self.switch.pipeline
+        if pipeline is None:
+            await self._abort(
+                context, Code.FAILED_PRECONDITION, "No forwarding pipeline config set"
+            )
+            raise AssertionError  # abort raises
+        await self._check_primary(
+            context, _role_name(None, request.role_id, request.role), request.election_id, "Write"
+        )
+        if request.atomicity != p4r.WriteRequest.CONTINUE_ON_ERROR:
+            await self._abort(
+                context,
+                Code.UNIMPLEMENTED,
+                "softswitch implements only CONTINUE_ON_ERROR atomicity",
+            )
+        state = pipeline.state
+        errors: list[P4Error | None] = []
+        failed = 0
+        for update in request.updates:
+            try:
+                state.apply(update)
+                errors.append(None)
+            except P4Error as err:
+                errors.append(err)
+                failed += 1
+        if not failed:
+            return p4r.WriteResponse()
+        status = rpc_status.Status(code=int(Code.UNKNOWN))
+        first = ""
+        for index, update_error in enumerate(errors):
+            detail = p4r.Error()
+            if update_error is not None:
+                detail.canonical_code = int(update_error.code)
+                detail.message = update_error.message
+                if not first:
+                    first = f"update {index}: {update_error.code.name}: {update_error.message}"
+            packed = any_pb2.Any()
+            packed.Pack(detail)
+            status.details.append(packed)
+        status.message = f"{failed} of {len(errors)} updates failed; first: {first}"
+        await context.abort(
+            grpc.StatusCode.UNKNOWN,
+            status.message,
+            trailing_metadata=(("grpc-status-details-bin", status.SerializeToString()),),
+        )
+        raise AssertionError  # abort raises
+
+    async def Read(
+        self, request: p4r.ReadRequest, context: _Context
+    ) -> AsyncIterator[p4r.ReadResponse]:
+        await self._check_device(context, request.device_id)
+        pipeline = self.switch.pipeline
+        if pipeline is None:
+            await self._abort(
+                context, Code.FAILED_PRECONDITION, "No forwarding pipeline config set"
+            )
+            return
+        batch: list[p4r.Entity] = []
+        try:
+            for query in request.entities:
+                for entity in pipeline.state.read(query):
+                    batch.append(entity)
+                    if len(batch) >= READ_BATCH:
+                        yield p4r.ReadResponse(entities=batch)
+                        batch = []
+        except P4Error as err:
+            await self._abort(context, err.code, err.message)
+        yield p4r.ReadResponse(entities=batch)
+
+    # ---- StreamChannel ------------------------------------------------------------------
+
+    async def StreamChannel(  # type: ignore[override]
+        self, request_iterator: AsyncIterator[p4r.StreamMessageRequest], context: _Context
+    ) -> None:
+        stream = _Stream(context.peer())
+        self.streams.add(stream)
+        failure: list[P4Error] = []
+        reader = asyncio.create_task(
+            self._stream_reader(stream, request_iterator, failure), name=f"p4rt-read-{stream.peer}"
+        )
+        try:
+            while True:
+                msg = await stream.queue.get()
+                if msg is None:
+                    break
+                await context.write(msg)
+            if failure:
+                await self._abort(context, failure[0].code, failure[0].message)
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+            self.streams.discard(stream)
+            self._deliver(self.arbiter.remove(stream))
+
+    async def _stream_reader(
+        self,
+        stream: _Stream,
+        requests: AsyncIterator[p4r.StreamMessageRequest],
+        failure: list[P4Error],
+    ) -> None:
+        try:
+            async for request in requests:
+                kind = request.WhichOneof("update")
+                if kind == "arbitration":
+                    arb = request.arbitration
+                    election_id = (
+                        U128.decode(arb.election_id) if arb.HasField("election_id") else None
+                    )
+                    role = _role_name(arb.role if arb.HasField("role") else None, 0)
+                    try:
+                        answers = self.arbiter.update(stream, arb.device_id, role, election_id)
+                    except P4Error as err:
+                        failure.append(err)
+                        break
+                    self._deliver(answers, arb)
+                elif kind == "packet":
+                    self._packet_out(stream, request.packet)
+                else:
+                    LOG.debug("ignoring stream message %s from %s", kind, stream.peer)
+        except (grpc.aio.AioRpcError, asyncio.CancelledError):
+            pass
+        finally:
+            with contextlib.suppress(asyncio.QueueFull):
+                stream.queue.put_nowait(None)
+
+    def _deliver(
+        self, answers: list[ArbitrationAnswer], request: p4r.MasterArbitrationUpdate | None = None
+    ) -> None:
+        for answer in answers:
+            stream = answer.client
+            assert isinstance(stream, _Stream)
+            msg = p4r.MasterArbitrationUpdate(
+                device_id=self.switch.device_id,
+                election_id=U128.encode(answer.election_id),
+                status=rpc_status.Status(code=int(answer.code), message=_status_text(answer.code)),
+            )
+            if request is not None and request.HasField("role") and stream is answer.client:
+                msg.role.CopyFrom(request.role)
+            elif answer.role:
+                msg.role.name = answer.role
+            stream.send(p4r.StreamMessageResponse(arbitration=msg))
+
+    def _packet_out(self, stream: _Stream, packet: p4r.PacketOut) -> None:
+        error: str | None = None
+        pipeline = self.switch.pipeline
+        if not self.arbiter.is_primary(stream):
+            error = "PacketOut from a client that is not the primary"
+        elif pipeline is None:
+            error = "No forwarding pipeline config set"
+        else:
+            info = pipeline.schema.packet_out
+            port_field = info.field_named("egress_port")
+            port: int | None = None
+            for md in packet.metadata:
+                if md.metadata_id == port_field.id:
+                    try:
+                        port = codec.decode(md.value, port_field.bitwidth, "packet_out.egress_port")
+                    except codec.ValueWidthError as err:
+                        error = str(err)
+            if error is None and port is None:
+                error = "PacketOut without egress_port metadata"
+            elif (
+                error is None
+                and port is not None
+                and not self.switch.packet_out(packet.payload, port)
+            ):
+                error = f"PacketOut to port {port}, which this switch does not have"
+        if error is not None:
+            LOG.info("packet-out refused: %s", error)
+            stream.send(
+                p4r.StreamMessageResponse(
+                    error=p4r.StreamError(
+                        canonical_code=int(
+                            Code.INVALID_ARGUMENT if pipeline else Code.FAILED_PRECONDITION
+                        ),
+                        message=error,
+                        packet_out=p4r.PacketOutError(packet_out=packet),
+                    )
+                )
+            )
+
+    def _packet_in(self, frame: bytes, ingress_port: int) -> None:
+        pipeline = self.switch.pipeline
+        if pipeline is None:
+            return
+        header = pipeline.schema.packet_in
+        metadata = [
+            p4r.PacketMetadata(
+                metadata_id=f.id,
+                value=codec.encode(ingress_port if f.name == "ingress_port" else 0),
+            )
+            for f in header.fields
+        ]
+        msg = p4r.StreamMessageResponse(packet=p4r.PacketIn(payload=frame, metadata=metadata))
+        primaries = self.arbiter.primaries()
+        if not primaries:
+            self.packet_ins_dropped += 1
+        for stream in primaries:
+            assert isinstance(stream, _Stream)
+            stream.send(msg)
+
+
+def _role_name(role: p4r.Role | None, role_id: int, name: str = "") -> str:
+    """The arbitration key of a role: its name (1.4), else its deprecated id, '' = default."""
+    if role is not None:
+        if role.name:
+            return role.name
+        if role.id:
+            return str(role.id)
+    if name:
+        return name
+    return str(role_id) if role_id else ""
+
+
+def _status_text(code: Code) -> str:
+    return {
+        Code.OK: "this client is the primary",
+        Code.ALREADY_EXISTS: "another client is the primary",
+        Code.NOT_FOUND: "there is no primary",
+    }.get(code, code.name)
+
+
+def create_server(service: P4RuntimeService, address: str) -> grpc.aio.Server:
+    """A grpc.aio server serving `service` on `address` (HOST:PORT); raise if it cannot bind."""
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)])
+    p4r_grpc.add_P4RuntimeServicer_to_server(service, server)
+    if server.add_insecure_port(address) == 0:
+        raise OSError(f"cannot listen on {address}")
+    return server

@@ -1,0 +1,196 @@
+"""P4Runtime write/read semantics of the object store, update by update (spec §9, §12)."""
+
+from __future__ import annotations
+
+import finsy as fy
+import pytest
+from finsy.proto import p4r
+
+from softswitch.p4state import Code
+from softswitch.pipeline import Pipeline
+from tests.unit.softswitch.conftest import Apply
+
+pytestmark = pytest.mark.unit
+
+SELECTOR = "FabricIngress.ecmp_selector"
+
+
+def route(prefix: str, next_id: int) -> fy.P4TableEntry:
+    return fy.P4TableEntry(
+        "FabricIngress.routing_v4",
+        match=fy.P4TableMatch(ipv4_dst=prefix),
+        action=fy.P4TableAction("FabricIngress.set_next_id", next_id=next_id),
+    )
+
+
+def member(member_id: int, port: int) -> fy.P4ActionProfileMember:
+    return fy.P4ActionProfileMember(
+        SELECTOR,
+        member_id=member_id,
+        action=fy.P4TableAction(
+            "FabricIngress.set_nexthop", port=port, smac=0x0A, dmac=0x0B + port
+        ),
+    )
+
+
+def test_insert_modify_delete_codes(apply: Apply) -> None:
+    r = "10.0.0.0/8"
+    assert apply(+route(r, 1), +route(r, 1)) == [Code.OK, Code.ALREADY_EXISTS]
+    assert apply(~route(r, 2), ~route("11.0.0.0/8", 2)) == [Code.OK, Code.NOT_FOUND]
+    assert apply(-route(r, 1), -route(r, 1)) == [Code.OK, Code.NOT_FOUND]
+
+
+def test_invalid_arguments(apply: Apply, fy_schema: fy.P4Schema) -> None:
+    good = (+route("10.0.0.0/8", 1)).encode_update(fy_schema)
+
+    def variant(edit: object) -> p4r.Update:
+        msg = p4r.Update()
+        msg.CopyFrom(good)
+        edit(msg.entity.table_entry)  # type: ignore[operator]
+        return msg
+
+    def bad_table(te: p4r.TableEntry) -> None:
+        te.table_id = 12345
+
+    def bad_field(te: p4r.TableEntry) -> None:
+        te.match[0].field_id = 9
+
+    def too_wide(te: p4r.TableEntry) -> None:
+        te.action.action.params[0].value = b"\x01\x00\x00\x00\x00"
+
+    def bits_beyond_prefix(te: p4r.TableEntry) -> None:
+        te.match[0].lpm.value = b"\x0a\x00\x00\x01"
+
+    def wrong_kind(te: p4r.TableEntry) -> None:
+        value = te.match[0].lpm.value
+        te.match[0].exact.value = value
+
+    def bad_action(te: p4r.TableEntry) -> None:
+        te.action.action.action_id = 1
+
+    def empty_value(te: p4r.TableEntry) -> None:
+        te.action.action.params[0].value = b""
+
+    def priority_on_lpm(te: p4r.TableEntry) -> None:
+        te.priority = 10
+
+    edits = [bad_table, bad_field, too_wide, bits_beyond_prefix, wrong_kind, bad_action]
+    edits += [empty_value, priority_on_lpm]
+    assert apply(*(variant(e) for e in edits)) == [Code.INVALID_ARGUMENT] * len(edits)
+
+
+def test_padded_values_are_accepted_and_read_back_canonical(
+    apply: Apply, pipeline: Pipeline, fy_schema: fy.P4Schema
+) -> None:
+    msg = (+route("10.0.0.0/8", 1)).encode_update(fy_schema)
+    msg.entity.table_entry.action.action.params[0].value = b"\x00\x00\x00\x01"
+    assert apply(msg) == [Code.OK]
+    [entity] = pipeline.state.read(p4r.Entity(table_entry=p4r.TableEntry()))
+    assert entity.table_entry.action.action.params[0].value == b"\x01"
+
+
+def test_const_default_action_cannot_change(apply: Apply, fy_schema: fy.P4Schema) -> None:
+    def default() -> fy.P4TableEntry:
+        return fy.P4TableEntry(
+            "FabricIngress.routing_v4",
+            is_default_action=True,
+            action=fy.P4TableAction("FabricIngress.drop"),
+        )
+
+    assert apply(~default()) == [Code.PERMISSION_DENIED]
+    assert apply(+default()) == [Code.INVALID_ARGUMENT]
+
+
+def test_ternary_needs_priority_and_highest_wins(apply: Apply, pipeline: Pipeline) -> None:
+    def acl(prio: int, action: str, **match: object) -> fy.P4TableEntry:
+        return fy.P4TableEntry(
+            "FabricIngress.acl",
+            match=fy.P4TableMatch(**match),
+            action=fy.P4TableAction(action),
+            priority=prio,
+        )
+
+    assert apply(+acl(0, "FabricIngress.drop", eth_type=0x88CC)) == [Code.INVALID_ARGUMENT]
+    assert apply(
+        +acl(10, "FabricIngress.drop", eth_type=0x88CC),
+        +acl(20, "FabricIngress.punt_to_cpu", eth_type=0x88CC),
+    ) == [Code.OK, Code.OK]
+    lldp = b"\x01\x80\xc2\x00\x00\x0e" + b"\x02" * 6 + b"\x88\xcc" + b"\x00" * 30
+    out = pipeline.process(lldp, 3)
+    assert out is not None and out.port == 255
+
+
+def test_member_handles_reuse_the_lowest_free_one(apply: Apply, pipeline: Pipeline) -> None:
+    assert apply(+member(30, 4), +member(10, 2), +member(40, 5)) == [Code.OK] * 3
+    members = pipeline.state.members[pipeline.schema.profile_id]
+    assert [members[m].handle for m in (30, 10, 40)] == [0, 1, 2]
+    assert apply(-member(10, 2), +member(20, 3), +member(50, 1)) == [Code.OK] * 3
+    assert members[20].handle == 1
+    assert members[50].handle == 3
+
+
+def test_member_and_group_references(apply: Apply, pipeline: Pipeline) -> None:
+    def group() -> fy.P4ActionProfileGroup:
+        return fy.P4ActionProfileGroup(SELECTOR, group_id=1, members=[fy.P4Member(1, weight=1)])
+
+    def nxt() -> fy.P4TableEntry:
+        return fy.P4TableEntry(
+            "FabricIngress.next",
+            match=fy.P4TableMatch(next_id=5),
+            action=fy.P4IndirectAction(group_id=1),
+        )
+
+    assert apply(+group()) == [Code.NOT_FOUND]  # member 1 does not exist yet
+    assert apply(+member(1, 2), +group(), +nxt()) == [Code.OK] * 3
+    assert apply(-member(1, 2), -group()) == [Code.FAILED_PRECONDITION] * 2
+    assert apply(-nxt(), -group(), -member(1, 2)) == [Code.OK] * 3
+    assert apply(-group()) == [Code.NOT_FOUND]
+    too_big = fy.P4ActionProfileGroup(
+        SELECTOR, group_id=2, members=[fy.P4Member(1, weight=1)], max_size=65
+    )
+    assert apply(+member(1, 2), +too_big) == [Code.OK, Code.INVALID_ARGUMENT]
+
+
+def test_wildcard_reads(apply: Apply, pipeline: Pipeline) -> None:
+    assert apply(+route("10.0.0.0/8", 1), +route("10.1.0.0/16", 2), +member(1, 2)) == [Code.OK] * 3
+    state = pipeline.state
+    assert len(list(state.read(p4r.Entity(table_entry=p4r.TableEntry())))) == 2
+    table_id = pipeline.schema.table_ids["FabricIngress.routing_v4"]
+    one_table = p4r.Entity(table_entry=p4r.TableEntry(table_id=table_id))
+    assert len(list(state.read(one_table))) == 2
+    members = list(state.read(p4r.Entity(action_profile_member=p4r.ActionProfileMember())))
+    assert [m.action_profile_member.member_id for m in members] == [1]
+    counter_id = pipeline.schema.counter_ids["FabricIngress.ingress_port_counter"]
+    all_indexes = list(
+        state.read(p4r.Entity(counter_entry=p4r.CounterEntry(counter_id=counter_id)))
+    )
+    assert len(all_indexes) == 512
+    defaults = list(
+        state.read(
+            p4r.Entity(table_entry=p4r.TableEntry(table_id=table_id, is_default_action=True))
+        )
+    )
+    drop_id = pipeline.schema.action_ids["FabricIngress.drop"]
+    assert defaults[0].table_entry.action.action.action_id == drop_id
+
+
+def test_counter_write_resets(apply: Apply, pipeline: Pipeline, fy_schema: fy.P4Schema) -> None:
+    pipeline.process(b"\x00" * 60, 2)
+    counter_id = pipeline.schema.counter_ids["FabricIngress.ingress_port_counter"]
+    query = p4r.Entity(
+        counter_entry=p4r.CounterEntry(counter_id=counter_id, index=p4r.Index(index=2))
+    )
+    [before] = pipeline.state.read(query)
+    assert before.counter_entry.data.packet_count == 1
+    reset = p4r.Update(type=p4r.Update.MODIFY, entity=query)
+    assert apply(reset) == [Code.OK]
+    [after] = pipeline.state.read(query)
+    assert after.counter_entry.data.packet_count == 0
+
+
+def test_malformed_frames_are_counted_and_dropped(pipeline: Pipeline) -> None:
+    truncated_ipv4 = b"\x00" * 12 + b"\x08\x00" + b"\x45\x00\x00"
+    bad_version = b"\x00" * 12 + b"\x08\x00" + b"\x65" + b"\x00" * 40
+    for frame in (b"", b"\x00" * 5, truncated_ipv4, bad_version):
+        assert pipeline.process(frame, 1) is None
+    assert pipeline.c_drop[0][1] == 4
