@@ -202,7 +202,10 @@ class P4Target:
         return True
 
     async def read(self, entities: list[p4r.Entity]) -> list[p4r.Entity]:
-        client = self._require()
+        # Reads are open to backups too (P4Runtime §6.4); only a connection is needed.
+        client = self._client
+        if client is None:
+            raise ConnectionError(f"target {self.address} is not connected")
         out: list[p4r.Entity] = []
         async for reply in client.request_iter(
             p4r.ReadRequest(device_id=self.device_id, entities=entities)

@@ -1,0 +1,265 @@
+"""The agent daemon as a process, against a real softswitch process and a small controller
+servicer written here (the real controller daemon is built elsewhere): first programming,
+restart with zero writes, local repair when a cable is pulled, and a lower election id that
+cannot take the switch over."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+
+from agent.codec import Codec, load_p4info
+from agent.p4client import P4Target
+from agent.translate import GroupEntry, GroupMember, Pipeline, translate
+from railfabric.delta import diff_states
+from railfabric.v1 import control_pb2, control_pb2_grpc, state_pb2
+from tests.conftest import REPO, Netns, Processes, ip
+from tests.unit.agent.samples import tor_state
+
+pytestmark = pytest.mark.integration
+
+BIN = Path(sys.executable).parent
+P4INFO = REPO / "p4" / "fabric.p4info.txt"
+
+
+class TestController(control_pb2_grpc.FabricControlServicer):
+    """One switch's controller: answers Hello with the DesiredState unless the agent already
+    holds its digest, pushes what the test queues, and records what the agent says."""
+
+    __test__ = False
+
+    def __init__(self, state: state_pb2.DesiredState) -> None:
+        self.state = state
+        self.inbox: asyncio.Queue[control_pb2.AgentMessage] = asyncio.Queue(maxsize=1000)
+        self.push: asyncio.Queue[control_pb2.ControllerMessage] = asyncio.Queue(maxsize=10)
+
+    async def Session(  # type: ignore[override]
+        self,
+        request_iterator: AsyncIterator[control_pb2.AgentMessage],
+        context: grpc.aio.ServicerContext[control_pb2.AgentMessage, control_pb2.ControllerMessage],
+    ) -> None:
+        async def pump() -> None:
+            while True:
+                await context.write(await self.push.get())
+
+        pusher = asyncio.create_task(pump())
+        try:
+            async for msg in request_iterator:
+                if msg.WhichOneof("msg") == "hello" and msg.hello.applied_digest != (
+                    self.state.digest
+                ):
+                    await context.write(control_pb2.ControllerMessage(desired_state=self.state))
+                if msg.WhichOneof("msg") not in ("counters", "neighbors"):
+                    await self.inbox.put(msg)
+        finally:
+            pusher.cancel()
+
+    async def next(self, kind: str, within_s: float = 20) -> control_pb2.AgentMessage:
+        async with asyncio.timeout(within_s):
+            while True:
+                msg = await self.inbox.get()
+                if msg.WhichOneof("msg") == kind:
+                    return msg
+
+
+@dataclass
+class Rig:
+    netns: Netns
+    wire: str
+    switch_links: dict[int, str]
+    wire_links: dict[int, str]
+    target_addr: str
+    controller_addr: str
+
+
+def _wait_listening(addr: str, timeout: float = 20) -> None:
+    host, port = addr.rsplit(":", 1)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection((host, int(port)), 0.2):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"nothing listens on {addr}")
+
+
+@pytest.fixture
+def rig(
+    netns: Netns, processes: Processes, free_port: Callable[[], int], tmp_path: Path
+) -> Iterator[Rig]:
+    """Switch ports 1..3 as root-namespace veths whose peers sit in a "wire" namespace (a
+    pulled cable = the wire end going down), and softswitch serving them."""
+    wire = netns.add("wire")
+    switch_links = {p: f"rf{netns.tag}s{p}" for p in (1, 2, 3)}
+    wire_links = {p: f"rf{netns.tag}w{p}" for p in (1, 2, 3)}
+    for port in (1, 2, 3):
+        netns.veth(switch_links[port], None, wire_links[port], wire)
+    target = f"127.0.0.1:{free_port()}"
+    argv = [str(BIN / "railfabric-softswitch"), "--device-id", "1", "--grpc-addr", target]
+    for port, name in switch_links.items():
+        argv += ["-i", f"{port}@{name}"]
+    log = (tmp_path / "softswitch.log").open("wb")
+    proc = processes.start(argv, stdout=log, stderr=log)
+    try:
+        _wait_listening(target)
+    except TimeoutError:
+        proc.kill()
+        pytest.fail(f"softswitch did not start: {(tmp_path / 'softswitch.log').read_text()}")
+    yield Rig(netns, wire, switch_links, wire_links, target, f"127.0.0.1:{free_port()}")
+
+
+def _start_agent(
+    rig: Rig,
+    processes: Processes,
+    tmp_path: Path,
+    *,
+    election_id: int = 10,
+    name: str = "agent",
+    controller: str | None = None,
+) -> subprocess.Popen[bytes]:
+    port_map = ",".join(f"{p}={n}" for p, n in rig.switch_links.items())
+    log = (tmp_path / f"{name}.log").open("ab")
+    return processes.start(
+        [
+            str(BIN / "railfabric-agent"),
+            "--switch", "tor-r0-b0",
+            "--controller", controller or rig.controller_addr,
+            "--target", rig.target_addr,
+            "--device-id", "1",
+            "--port-map", port_map,
+            "--p4info", str(P4INFO),
+            "--election-id", str(election_id),
+            "--lldp-interval", "0.5",
+            "--counters-interval", "0.5",
+        ],
+        stdout=log,
+        stderr=log,
+    )  # fmt: skip
+
+
+@contextlib.asynccontextmanager
+async def _controller(addr: str, state: state_pb2.DesiredState) -> AsyncIterator[TestController]:
+    servicer = TestController(state)
+    server = grpc.aio.server()
+    control_pb2_grpc.add_FabricControlServicer_to_server(servicer, server)
+    server.add_insecure_port(addr)
+    await server.start()
+    try:
+        yield servicer
+    finally:
+        await server.stop(grace=None)
+
+
+@contextlib.asynccontextmanager
+async def _reader(addr: str) -> AsyncIterator[P4Target]:
+    """A second P4Runtime client with a low election id: a backup, which may read."""
+    codec = Codec(load_p4info(P4INFO))
+    target = P4Target(addr, 1, 1, codec)
+
+    async def nothing(*_: object) -> None:
+        return None
+
+    task = asyncio.create_task(target.run(nothing, nothing), name="test-reader")
+    try:
+        async with asyncio.timeout(10):
+            while target._client is None:  # noqa: ASYNC110  (connection made by run())
+                await asyncio.sleep(0.05)
+        yield target
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _read(reader: P4Target) -> Pipeline:
+    async with asyncio.timeout(10):
+        while True:
+            with contextlib.suppress(Exception):
+                pipeline, _ = await reader.read_pipeline()
+                return pipeline
+            await asyncio.sleep(0.1)
+
+
+async def test_program_restart_with_zero_writes_and_local_repair(
+    rig: Rig, processes: Processes, tmp_path: Path
+) -> None:
+    state = tor_state(1)
+    async with _controller(rig.controller_addr, state) as ctrl:
+        agent = _start_agent(rig, processes, tmp_path)
+        hello = await ctrl.next("hello")
+        assert hello.hello.switch_name == "tor-r0-b0" and hello.hello.applied_generation == 0
+        assert [(p.port, p.oper_up) for p in hello.hello.ports] == [(1, True), (2, True), (3, True)]
+        applied = (await ctrl.next("applied")).applied
+        assert applied.generation == 1 and not applied.errors, applied
+        assert applied.digest == state.digest
+        want, _ = translate(state)
+        async with _reader(rig.target_addr) as reader:
+            assert dict((await _read(reader)).entries) == dict(want.entries)
+
+        # Restart the agent: it reads the target back and writes nothing.
+        os.killpg(agent.pid, signal.SIGTERM)
+        assert agent.wait(timeout=10) == 0
+        _start_agent(rig, processes, tmp_path)
+        assert (await ctrl.next("hello")).hello.applied_generation == 0
+        again = (await ctrl.next("applied")).applied
+        assert (again.generation, again.updates_written, len(again.errors)) == (1, 0, 0)
+
+        # Pull the cable on port 1: members on port 1 leave every group before PortStatus.
+        ip("link", "set", rig.wire_links[1], "down", netns=rig.wire)
+        status = (await ctrl.next("port_status")).port_status
+        assert (status.port, status.up, status.groups_repaired) == (1, False, 1)
+        assert status.local_repair_wall_ns >= status.wall_ns > 0
+        async with _reader(rig.target_addr) as reader:
+            group = (await _read(reader)).entries[("group", 1)]
+        assert group == GroupEntry(1, (GroupMember(2, 2, 1),))
+
+        # Cable back: the port stays out until the controller's next state says otherwise.
+        ip("link", "set", rig.wire_links[1], "up", netns=rig.wire)
+        status = (await ctrl.next("port_status")).port_status
+        assert (status.port, status.up) == (1, True)
+        nxt = tor_state(2)
+        nxt.ecn[0].kmin_bytes = 110_000
+        ctrl.state = nxt
+        await ctrl.push.put(control_pb2.ControllerMessage(state_delta=diff_states(state, nxt)))
+        applied = (await ctrl.next("applied")).applied
+        assert applied.generation == 2 and not applied.errors
+        async with _reader(rig.target_addr) as reader:
+            got = await _read(reader)
+        assert got.entries[("group", 1)] == GroupEntry(
+            1, (GroupMember(1, 1, 1), GroupMember(2, 2, 1))
+        )
+        assert got.entries[("ecn", 1, 3)] == translate(nxt)[0].entries[("ecn", 1, 3)]
+
+
+async def test_a_lower_election_id_cannot_take_the_switch(
+    rig: Rig, processes: Processes, tmp_path: Path, free_port: Callable[[], int]
+) -> None:
+    state = tor_state(1)
+    async with _controller(rig.controller_addr, state) as ctrl:
+        _start_agent(rig, processes, tmp_path, election_id=10)
+        assert (await ctrl.next("applied")).applied.generation == 1
+        # A second agent for the same switch, told by another controller to remove every
+        # route, connects with a lower election id: it stays a backup and writes nothing.
+        other = tor_state(1)
+        del other.routes[:]
+        other.digest = "other"
+        second = f"127.0.0.1:{free_port()}"
+        async with _controller(second, other) as ctrl2:
+            _start_agent(rig, processes, tmp_path, election_id=5, name="low", controller=second)
+            await ctrl2.next("hello")
+            with pytest.raises(TimeoutError):
+                await ctrl2.next("applied", within_s=3)
+        async with _reader(rig.target_addr) as reader:
+            got = await _read(reader)
+        assert dict(got.entries) == dict(translate(state)[0].entries)
