@@ -1,0 +1,210 @@
+"""softswitch forwarding real frames between veths in network namespaces, programmed over
+P4Runtime by finsy: LPM routing and TTL, ECMP spreading and the exact member the shared hash
+predicts, watch_port failover on carrier loss, LLDP punted with its ingress port, packet-out,
+malformed frames. Every test removes its entries (controller()) and its namespaces/process."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+from collections.abc import AsyncIterator, Callable
+
+import finsy as fy
+import pytest
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+
+from railfabric import ecmp
+from tests.conftest import Netns, Processes
+from tests.integration.softswitch.fabric_helpers import (
+    ROUTER_MAC,
+    Fabric,
+    add_acl_entry,
+    add_group,
+    add_member,
+    add_next_entry,
+    add_routing_v4_entry,
+    build_hosts,
+    controller,
+    host_mac,
+    read_counter,
+    start_softswitch,
+)
+
+pytestmark = pytest.mark.integration
+
+MARK = b"railfabric-softswitch-test"
+SRC = "10.0.1.1"
+
+
+@pytest.fixture
+async def fabric(
+    netns: Netns, processes: Processes, free_port: Callable[[], int]
+) -> AsyncIterator[Fabric]:
+    switch_ifs, hosts = build_hosts(netns, [1, 2, 3, 4])
+    try:
+        address = await start_softswitch(processes, free_port(), switch_ifs)
+        yield Fabric(address, hosts, switch_ifs)
+    finally:
+        for host in hosts.values():
+            host.close()
+
+
+def udp_frame(dst: str, sport: int, dport: int = ecmp.ROCEV2_UDP_PORT, ttl: int = 64) -> bytes:
+    return bytes(
+        Ether(dst=ROUTER_MAC, src=host_mac(1))
+        / IP(src=SRC, dst=dst, ttl=ttl)
+        / UDP(sport=sport, dport=dport)
+        / (bytes(12) + MARK)
+    )
+
+
+def ours(frame: bytes) -> bool:
+    return MARK in frame
+
+
+def sport_of(frame: bytes) -> int:
+    return int(Ether(frame)[UDP].sport)
+
+
+async def capture(fab: Fabric, port: int, seconds: float = 1.0) -> list[bytes]:
+    return await asyncio.to_thread(fab.hosts[port].capture, seconds, ours)
+
+
+async def test_lpm_routing_and_ttl(fabric: Fabric) -> None:
+    async with controller(fabric.address) as sw:
+        await add_member(sw, 2, 2)
+        await add_member(sw, 3, 3)
+        await add_next_entry(sw, 20, member_id=2)
+        await add_next_entry(sw, 30, member_id=3)
+        await add_routing_v4_entry(sw, "10.0.2.0/24", 20)
+        await add_routing_v4_entry(sw, "10.0.0.0/8", 30)
+        h1 = fabric.hosts[1]
+        h1.send(udp_frame("10.0.2.5", 1000))  # /24 beats /8
+        h1.send(udp_frame("10.9.9.9", 1001))  # only /8
+        h1.send(udp_frame("10.0.2.6", 1002, ttl=1))  # TTL expires
+        h1.send(udp_frame("192.0.2.1", 1003))  # no route
+        on2, on3 = await asyncio.gather(capture(fabric, 2), capture(fabric, 3))
+        assert [sport_of(f) for f in on2] == [1000]
+        assert [sport_of(f) for f in on3] == [1001]
+        pkt = Ether(on2[0])
+        assert (pkt.src, pkt.dst) == (ROUTER_MAC, host_mac(2))
+        assert pkt[IP].ttl == 63
+        checksum = pkt[IP].chksum
+        del pkt[IP].chksum
+        assert Ether(bytes(pkt))[IP].chksum == checksum
+        drops, _ = await read_counter(sw, "FabricIngress.drop_counter", 1)
+        assert drops >= 2
+        received, _ = await read_counter(sw, "FabricIngress.ingress_port_counter", 1)
+        assert received >= 4
+
+
+async def _ecmp_group(sw: fy.Switch) -> dict[int, int]:
+    members = {102: 2, 103: 3, 104: 4}  # member id -> port, created in ascending port order
+    for member_id, port in members.items():
+        await add_member(sw, member_id, port)
+    await add_group(sw, 1, {104: 4, 102: 2, 103: 3})  # listed in another order on purpose
+    await add_next_entry(sw, 100, group_id=1)
+    await add_routing_v4_entry(sw, "10.2.0.0/16", 100)
+    return members
+
+
+def predicted_port(dst: str, sport: int, live_ports: list[int]) -> int:
+    h = ecmp.flow_hash(
+        int(ipaddress.IPv4Address(SRC)),
+        int(ipaddress.IPv4Address(dst)),
+        17,
+        sport,
+        ecmp.ROCEV2_UDP_PORT,
+    )
+    return ecmp.choose_member(h, live_ports)
+
+
+async def _send_flows(fab: Fabric, sports: range) -> dict[int, set[int]]:
+    """Send one frame per source port; which sports arrived on which port."""
+    for sport in sports:
+        fab.hosts[1].send(udp_frame("10.2.0.9", sport))
+    results = await asyncio.gather(*(capture(fab, p, 1.5) for p in (2, 3, 4)))
+    return {p: {sport_of(f) for f in frames} for p, frames in zip((2, 3, 4), results, strict=True)}
+
+
+async def test_ecmp_spreads_flows_onto_the_predicted_members(fabric: Fabric) -> None:
+    async with controller(fabric.address) as sw:
+        await _ecmp_group(sw)
+        sports = range(49152, 49152 + 150)
+        arrived = await _send_flows(fabric, sports)
+        assert all(len(s) > 20 for s in arrived.values()), {p: len(s) for p, s in arrived.items()}
+        for sport in sports:
+            expected = predicted_port("10.2.0.9", sport, [2, 3, 4])
+            assert sport in arrived[expected], (sport, expected)
+        assert sum(len(s) for s in arrived.values()) == len(sports)
+
+
+async def test_watch_port_failover_needs_no_write(fabric: Fabric) -> None:
+    async with controller(fabric.address) as sw:
+        await _ecmp_group(sw)
+        fabric.hosts[3].set_link(False)  # the peer goes down: switch port 3 loses carrier
+        await asyncio.sleep(0.4)  # carrier is polled every 50 ms
+        sports = range(50000, 50100)
+        arrived = await _send_flows(fabric, sports)
+        assert arrived[3] == set()
+        for sport in sports:
+            assert sport in arrived[predicted_port("10.2.0.9", sport, [2, 4])]
+        fabric.hosts[3].set_link(True)
+        await asyncio.sleep(0.6)
+        arrived = await _send_flows(fabric, range(50000, 50030))
+        for sport in range(50000, 50030):
+            assert sport in arrived[predicted_port("10.2.0.9", sport, [2, 3, 4])]
+
+
+async def test_lldp_is_punted_with_its_ingress_port(fabric: Fabric) -> None:
+    async with controller(fabric.address) as sw:
+        await add_acl_entry(sw, "FabricIngress.punt_to_cpu", 100, eth_type=0x88CC)
+        lldp = (
+            b"\x01\x80\xc2\x00\x00\x0e"
+            + bytes.fromhex(host_mac(3).replace(":", ""))
+            + b"\x88\xcc"
+            + MARK
+            + bytes(30)
+        )
+
+        async def first_packet_in() -> fy.P4PacketIn:
+            async for packet in sw.read_packets(eth_types={0x88CC}):
+                if MARK in packet.payload:
+                    return packet
+            raise AssertionError("no packet-in")
+
+        waiter = asyncio.create_task(first_packet_in())
+        await asyncio.sleep(0.1)
+        fabric.hosts[3].send(lldp)
+        packet = await asyncio.wait_for(waiter, 5)
+        assert packet.payload == lldp
+        assert packet.metadata["ingress_port"] == 3
+
+
+async def test_packet_out_leaves_the_requested_port(fabric: Fabric) -> None:
+    async with controller(fabric.address) as sw:
+        frame = b"\xff" * 6 + bytes.fromhex("020000000099") + b"\x88\xb5" + MARK + bytes(30)
+        await sw.write([fy.P4PacketOut(frame, egress_port=4, _pad=0)])
+        on4, on2 = await asyncio.gather(capture(fabric, 4), capture(fabric, 2, 0.5))
+        assert on4 == [frame]
+        assert on2 == []
+        sent, _ = await read_counter(sw, "FabricEgress.egress_port_counter", 4)
+        assert sent >= 1
+
+
+async def test_malformed_frames_are_dropped_and_forwarding_continues(fabric: Fabric) -> None:
+    async with controller(fabric.address) as sw:
+        await add_member(sw, 2, 2)
+        await add_next_entry(sw, 20, member_id=2)
+        await add_routing_v4_entry(sw, "10.0.0.0/8", 20)
+        good = udp_frame("10.7.7.7", 4242)
+        h1 = fabric.hosts[1]
+        for cut in (15, 20, 33, 40):  # ethernet ok, ipv4/udp truncated
+            h1.send(good[:cut])
+        h1.send(good[:14] + b"\x65" + good[15:])  # IP version 6 in an IPv4 ethertype
+        h1.send(good)
+        on2 = await capture(fabric, 2)
+        assert [sport_of(f) for f in on2] == [4242]
+        drops, _ = await read_counter(sw, "FabricIngress.drop_counter", 1)
+        assert drops >= 5
