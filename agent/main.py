@@ -219,12 +219,17 @@ class Agent:
                 msg.ports.append(control_pb2.PortCounters(port=port, **counters.get(port, {})))
             self._send(control_pb2.AgentMessage(counters=msg))
 
+    async def _session(self) -> None:
+        # The first Hello must carry the ports' real state.
+        await self.monitor.initial_done.wait()
+        await self.session.run()
+
     def tasks(self) -> dict[str, Callable[[], Coroutine[Any, Any, None]]]:
         return {
             "writer": self.writer.run,
             "port-monitor": lambda: self.monitor.run(self.on_carrier),
             "p4-stream": lambda: self.target.run(self.writer.target_ready, self.on_packet_in),
-            "controller-session": self.session.run,
+            "controller-session": self._session,
             "lldp": self.lldp_loop,
             "counters": self.counters_loop,
         }

@@ -8,6 +8,7 @@ Unix time (ordering across hosts). A port is up when the interface has carrier; 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -77,6 +78,8 @@ class PortMonitor:
         self._by_name = {name: port for port, name in port_map.items()}
         self.state: dict[int, bool] = {}
         self.macs: dict[int, int] = {}
+        # Set once the initial state of every mapped port has been emitted.
+        self.initial_done = asyncio.Event()
 
     async def run(self, emit: Emit) -> None:
         async with AsyncIPRoute(netns=self.netns) as ipr:
@@ -97,6 +100,7 @@ class PortMonitor:
                     f" in netns {self.netns}" if self.netns else "",
                 )
                 await self._report(emit, port, False, 0, initial=True)
+            self.initial_done.set()
             while True:
                 async for msg in ipr.get():
                     if msg.get("event") not in ("RTM_NEWLINK", "RTM_DELLINK"):

@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +44,8 @@ class TestController(control_pb2_grpc.FabricControlServicer):
         self.state = state
         self.inbox: asyncio.Queue[control_pb2.AgentMessage] = asyncio.Queue(maxsize=1000)
         self.push: asyncio.Queue[control_pb2.ControllerMessage] = asyncio.Queue(maxsize=10)
+        self.neighbors = control_pb2.Neighbors()
+        self.counters = control_pb2.Counters()
 
     async def Session(  # type: ignore[override]
         self,
@@ -61,7 +63,12 @@ class TestController(control_pb2_grpc.FabricControlServicer):
                     self.state.digest
                 ):
                     await context.write(control_pb2.ControllerMessage(desired_state=self.state))
-                if msg.WhichOneof("msg") not in ("counters", "neighbors"):
+                kind = msg.WhichOneof("msg")
+                if kind == "neighbors":
+                    self.neighbors = msg.neighbors
+                elif kind == "counters":
+                    self.counters = msg.counters
+                else:
                     await self.inbox.put(msg)
         finally:
             pusher.cancel()
@@ -94,17 +101,25 @@ def _wait_listening(addr: str, timeout: float = 20) -> None:
     raise TimeoutError(f"nothing listens on {addr}")
 
 
-@pytest.fixture
-def rig(
-    netns: Netns, processes: Processes, free_port: Callable[[], int], tmp_path: Path
-) -> Iterator[Rig]:
+def _make_rig(
+    netns: Netns,
+    processes: Processes,
+    free_port: Callable[[], int],
+    tmp_path: Path,
+    *,
+    loop_1_2: bool,
+) -> Rig:
     """Switch ports 1..3 as root-namespace veths whose peers sit in a "wire" namespace (a
-    pulled cable = the wire end going down), and softswitch serving them."""
+    pulled cable = the wire end going down), and softswitch serving them. With `loop_1_2`,
+    ports 1 and 2 are instead cabled to each other."""
     wire = netns.add("wire")
     switch_links = {p: f"rf{netns.tag}s{p}" for p in (1, 2, 3)}
     wire_links = {p: f"rf{netns.tag}w{p}" for p in (1, 2, 3)}
-    for port in (1, 2, 3):
-        netns.veth(switch_links[port], None, wire_links[port], wire)
+    if loop_1_2:
+        netns.veth(switch_links[1], None, switch_links[2], None)
+        del wire_links[1], wire_links[2]
+    for port, wire_end in wire_links.items():
+        netns.veth(switch_links[port], None, wire_end, wire)
     target = f"127.0.0.1:{free_port()}"
     argv = [str(BIN / "railfabric-softswitch"), "--device-id", "1", "--grpc-addr", target]
     for port, name in switch_links.items():
@@ -116,7 +131,19 @@ def rig(
     except TimeoutError:
         proc.kill()
         pytest.fail(f"softswitch did not start: {(tmp_path / 'softswitch.log').read_text()}")
-    yield Rig(netns, wire, switch_links, wire_links, target, f"127.0.0.1:{free_port()}")
+    return Rig(netns, wire, switch_links, wire_links, target, f"127.0.0.1:{free_port()}")
+
+
+@pytest.fixture
+def rig(netns: Netns, processes: Processes, free_port: Callable[[], int], tmp_path: Path) -> Rig:
+    return _make_rig(netns, processes, free_port, tmp_path, loop_1_2=False)
+
+
+@pytest.fixture
+def loop_rig(
+    netns: Netns, processes: Processes, free_port: Callable[[], int], tmp_path: Path
+) -> Rig:
+    return _make_rig(netns, processes, free_port, tmp_path, loop_1_2=True)
 
 
 def _start_agent(
@@ -263,3 +290,46 @@ async def test_a_lower_election_id_cannot_take_the_switch(
         async with _reader(rig.target_addr) as reader:
             got = await _read(reader)
         assert dict(got.entries) == dict(translate(state)[0].entries)
+
+
+async def _until(predicate: Callable[[], bool], within_s: float = 20) -> None:
+    async with asyncio.timeout(within_s):
+        while not predicate():  # noqa: ASYNC110  (polls what the servicer recorded)
+            await asyncio.sleep(0.05)
+
+
+async def test_lldp_neighbours_counters_and_headless_repair(
+    loop_rig: Rig, processes: Processes, tmp_path: Path
+) -> None:
+    """Ports 1 and 2 are cabled to each other, so the switch hears its own LLDPDUs: packet-out
+    on one port, packet-in (punted by the agent's ACL) on the other."""
+    rig = loop_rig
+    state = tor_state(1)
+    async with _controller(rig.controller_addr, state) as ctrl:
+        _start_agent(rig, processes, tmp_path)
+        assert (await ctrl.next("applied")).applied.generation == 1
+
+        def heard() -> set[tuple[int, str, str]]:
+            return {(n.port, n.chassis_id, n.port_id) for n in ctrl.neighbors.neighbors}
+
+        await _until(lambda: heard() == {(1, "tor-r0-b0", "2"), (2, "tor-r0-b0", "1")})
+        assert all(n.ttl_s == 4 and n.last_seen_wall_ns > 0 for n in ctrl.neighbors.neighbors)
+
+        def rx(port: int) -> int:
+            return next((c.rx_packets for c in ctrl.counters.ports if c.port == port), 0)
+
+        await _until(lambda: rx(1) > 0 and rx(2) > 0)
+
+    # Controller gone: the agent is headless and still repairs locally.
+    ip("link", "set", rig.wire_links[3], "down", netns=rig.wire)
+    async with _reader(rig.target_addr) as reader:
+        async with asyncio.timeout(10):
+            repaired = GroupEntry(2, ())
+            while (await _read(reader)).entries[("group", 2)] != repaired:  # noqa: ASYNC110
+                await asyncio.sleep(0.1)
+
+    # The controller returns: the agent proves what it holds, and reports the port down.
+    async with _controller(rig.controller_addr, state) as ctrl:
+        hello = (await ctrl.next("hello", within_s=30)).hello
+        assert (hello.applied_generation, hello.applied_digest) == (1, state.digest)
+        assert {p.port: p.oper_up for p in hello.ports} == {1: True, 2: True, 3: False}
