@@ -154,6 +154,7 @@ def _start_agent(
     election_id: int = 10,
     name: str = "agent",
     controller: str | None = None,
+    extra: tuple[str, ...] = (),
 ) -> subprocess.Popen[bytes]:
     port_map = ",".join(f"{p}={n}" for p, n in rig.switch_links.items())
     log = (tmp_path / f"{name}.log").open("ab")
@@ -169,6 +170,7 @@ def _start_agent(
             "--election-id", str(election_id),
             "--lldp-interval", "0.5",
             "--counters-interval", "0.5",
+            *extra,
         ],
         stdout=log,
         stderr=log,
@@ -333,3 +335,58 @@ async def test_lldp_neighbours_counters_and_headless_repair(
         hello = (await ctrl.next("hello", within_s=30)).hello
         assert (hello.applied_generation, hello.applied_digest) == (1, state.digest)
         assert {p.port: p.oper_up for p in hello.ports} == {1: True, 2: True, 3: False}
+
+
+# A cable in user space: copies frames between two interfaces of the wire namespace, in one
+# direction or both (this kernel has no tc qdiscs to drop one direction with).
+WIRE = """
+import select, socket, sys
+a, b, mode = sys.argv[1:4]
+socks = {}
+for name in (a, b):
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+    s.bind((name, 0))
+    socks[name] = s
+routes = {a: b, b: a} if mode == "both" else {b: a}
+while True:
+    for s in select.select(list(socks.values()), [], [])[0]:
+        frame, addr = s.recvfrom(65535)
+        src = addr[0]
+        if addr[2] != socket.PACKET_OUTGOING and src in routes:
+            socks[routes[src]].send(frame)
+"""
+
+
+def _wire(rig: Rig, processes: Processes, mode: str) -> subprocess.Popen[bytes]:
+    return processes.start(
+        ["ip", "netns", "exec", rig.wire, sys.executable, "-c", WIRE,
+         rig.wire_links[1], rig.wire_links[2], mode]
+    )  # fmt: skip
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+
+
+async def test_silent_neighbour_is_a_one_way_failure(
+    rig: Rig, processes: Processes, tmp_path: Path
+) -> None:
+    """Ports 1 and 2 are cabled to each other through a user-space wire. When the wire stops
+    carrying port 1's frames (both carriers stay up), port 2 stops hearing LLDP and the agent
+    treats it as down (repair, PortStatus) until it hears again."""
+    state = tor_state(1)
+    wire = _wire(rig, processes, "both")
+    async with _controller(rig.controller_addr, state) as ctrl:
+        _start_agent(rig, processes, tmp_path, extra=("--lldp-interval", "0.2", "--lldp-ttl", "1"))
+        assert (await ctrl.next("applied")).applied.generation == 1
+        await _until(lambda: {n.port for n in ctrl.neighbors.neighbors} == {1, 2})
+        _stop(wire)
+        wire = _wire(rig, processes, "2to1")
+        status = (await ctrl.next("port_status")).port_status
+        assert (status.port, status.up, status.groups_repaired) == (2, False, 1)
+        assert {n.port for n in ctrl.neighbors.neighbors} == {1}
+        _stop(wire)
+        wire = _wire(rig, processes, "both")
+        status = (await ctrl.next("port_status")).port_status
+        assert (status.port, status.up) == (2, True)
