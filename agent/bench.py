@@ -1,0 +1,310 @@
+"""`python -m agent.bench [--json]`: the agent's figures, measured on real parts.
+
+- Local repair: a softswitch process whose ports are veths, the agent's own port monitor,
+  P4Runtime client and writer in this process; the peer end of a port's veth goes down
+  (a pulled cable) >= 50 times, and each time the time from the netlink event to the committed
+  Write that removed the port from every group is taken (the same figure the agent logs and
+  reports as PortStatus.local_repair_wall_ns).
+- Programming: a switch-sized DesiredState written from scratch into softswitch (entries and
+  entries per second). By default a synthetic spine-sized state (`--routes`, `--groups`); the
+  ref-100k switch needs the controller's routing, see the report.
+- Global convergence needs the controller daemon and the lab fabric; it is not measured here
+  and is reported as null.
+
+Needs root (namespaces) and `railfabric-softswitch`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.codec import Codec, load_p4info
+from agent.p4client import P4Target, PacketIn
+from agent.ports import PortMonitor
+from agent.translate import Pipeline, diff, translate
+from agent.writer import Writer
+from railfabric.digest import state_digest
+from railfabric.v1 import control_pb2, state_pb2
+
+REPO = Path(__file__).resolve().parent.parent
+SOFTSWITCH = Path(sys.executable).parent / "railfabric-softswitch"
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * q // 100))
+    return ordered[int(rank) - 1]
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True)
+
+
+@dataclass
+class Lab:
+    wire_ns: str
+    switch_links: dict[int, str]
+    wire_links: dict[int, str]
+    target: str
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def lab(ports: int) -> Iterator[Lab]:
+    """Veths (switch end in this namespace, peer in a private "wire" namespace) and a
+    softswitch on them; all removed afterwards."""
+    tag = uuid.uuid4().hex[:6]
+    wire_ns = f"rfb{tag}-wire"
+    switch_links = {p: f"rfb{tag}s{p}" for p in range(1, ports + 1)}
+    wire_links = {p: f"rfb{tag}w{p}" for p in range(1, ports + 1)}
+    proc: subprocess.Popen[bytes] | None = None
+    _ip("netns", "add", wire_ns)
+    try:
+        for port, name in switch_links.items():
+            _ip("link", "add", name, "type", "veth", "peer", "name", wire_links[port])
+            _ip("link", "set", wire_links[port], "netns", wire_ns)
+            _ip("link", "set", name, "up")
+            _ip("-n", wire_ns, "link", "set", wire_links[port], "up")
+        target = f"127.0.0.1:{_free_port()}"
+        argv = [
+            str(SOFTSWITCH),
+            "--device-id",
+            "1",
+            "--grpc-addr",
+            target,
+            "--log-level",
+            "WARNING",
+        ]
+        for port, name in switch_links.items():
+            argv += ["-i", f"{port}@{name}"]
+        proc = subprocess.Popen(argv, start_new_session=True)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", int(target.rsplit(":", 1)[1])), 0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("softswitch did not start") from None
+                time.sleep(0.1)
+        yield Lab(wire_ns, switch_links, wire_links, target)
+    finally:
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        subprocess.run(["ip", "netns", "del", wire_ns], check=False, capture_output=True)
+        for name in switch_links.values():
+            subprocess.run(["ip", "link", "del", name], check=False, capture_output=True)
+
+
+def tor_state(ports: int, generation: int) -> state_pb2.DesiredState:
+    """A ToR whose ports 1..ports are uplinks, with a group for every set of uplinks that
+    contains port 1 (so a cut of port 1 repairs all of them) and a route per group."""
+    state = state_pb2.DesiredState(switch_name="bench-tor", generation=generation)
+    for port in range(1, ports + 1):
+        state.ports.add(port=port, mac=0x02AA00000000 | port, speed_mbps=400_000)
+    others = list(range(2, ports + 1))
+    for mask in range(1 << len(others)):
+        group = state.groups.add(id=mask + 1)
+        for port in [1, *[p for i, p in enumerate(others) if mask >> i & 1]]:
+            group.next_hops.add(port=port, dmac=0x02BB00000000 | port, weight=1)
+        state.routes.add(
+            prefix=state_pb2.Ipv4Prefix(address=(10 << 24) | (mask << 8), length=24),
+            group_id=mask + 1,
+        )
+    state.digest = state_digest(state)
+    return state
+
+
+def spine_state(groups: int, routes: int) -> state_pb2.DesiredState:
+    """A synthetic switch with `groups` groups over 32 ports and `routes` /24 routes."""
+    state = state_pb2.DesiredState(switch_name="bench-spine", generation=1)
+    for port in range(1, 33):
+        state.ports.add(port=port, mac=0x02AA00000000 | port, speed_mbps=400_000)
+    for gid in range(1, groups + 1):
+        group = state.groups.add(id=gid)
+        for port in sorted({1 + (gid * k) % 32 for k in (1, 3, 5, 7)}):
+            group.next_hops.add(port=port, dmac=0x02BB00000000 | port, weight=1)
+    for i in range(routes):
+        state.routes.add(
+            prefix=state_pb2.Ipv4Prefix(address=(10 << 24) | (i << 8), length=24),
+            group_id=1 + i % groups,
+        )
+    for dscp, tc in ((26, 3), (48, 6)):
+        state.dscp_map.add(dscp=dscp, traffic_class=tc)
+    for port in range(1, 33):
+        state.ecn.add(port=port, traffic_class=3, kmin_bytes=150_000, kmax_bytes=1_500_000,
+                      pmax_ppm=100_000)  # fmt: skip
+        state.pfc.add(port=port, priority=3, xoff_bytes=300_000, xon_bytes=200_000)
+    state.digest = state_digest(state)
+    return state
+
+
+@contextlib.asynccontextmanager
+async def agent_parts(
+    lab: Lab, codec: Codec
+) -> AsyncIterator[tuple[Writer, asyncio.Queue[control_pb2.AgentMessage]]]:
+    """Writer + P4 stream + port monitor, as the daemon wires them, minus the controller."""
+    out: asyncio.Queue[control_pb2.AgentMessage] = asyncio.Queue(maxsize=10_000)
+    target = P4Target(lab.target, 1, 1, codec)
+    writer = Writer(
+        target,
+        codec,
+        on_applied=lambda m: out.put_nowait(control_pb2.AgentMessage(applied=m)),
+        on_port_status=lambda m: out.put_nowait(control_pb2.AgentMessage(port_status=m)),
+        request_snapshot=lambda: None,
+    )
+    monitor = PortMonitor(lab.switch_links)
+
+    async def ignore(_: PacketIn) -> None:
+        return None
+
+    async with asyncio.TaskGroup() as group:
+        tasks = [
+            group.create_task(writer.run(), name="writer"),
+            group.create_task(target.run(writer.target_ready, ignore), name="p4-stream"),
+            group.create_task(monitor.run(writer.port_event), name="port-monitor"),
+        ]
+        try:
+            yield writer, out
+        finally:
+            for task in tasks:
+                task.cancel()
+
+
+async def _next(
+    out: asyncio.Queue[control_pb2.AgentMessage], kind: str
+) -> control_pb2.AgentMessage:
+    async with asyncio.timeout(30):
+        while True:
+            msg = await out.get()
+            if msg.WhichOneof("msg") == kind:
+                return msg
+
+
+async def measure_local_repair(flaps: int, ports: int) -> tuple[list[float], int]:
+    codec = Codec(load_p4info(REPO / "p4" / "fabric.p4info.txt"))
+    with lab(ports) as net:
+        async with agent_parts(net, codec) as (writer, out):
+            generation = 1
+            await writer.controller_message(
+                control_pb2.ControllerMessage(desired_state=tor_state(ports, generation))
+            )
+            await _next(out, "applied")
+            latencies: list[float] = []
+            groups = 0
+            for _ in range(flaps):
+                _ip("-n", net.wire_ns, "link", "set", net.wire_links[1], "down")
+                status = (await _next(out, "port_status")).port_status
+                assert not status.up and status.groups_repaired > 0, status
+                record = writer.repairs[-1]
+                latencies.append(record.latency_ns / 1e6)
+                groups = record.groups
+                _ip("-n", net.wire_ns, "link", "set", net.wire_links[1], "up")
+                await _next(out, "port_status")
+                # The controller's next state puts the port back in its groups.
+                generation += 1
+                await writer.controller_message(
+                    control_pb2.ControllerMessage(desired_state=tor_state(ports, generation))
+                )
+                await _next(out, "applied")
+            return latencies, groups
+
+
+async def measure_programming(groups: int, routes: int) -> tuple[int, float]:
+    codec = Codec(load_p4info(REPO / "p4" / "fabric.p4info.txt"))
+    state = spine_state(groups, routes)
+    wanted, problems = translate(state)
+    if problems:
+        raise RuntimeError(f"bench state does not translate: {problems[:3]}")
+    with lab(2) as net:
+        target = P4Target(net.target, 1, 1, codec)
+        ready = asyncio.Event()
+
+        async def on_primary() -> None:
+            ready.set()
+
+        async def ignore(_: PacketIn) -> None:
+            return None
+
+        stream = asyncio.create_task(target.run(on_primary, ignore), name="p4-stream")
+        try:
+            await asyncio.wait_for(ready.wait(), 20)
+            await target.ensure_pipeline()
+            batches = diff(Pipeline(), wanted)
+            encoded = [[codec.encode_update(u) for u in batch] for batch in batches]
+            started = time.perf_counter()
+            for batch in encoded:
+                errors = await target.write(batch)
+                if errors:
+                    raise RuntimeError(f"programming failed: {errors[:3]}")
+            seconds = time.perf_counter() - started
+        finally:
+            stream.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await stream
+    return len(wanted), seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agent.bench", description=__doc__)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--flaps", type=int, default=50, help="port flaps (>= 50)")
+    parser.add_argument("--ports", type=int, default=4, help="uplinks of the bench ToR")
+    parser.add_argument("--groups", type=int, default=256)
+    parser.add_argument("--routes", type=int, default=8192)
+    args = parser.parse_args(argv)
+
+    latencies, groups = asyncio.run(measure_local_repair(args.flaps, args.ports))
+    entries, seconds = asyncio.run(measure_programming(args.groups, args.routes))
+    result = {
+        "local_repair_ms_p50": round(percentile(latencies, 50), 3),
+        "local_repair_ms_p99": round(percentile(latencies, 99), 3),
+        "local_repair_flaps": len(latencies),
+        "local_repair_groups_per_write": groups,
+        "convergence_ms_p50": None,
+        "convergence_ms_p99": None,
+        "program_entries": entries,
+        "program_seconds": round(seconds, 3),
+        "program_entries_per_s": round(entries / seconds, 1),
+        "program_state": f"synthetic: {args.groups} groups, {args.routes} routes, 32 ports",
+    }
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(
+            f"local repair (netlink event -> committed Write, {len(latencies)} flaps, "
+            f"{groups} groups per Write): p50 {result['local_repair_ms_p50']} ms, "
+            f"p99 {result['local_repair_ms_p99']} ms"
+        )
+        print(
+            f"programming ({result['program_state']}): {entries} entries in "
+            f"{seconds:.3f} s = {result['program_entries_per_s']} entries/s"
+        )
+        print("global convergence: not measured here (needs the controller daemon and lab)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
