@@ -135,6 +135,12 @@ _MODEL_DEFAULTS: dict[str, tuple[str, tuple[int, ...]]] = {
 }
 
 
+_UPDATE_TYPES = {
+    UpdateType.INSERT.value: UpdateType.INSERT,
+    UpdateType.MODIFY.value: UpdateType.MODIFY,
+    UpdateType.DELETE.value: UpdateType.DELETE,
+}
+
 # Entity kinds fabric.p4 does not declare -> the field holding their P4Info id.
 _ABSENT_ENTITIES = {
     "register_entry": "register_id",
@@ -198,12 +204,9 @@ class P4State:
 
     def apply(self, update: p4r.Update) -> None:
         """Apply one update or raise P4Error with the code the spec gives."""
-        try:
-            utype = UpdateType(update.type)
-        except ValueError:
-            raise P4Error(Code.INVALID_ARGUMENT, f"unknown update type {update.type}") from None
-        if utype is UpdateType.UNSPECIFIED:
-            raise P4Error(Code.INVALID_ARGUMENT, "update type is UNSPECIFIED")
+        utype = _UPDATE_TYPES.get(update.type)
+        if utype is None:
+            raise P4Error(Code.INVALID_ARGUMENT, f"update type {update.type} is not valid")
         entity = update.entity
         kind = entity.WhichOneof("entity")
         if kind == "table_entry":
@@ -266,8 +269,9 @@ class P4State:
         self._ref(table, action)
         if old is not None:
             self._unref(table, old.action)
-        te.ClearField("counter_data")
-        te.ClearField("meter_config")
+        if te.HasField("counter_data") or te.HasField("meter_config"):
+            te.ClearField("counter_data")  # no direct counters/meters in fabric.p4
+            te.ClearField("meter_config")
         entries[slot] = TableEntryState(key, priority, action, te)
         self._hooks.table_set(table.id, key, priority, action)
 
@@ -305,9 +309,10 @@ class P4State:
 
     def _decode_key(self, table: TableInfo, te: p4r.TableEntry) -> Key:
         fields = table.match_fields
+        field_index = table.field_index
         values: list[tuple[int, ...] | None] = [None] * len(fields)
         for fm in te.match:
-            idx = table.field_index.get(fm.field_id)
+            idx = field_index.get(fm.field_id)
             if idx is None:
                 raise P4Error(
                     Code.INVALID_ARGUMENT, f"{table.name}: no match field with id {fm.field_id}"
@@ -317,58 +322,75 @@ class P4State:
                     Code.INVALID_ARGUMENT, f"{table.name}: match field id {fm.field_id} repeated"
                 )
             info = fields[idx]
-            what = f"{table.name}.{info.name}"
+            kind = info.kind
+            bitwidth = info.bitwidth
             which = fm.WhichOneof("field_match_type")
-            try:
-                if info.kind is MatchKind.EXACT and which == "exact":
-                    raw = fm.exact.value
-                    values[idx] = (codec.decode(raw, info.bitwidth, what),)
-                    if not codec.is_canonical(raw):
-                        fm.exact.value = codec.canonical(raw)
-                elif info.kind is MatchKind.LPM and which == "lpm":
-                    plen = fm.lpm.prefix_len
-                    if plen <= 0 or plen > info.bitwidth:
-                        raise P4Error(
-                            Code.INVALID_ARGUMENT,
-                            f"{what}: prefix_len {plen} out of 1..{info.bitwidth}"
-                            " (a don't-care LPM field must be omitted)",
-                        )
-                    raw = fm.lpm.value
-                    value = codec.decode(raw, info.bitwidth, what)
-                    if value & ((1 << (info.bitwidth - plen)) - 1):
-                        raise P4Error(
-                            Code.INVALID_ARGUMENT, f"{what}: value has bits set beyond /{plen}"
-                        )
-                    values[idx] = (value, plen)
-                    if not codec.is_canonical(raw):
-                        fm.lpm.value = codec.canonical(raw)
-                elif info.kind is MatchKind.TERNARY and which == "ternary":
-                    value = codec.decode(fm.ternary.value, info.bitwidth, what)
-                    mask = codec.decode(fm.ternary.mask, info.bitwidth, what + " mask")
-                    if mask == 0:
-                        raise P4Error(
-                            Code.INVALID_ARGUMENT,
-                            f"{what}: mask 0 (a don't-care ternary field must be omitted)",
-                        )
-                    if value & ~mask:
-                        raise P4Error(Code.INVALID_ARGUMENT, f"{what}: value has bits outside mask")
-                    values[idx] = (value, mask)
-                    if not codec.is_canonical(fm.ternary.value):
-                        fm.ternary.value = codec.canonical(fm.ternary.value)
-                    if not codec.is_canonical(fm.ternary.mask):
-                        fm.ternary.mask = codec.canonical(fm.ternary.mask)
-                else:
+            if kind is MatchKind.EXACT and which == "exact":
+                exact = fm.exact
+                raw = exact.value
+                value = int.from_bytes(raw, "big")
+                if not raw or value >> bitwidth:
+                    _width_error(table, info.name, raw, bitwidth)
+                if raw[0] == 0 and len(raw) > 1:
+                    exact.value = codec.canonical(raw)
+                values[idx] = (value,)
+            elif kind is MatchKind.LPM and which == "lpm":
+                lpm = fm.lpm
+                plen = lpm.prefix_len
+                if plen <= 0 or plen > bitwidth:
                     raise P4Error(
                         Code.INVALID_ARGUMENT,
-                        f"{what} is a {info.kind.value} field, got a {which} match",
+                        f"{table.name}.{info.name}: prefix_len {plen} out of 1..{bitwidth}"
+                        " (a don't-care LPM field must be omitted)",
                     )
-            except codec.ValueWidthError as err:
-                raise P4Error(Code.INVALID_ARGUMENT, str(err)) from None
-        for idx, info in enumerate(fields):
-            if values[idx] is None and info.kind is MatchKind.EXACT:
+                raw = lpm.value
+                value = int.from_bytes(raw, "big")
+                if not raw or value >> bitwidth:
+                    _width_error(table, info.name, raw, bitwidth)
+                if value & ((1 << (bitwidth - plen)) - 1):
+                    raise P4Error(
+                        Code.INVALID_ARGUMENT,
+                        f"{table.name}.{info.name}: value has bits set beyond /{plen}",
+                    )
+                if raw[0] == 0 and len(raw) > 1:
+                    lpm.value = codec.canonical(raw)
+                values[idx] = (value, plen)
+            elif kind is MatchKind.TERNARY and which == "ternary":
+                ternary = fm.ternary
+                raw, raw_mask = ternary.value, ternary.mask
+                value = int.from_bytes(raw, "big")
+                mask = int.from_bytes(raw_mask, "big")
+                if not raw or value >> bitwidth:
+                    _width_error(table, info.name, raw, bitwidth)
+                if not raw_mask or mask >> bitwidth:
+                    _width_error(table, info.name + " mask", raw_mask, bitwidth)
+                if mask == 0:
+                    raise P4Error(
+                        Code.INVALID_ARGUMENT,
+                        f"{table.name}.{info.name}: mask 0"
+                        " (a don't-care ternary field must be omitted)",
+                    )
+                if value & ~mask:
+                    raise P4Error(
+                        Code.INVALID_ARGUMENT,
+                        f"{table.name}.{info.name}: value has bits outside mask",
+                    )
+                if not codec.is_canonical(raw):
+                    ternary.value = codec.canonical(raw)
+                if not codec.is_canonical(raw_mask):
+                    ternary.mask = codec.canonical(raw_mask)
+                values[idx] = (value, mask)
+            else:
                 raise P4Error(
-                    Code.INVALID_ARGUMENT, f"{table.name}: exact field {info.name!r} missing"
+                    Code.INVALID_ARGUMENT,
+                    f"{table.name}.{info.name} is a {kind.value} field, got a {which} match",
                 )
+        if None in values:
+            for idx, info in enumerate(fields):
+                if values[idx] is None and info.kind is MatchKind.EXACT:
+                    raise P4Error(
+                        Code.INVALID_ARGUMENT, f"{table.name}: exact field {info.name!r} missing"
+                    )
         return tuple(values)
 
     def _decode_table_action(self, table: TableInfo, te: p4r.TableEntry) -> TableAction:
@@ -407,29 +429,34 @@ class P4State:
             raise P4Error(Code.INVALID_ARGUMENT, f"{where}: no action with id {action.action_id}")
         if info.id not in allowed:
             raise P4Error(Code.INVALID_ARGUMENT, f"{where}: action {info.name!r} not allowed here")
-        args: dict[int, int] = {}
+        params = info.params
+        args: list[int | None] = [None] * len(params)
+        position = info.param_position
         for param in action.params:
-            pinfo = info.param_by_id.get(param.param_id)
-            if pinfo is None:
+            pos = position.get(param.param_id)
+            if pos is None:
                 raise P4Error(
                     Code.INVALID_ARGUMENT, f"{info.name}: no parameter with id {param.param_id}"
                 )
-            if pinfo.id in args:
+            if args[pos] is not None:
                 raise P4Error(
-                    Code.INVALID_ARGUMENT, f"{info.name}: parameter {pinfo.name} repeated"
+                    Code.INVALID_ARGUMENT, f"{info.name}: parameter {params[pos].name} repeated"
                 )
-            try:
-                args[pinfo.id] = codec.decode(
-                    param.value, pinfo.bitwidth, f"{info.name}.{pinfo.name}"
+            raw = param.value
+            value = int.from_bytes(raw, "big")
+            if not raw or value >> params[pos].bitwidth:
+                raise P4Error(
+                    Code.INVALID_ARGUMENT,
+                    f"{info.name}.{params[pos].name}: value 0x{raw.hex()} is empty or does not"
+                    f" fit in {params[pos].bitwidth} bits",
                 )
-            except codec.ValueWidthError as err:
-                raise P4Error(Code.INVALID_ARGUMENT, str(err)) from None
-            if not codec.is_canonical(param.value):
-                param.value = codec.canonical(param.value)
-        if len(args) != len(info.params):
-            missing = [p.name for p in info.params if p.id not in args]
+            if raw[0] == 0 and len(raw) > 1:
+                param.value = codec.canonical(raw)
+            args[pos] = value
+        if None in args:
+            missing = [p.name for p, a in zip(params, args, strict=True) if a is None]
             raise P4Error(Code.INVALID_ARGUMENT, f"{info.name}: missing parameters {missing}")
-        return ActionCall(info.id, tuple(args[p.id] for p in info.params))
+        return ActionCall(info.id, tuple(args))  # type: ignore[arg-type]
 
     def _ref(self, table: TableInfo, action: TableAction) -> None:
         if isinstance(action, MemberRef):
@@ -688,3 +715,10 @@ class P4State:
                         data=p4r.CounterData(byte_count=octets, packet_count=packets),
                     )
                 )
+
+
+def _width_error(table: TableInfo, field: str, raw: bytes, bitwidth: int) -> None:
+    raise P4Error(
+        Code.INVALID_ARGUMENT,
+        f"{table.name}.{field}: value 0x{raw.hex()} is empty or does not fit in {bitwidth} bits",
+    )

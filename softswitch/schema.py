@@ -70,6 +70,7 @@ class ActionInfo:
     name: str
     params: tuple[ParamInfo, ...]
     param_by_id: dict[int, ParamInfo] = field(compare=False)
+    param_position: dict[int, int] = field(compare=False)  # param id -> index in params
 
 
 @dataclass(frozen=True)
@@ -284,7 +285,13 @@ class FabricSchema:
 
 def _action(action: p4i.Action) -> ActionInfo:
     params = tuple(ParamInfo(p.id, p.name, p.bitwidth) for p in action.params)
-    return ActionInfo(action.preamble.id, action.preamble.name, params, {p.id: p for p in params})
+    return ActionInfo(
+        action.preamble.id,
+        action.preamble.name,
+        params,
+        {p.id: p for p in params},
+        {p.id: i for i, p in enumerate(params)},
+    )
 
 
 def _table(table: p4i.Table) -> TableInfo:
