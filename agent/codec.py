@@ -9,6 +9,7 @@ padding it uses."""
 from __future__ import annotations
 
 import difflib
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ from agent.translate import (
 )
 
 T = TypeVar("T")
+LOG = logging.getLogger("railfabric.agent.codec")
 
 ACL = "FabricIngress.acl"
 QOS = "FabricIngress.qos_classify"
@@ -429,7 +431,13 @@ class Codec:
         entries: dict[tuple[object, ...], Entry] = {}
         foreign: list[p4r.Entity] = []
         for entity in entities:
-            entry = self.decode(entity)
+            try:
+                entry = self.decode(entity)
+            except ValueError as err:
+                # In one of our tables but not in a shape we write (another client's entry):
+                # left alone; a write to the same key then fails and is reported by object.
+                LOG.warning("%s", err)
+                entry = None
             if entry is None:
                 foreign.append(entity)
             else:

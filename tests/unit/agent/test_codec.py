@@ -91,3 +91,11 @@ def test_an_unreadable_p4info_names_the_file(tmp_path: Path) -> None:
     bad.write_text("tables { nonsense: 1 }")
     with pytest.raises(P4InfoMismatch, match=r"bad\.p4info\.txt: not a P4Info"):
         load_p4info(bad)
+
+
+def test_an_entry_in_our_table_with_a_foreign_action_is_set_aside(codec: Codec) -> None:
+    wire = codec.encode(RouteEntry(0x0A000000, 8, 4))
+    wire.table_entry.action.action.action_id = codec.actions["FabricIngress.drop"].id
+    del wire.table_entry.action.action.params[:]
+    pipeline, foreign = codec.decode_all([wire])
+    assert len(pipeline) == 0 and foreign == [wire]
