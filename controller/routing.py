@@ -1,0 +1,695 @@
+"""Valley-free up/down ECMP over the Clos, full and incremental (ARCHITECTURE §3).
+
+Model. Destinations are the ToR prefixes (one per ToR) plus, on each ToR, a /32 host route per
+cabled NIC. Reachability is kept as Python ints used as bitsets over destination indexes:
+- down[x]  = destinations x reaches by going only down (a ToR: itself);
+- reach[x] = down[x] | reach[p] for every live parent p: what x reaches valley-free.
+A switch sends traffic for d down through the live children whose down-set holds d, and
+otherwise up through every live parent whose reach holds d. Paths are therefore up*-down*,
+loop-free and valley-free, and a spine that lost its only way to ToR X drops out of reach for
+X everywhere: every ToR stops choosing it for X's prefix (the remote failure).
+
+A switch's routes are a few *classes*: destination bitsets sharing one next-hop group, so a
+healthy ToR of a 100k-GPU fabric holds one class for 1,599 prefixes, not 1,599 objects.
+Next-hop groups are deduplicated per switch by their port set and keep their id while that
+set exists. A set larger than `max_ecmp_group_size` is split into balanced parts, and the
+destinations of the class are spread over the parts by destination index (every member is
+still used, no flow is pinned to a truncated group); `split_notices()` reports each one.
+
+Incremental: a link event updates down-sets upward from the link, then reach downward, and
+re-classifies only the (switch, destinations) pairs whose inputs changed, returning per-switch
+deltas. Full computation (a fresh `FabricRouting`) gives the same routes; tests check it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import reduce
+from itertools import compress
+from operator import or_
+
+from controller.fabric import Fabric, Prefix, Role
+
+
+class RoutingError(ValueError):
+    """An event or a query names something the fabric does not have."""
+
+
+@dataclass(frozen=True, slots=True)
+class LinkEvent:
+    """The cable on `switch`:`port` went down (or came back up)."""
+
+    switch: str
+    port: int
+    up: bool
+
+
+@dataclass(frozen=True, slots=True)
+class NextHop:
+    port: int
+    dmac: int
+    weight: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """A next-hop group: members in ascending port order (the order agents create them)."""
+
+    id: int
+    ports: tuple[int, ...]
+    # Weight per member; empty when all are 1 (plain ECMP).
+    weights: tuple[int, ...] = ()
+    # Set when this group is one part of a next-hop set split for the maximum group size:
+    # the size of the whole set.
+    split_of: int = 0
+    # The switch's port -> neighbour MAC table (shared, read when the MACs are needed).
+    peer_macs: Mapping[int, int] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def dmacs(self) -> tuple[int, ...]:
+        return tuple(map(self.peer_macs.__getitem__, self.ports))
+
+    @property
+    def next_hops(self) -> tuple[NextHop, ...]:
+        weights = self.weights or (1,) * len(self.ports)
+        return tuple(
+            NextHop(p, m, w) for p, m, w in zip(self.ports, self.dmacs, weights, strict=True)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    prefix: Prefix
+    group_id: int
+
+
+@dataclass(frozen=True)
+class SwitchDelta:
+    """Changes to one switch's routes and groups. Apply order: upsert groups, upsert routes,
+    delete routes, delete groups (no route ever points at a missing group)."""
+
+    switch: str
+    upsert_groups: tuple[Group, ...]
+    upsert_routes: tuple[Route, ...]
+    delete_routes: tuple[Prefix, ...]
+    delete_groups: tuple[int, ...]
+
+    @property
+    def entries(self) -> int:
+        return (
+            len(self.upsert_groups)
+            + len(self.upsert_routes)
+            + len(self.delete_routes)
+            + len(self.delete_groups)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SplitNotice:
+    """A next-hop set of `members` ports cut into `parts` groups on `switch`."""
+
+    switch: str
+    members: int
+    parts: int
+    max_group_size: int
+
+
+def iter_bits(bits: int) -> Iterator[int]:
+    """Indexes of the set bits, ascending."""
+    while bits:
+        low = bits & -bits
+        yield low.bit_length() - 1
+        bits ^= low
+
+
+class _Topo:
+    """The fabric compiled to indexes (built once)."""
+
+    def __init__(self, fabric: Fabric) -> None:
+        self.fabric = fabric
+        sws = fabric.switches
+        self.names = [s.name for s in sws]
+        self.index = {s.name: i for i, s in enumerate(sws)}
+        self.tier = [s.role.tier for s in sws]
+        self.max_tier = max(self.tier, default=0)
+        self.mac_base = [s.mac_base for s in sws]
+        # Destinations: ToRs in fabric order.
+        self.dest_switch: list[int] = []
+        self.dest_prefix: list[Prefix] = []
+        self.dest_of: list[int] = [-1] * len(sws)
+        for i, s in enumerate(sws):
+            if s.role is Role.TOR:
+                assert s.prefix is not None
+                self.dest_of[i] = len(self.dest_switch)
+                self.dest_switch.append(i)
+                self.dest_prefix.append(s.prefix)
+        self.all_dests = (1 << len(self.dest_switch)) - 1
+        by_len: dict[int, dict[int, int]] = {}
+        for t, p in enumerate(self.dest_prefix):
+            by_len.setdefault(p.length, {})[p.address] = t
+        self.prefix_lookup = sorted(by_len.items(), reverse=True)
+        # Links: lower end a, upper end b.
+        n = len(sws)
+        self.up: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]  # port, link, parent
+        self.down: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]  # port, link, child
+        self.link_ends: list[tuple[int, int, int, int]] = []
+        self.port_speed: list[dict[int, int]] = [{} for _ in range(n)]
+        self.port_peer_mac: list[dict[int, int]] = [{} for _ in range(n)]
+        self.port_owner: dict[tuple[int, int], tuple[bool, int]] = {}  # (is_nic, id)
+        for lid, ln in enumerate(fabric.links):
+            a, b = self.index[ln.a], self.index[ln.b]
+            self.link_ends.append((a, ln.a_port, b, ln.b_port))
+            self.up[a].append((ln.a_port, lid, b))
+            self.down[b].append((ln.b_port, lid, a))
+            self.port_speed[a][ln.a_port] = ln.speed_mbps
+            self.port_speed[b][ln.b_port] = ln.speed_mbps
+            self.port_peer_mac[a][ln.a_port] = self.mac_base[b] | ln.b_port
+            self.port_peer_mac[b][ln.b_port] = self.mac_base[a] | ln.a_port
+            self.port_owner[(a, ln.a_port)] = (False, lid)
+            self.port_owner[(b, ln.b_port)] = (False, lid)
+        for lst in self.up + self.down:
+            lst.sort()
+        self.nic_switch: list[int] = []
+        self.nic_port: list[int] = []
+        self.nic_ip: list[int] = []
+        self.nic_by_ip: dict[int, int] = {}
+        for k, nic in enumerate(fabric.nics):
+            tor = self.index[nic.switch]
+            self.nic_switch.append(tor)
+            self.nic_port.append(nic.port)
+            self.nic_ip.append(nic.ipv4)
+            self.nic_by_ip[nic.ipv4] = k
+            self.port_speed[tor][nic.port] = nic.speed_mbps
+            self.port_peer_mac[tor][nic.port] = nic.mac
+            self.port_owner[(tor, nic.port)] = (True, k)
+        self.mixed_speeds = [len(set(sp.values())) > 1 for sp in self.port_speed]
+        self.host_nics: list[list[int]] = [[] for _ in range(n)]
+        for k, tor in enumerate(self.nic_switch):
+            self.host_nics[tor].append(k)
+        self._masks: dict[tuple[int, int], int] = {}
+
+    def dest_for_ip(self, address: int) -> int | None:
+        for length, table in self.prefix_lookup:
+            mask = (0xFFFFFFFF << (32 - length)) & 0xFFFFFFFF
+            t = table.get(address & mask)
+            if t is not None:
+                return t
+        return None
+
+    def residue_mask(self, parts: int, part: int) -> int:
+        """Destinations whose index is `part` modulo `parts` (for split groups)."""
+        key = (parts, part)
+        mask = self._masks.get(key)
+        if mask is None:
+            mask = 0
+            for t in range(part, len(self.dest_switch), parts):
+                mask |= 1 << t
+            self._masks[key] = mask
+        return mask
+
+
+class FabricRouting:
+    """Routes and groups of every switch, under a set of down links.
+
+    `FabricRouting(fabric, down=...)` computes everything from scratch; `apply(events)`
+    updates incrementally and returns the per-switch deltas.
+    """
+
+    def __init__(
+        self,
+        fabric: Fabric,
+        down: Iterable[LinkEvent] = (),
+        max_group_size: int | None = None,
+    ) -> None:
+        self.topo = t = _Topo(fabric)
+        self.max_group_size = max_group_size or fabric.max_ecmp_group_size
+        n = len(t.names)
+        self.link_live = bytearray(b"\x01" * len(t.link_ends))
+        self.nic_live = bytearray(b"\x01" * len(t.nic_ip))
+        for ev in down:
+            is_nic, ident = self._resolve(ev)
+            (self.nic_live if is_nic else self.link_live)[ident] = 1 if ev.up else 0
+        # Live adjacency (kept in port order).
+        self.live_up: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        self.live_down: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        self.up_ports: list[list[int]] = [[] for _ in range(n)]
+        self.up_nbrs: list[list[int]] = [[] for _ in range(n)]
+        self.ports_to: list[dict[int, list[int]]] = [{} for _ in range(n)]
+        self.down_nbrs: list[list[int]] = [[] for _ in range(n)]
+        for x in range(n):
+            self._refresh_adjacency(x)
+        self.own_bit = [1 << d if d >= 0 else 0 for d in t.dest_of]
+        self.down_set = [0] * n
+        self.reach = [0] * n
+        # Per switch: gid -> destination bitset; gid -> ports; ports -> gid; gid -> split total.
+        self.classes: list[dict[int, int]] = [{} for _ in range(n)]
+        self.group_ports: list[dict[int, tuple[int, ...]]] = [{} for _ in range(n)]
+        self.group_by_ports: list[dict[tuple[int, ...], int]] = [{} for _ in range(n)]
+        self.group_split: list[dict[int, int]] = [{} for _ in range(n)]
+        self.next_gid = [1] * n
+        # ToRs: NIC index -> gid of its /32.
+        self.host_routes: list[dict[int, int]] = [{} for _ in range(n)]
+        self._full()
+
+    # --- construction ---------------------------------------------------------------------
+
+    def _resolve(self, ev: LinkEvent) -> tuple[bool, int]:
+        x = self.topo.index.get(ev.switch)
+        if x is None:
+            raise RoutingError(f"unknown switch {ev.switch!r}")
+        owner = self.topo.port_owner.get((x, ev.port))
+        if owner is None:
+            raise RoutingError(f"{ev.switch}:{ev.port} has no cable in the fabric")
+        return owner
+
+    def _refresh_adjacency(self, x: int) -> None:
+        live = self.link_live
+        self.live_up[x] = ups = [(port, p) for port, lid, p in self.topo.up[x] if live[lid]]
+        self.live_down[x] = downs = [(port, c) for port, lid, c in self.topo.down[x] if live[lid]]
+        self.up_ports[x] = [port for port, _ in ups]
+        ports_to: dict[int, list[int]] = {}
+        for port, p in ups:
+            ports_to.setdefault(p, []).append(port)
+        self.ports_to[x] = ports_to
+        self.up_nbrs[x] = [p for _, p in ups]
+        self.down_nbrs[x] = [c for _, c in downs]
+
+    def _own_down(self, x: int) -> int:
+        return self.own_bit[x]
+
+    def _full(self) -> None:
+        t = self.topo
+        order = sorted(range(len(t.names)), key=lambda i: t.tier[i])
+        for x in order:
+            bits = self._own_down(x)
+            for _, c in self.live_down[x]:
+                bits |= self.down_set[c]
+            self.down_set[x] = bits
+        for x in reversed(order):
+            bits = self.down_set[x]
+            for _, p in self.live_up[x]:
+                bits |= self.reach[p]
+            self.reach[x] = bits
+        for x in order:
+            for bits, ports in self._classify(x, t.all_dests):
+                self._assign(x, bits, ports, None)
+            for k in t.host_nics[x]:
+                if self.nic_live[k]:
+                    self.host_routes[x][k] = self._gid(x, (t.nic_port[k],), 0, None)
+
+    # --- classification -------------------------------------------------------------------
+
+    def _classify(self, x: int, mask: int) -> list[tuple[int, tuple[int, ...]]]:
+        """(destinations, ascending ports) for the destinations of `mask` x can reach."""
+        out: list[tuple[int, tuple[int, ...]]] = []
+        down_m = self.down_set[x] & mask
+        down_bits = down_m & ~self.own_bit[x]
+        if down_bits:
+            down_set = self.down_set
+            out.extend(
+                self._partition(down_bits, [(port, down_set[c]) for port, c in self.live_down[x]])
+            )
+        # Not narrowed by reach[x]: ToRs learn their reach from this (see apply).
+        up_bits = mask & ~down_m if down_m else mask
+        if up_bits and self.up_nbrs[x]:
+            reach = self.reach
+            if up_bits & (up_bits - 1) == 0:  # one destination: one class
+                holds = map(up_bits.__and__, map(reach.__getitem__, self.up_nbrs[x]))
+                ports = tuple(compress(self.up_ports[x], holds))
+                if ports:
+                    out.append((up_bits, ports))
+            else:
+                out.extend(
+                    self._partition(up_bits, [(port, reach[p]) for port, p in self.live_up[x]])
+                )
+        return out
+
+    def _classify_hinted(
+        self, x: int, mask: int, old: dict[int, int], parents: list[int]
+    ) -> list[tuple[int, tuple[int, ...]]] | None:
+        """`_classify` when only the reach of `parents` changed: each destination keeps its
+        old next hops, plus or minus the ports to those parents. None when it cannot."""
+        if mask & (mask - 1) or mask & self.down_set[x]:
+            return None
+        d = mask.bit_length() - 1
+        gid = old.get(d)
+        if gid is not None and gid in self.group_split[x]:
+            return None
+        ports = set(self.group_ports[x][gid]) if gid is not None else set()
+        ports_to = self.ports_to[x]
+        for p in set(parents):
+            if self.reach[p] & mask:
+                ports.update(ports_to.get(p, ()))
+            else:
+                ports.difference_update(ports_to.get(p, ()))
+        return [(mask, tuple(sorted(ports)))] if ports else []
+
+    @staticmethod
+    def _partition(
+        bits: int, neighbours: Sequence[tuple[int, int]]
+    ) -> list[tuple[int, tuple[int, ...]]]:
+        """Split `bits` into classes by which neighbours' sets hold them; bits no neighbour
+        holds are unreachable and left out."""
+        values: dict[int, list[int]] = {}
+        for port, value in neighbours:
+            v = value & bits
+            if v:
+                ports = values.get(v)
+                if ports is None:
+                    values[v] = [port]
+                else:
+                    ports.append(port)
+        if len(values) == 1:
+            ((v, ports),) = values.items()
+            return [(v, tuple(ports))]
+        if not values:
+            return []
+        union = reduce(or_, values)
+        if sum(v.bit_count() for v in values) == union.bit_count():  # disjoint sets
+            return [(v, tuple(ports)) for v, ports in values.items()]
+        classes: list[tuple[int, list[int]]] = [(bits, [])]
+        for v, ports in values.items():
+            refined: list[tuple[int, list[int]]] = []
+            for c, cports in classes:
+                inside = c & v
+                if inside:
+                    refined.append((inside, cports + ports))
+                outside = c & ~v
+                if outside:
+                    refined.append((outside, cports))
+            classes = refined
+        return [(c, tuple(sorted(ports))) for c, ports in classes if ports]
+
+    # --- groups -----------------------------------------------------------------------------
+
+    def _gid(self, x: int, ports: tuple[int, ...], split_of: int, created: list[int] | None) -> int:
+        gid = self.group_by_ports[x].get(ports)
+        if gid is None:
+            gid = self.next_gid[x]
+            self.next_gid[x] = gid + 1
+            self.group_by_ports[x][ports] = gid
+            self.group_ports[x][gid] = ports
+            if split_of:
+                self.group_split[x][gid] = split_of
+            if created is not None:
+                created.append(gid)
+        return gid
+
+    def _assign(self, x: int, bits: int, ports: tuple[int, ...], created: list[int] | None) -> None:
+        """Point the destinations `bits` of x at the group(s) for `ports`."""
+        classes = self.classes[x]
+        limit = self.max_group_size
+        if len(ports) <= limit:
+            gid = self._gid(x, ports, 0, created)
+            classes[gid] = classes.get(gid, 0) | bits
+            return
+        parts = math.ceil(len(ports) / limit)
+        size, extra = divmod(len(ports), parts)
+        start = 0
+        for part in range(parts):
+            end = start + size + (1 if part < extra else 0)
+            sub = bits & self.topo.residue_mask(parts, part)
+            if sub:
+                gid = self._gid(x, ports[start:end], len(ports), created)
+                classes[gid] = classes.get(gid, 0) | sub
+            start = end
+
+    def _drop_group(self, x: int, gid: int) -> None:
+        ports = self.group_ports[x].pop(gid)
+        del self.group_by_ports[x][ports]
+        self.group_split[x].pop(gid, None)
+
+    # --- incremental ----------------------------------------------------------------------
+
+    def apply(self, events: Iterable[LinkEvent]) -> dict[str, SwitchDelta]:
+        """Apply link state changes; return the deltas of the switches that changed."""
+        t = self.topo
+        changed_links: list[int] = []
+        changed_nics: list[int] = []
+        for ev in events:
+            is_nic, ident = self._resolve(ev)
+            flag = 1 if ev.up else 0
+            if is_nic:
+                if self.nic_live[ident] != flag:
+                    self.nic_live[ident] = flag
+                    changed_nics.append(ident)
+            elif self.link_live[ident] != flag:
+                self.link_live[ident] = flag
+                changed_links.append(ident)
+        for lid in changed_links:
+            a, _, b, _ = t.link_ends[lid]
+            self._refresh_adjacency(a)
+            self._refresh_adjacency(b)
+        tiers = range(t.max_tier + 1)
+        down_set, reach = self.down_set, self.reach
+        # Down-sets, upward from the upper ends; each switch recomputes only the destinations
+        # its children's changes touch.
+        pending: list[dict[int, int]] = [{} for _ in tiers]
+        for lid in changed_links:
+            a, _, b, _ = t.link_ends[lid]
+            pb = pending[t.tier[b]]
+            pb[b] = pb.get(b, 0) | down_set[a]
+        down_changed: dict[int, int] = {}
+        for tier in tiers:
+            for x in sorted(pending[tier]):
+                d = pending[tier][x]
+                bits = reduce(or_, map(d.__and__, map(down_set.__getitem__, self.down_nbrs[x])), 0)
+                bits = (down_set[x] & ~d) | bits | (self._own_down(x) & d)
+                diff = bits ^ down_set[x]
+                if diff:
+                    down_set[x] = bits
+                    down_changed[x] = diff
+                    for _, _, p in t.up[x]:
+                        pp = pending[t.tier[p]]
+                        pp[p] = pp.get(p, 0) | diff
+        # Reach, downward.
+        pending = [{} for _ in tiers]
+        for x, diff in down_changed.items():
+            pending[t.tier[x]][x] = diff
+        for lid in changed_links:
+            a, _, b, _ = t.link_ends[lid]
+            pa = pending[t.tier[a]]
+            pa[a] = pa.get(a, 0) | reach[b]
+        reach_changed: dict[int, int] = {}
+        dirty: dict[int, int] = {}
+        # Switches whose only change is in some parents' reach: the parents, so that
+        # re-classification can adjust the old next hops instead of asking every parent.
+        hints: dict[int, list[int]] = {}
+        for tier in reversed(tiers):
+            if tier == 0:
+                # ToRs have no children: their reach is refreshed by re-classification.
+                for x, d in pending[0].items():
+                    dirty[x] = dirty.get(x, 0) | d
+                break
+            for x in sorted(pending[tier]):
+                d = pending[tier][x]
+                bits = reduce(or_, map(d.__and__, map(reach.__getitem__, self.up_nbrs[x])), 0)
+                bits = (reach[x] & ~d) | bits | (down_set[x] & d)
+                diff = bits ^ reach[x]
+                if diff:
+                    reach[x] = bits
+                    reach_changed[x] = diff
+                    for _, _, c in t.down[x]:
+                        pc = pending[t.tier[c]]
+                        pc[c] = pc.get(c, 0) | diff
+                        hints.setdefault(c, []).append(x)
+        # Which (switch, destinations) to re-classify: a switch whose own sets, children's
+        # down-sets or parents' reach changed, and both ends of a changed link.
+        get = dirty.get
+        for x, diff in down_changed.items():
+            dirty[x] = get(x, 0) | diff
+            for _, _, p in t.up[x]:
+                dirty[p] = get(p, 0) | diff
+        for x, diff in reach_changed.items():
+            dirty[x] = get(x, 0) | diff
+            for _, _, c in t.down[x]:
+                dirty[c] = get(c, 0) | diff
+        for lid in changed_links:
+            a, _, b, _ = t.link_ends[lid]
+            dirty[a] = get(a, 0) | reach[b] | reach_changed.get(b, 0)
+            dirty[b] = get(b, 0) | down_set[a] | down_changed.get(a, 0)
+        for x in down_changed:
+            hints.pop(x, None)
+            for _, _, p in t.up[x]:
+                hints.pop(p, None)
+        for lid in changed_links:
+            a, _, b, _ = t.link_ends[lid]
+            hints.pop(a, None)
+            hints.pop(b, None)
+        deltas: dict[str, SwitchDelta] = {}
+        for x in sorted(dirty):
+            delta = self._reclassify(x, dirty[x], hints.get(x))
+            if delta is not None:
+                deltas[t.names[x]] = delta
+        for k in changed_nics:
+            x = t.nic_switch[k]
+            delta = self._host_change(x, k)
+            if t.names[x] in deltas:
+                delta = _merge(deltas[t.names[x]], delta)
+            deltas[t.names[x]] = delta
+        return deltas
+
+    def _reclassify(self, x: int, mask: int, hint: list[int] | None) -> SwitchDelta | None:
+        t = self.topo
+        classes = self.classes[x]
+        old: dict[int, int] = {}
+        for gid, bits in list(classes.items()):
+            hit = bits & mask
+            if hit:
+                if hit & (hit - 1):
+                    for d in iter_bits(hit):
+                        old[d] = gid
+                else:
+                    old[hit.bit_length() - 1] = gid
+                rest = bits & ~mask
+                if rest:
+                    classes[gid] = rest
+                else:
+                    del classes[gid]
+        created: list[int] = []
+        new: dict[int, int] = {}
+        reached = self.down_set[x] & mask
+        found = None if hint is None else self._classify_hinted(x, mask, old, hint)
+        for bits, ports in found if found is not None else self._classify(x, mask):
+            self._assign(x, bits, ports, created)
+            reached |= bits
+        if t.tier[x] == 0:
+            self.reach[x] = (self.reach[x] & ~mask) | reached
+        for gid, bits in classes.items():
+            hit = bits & mask
+            if hit:
+                if hit & (hit - 1):
+                    for d in iter_bits(hit):
+                        new[d] = gid
+                else:
+                    new[hit.bit_length() - 1] = gid
+        prefixes = t.dest_prefix
+        upserts = tuple(
+            Route(prefixes[d], gid) for d, gid in sorted(new.items()) if old.get(d) != gid
+        )
+        deletes = tuple(prefixes[d] for d in sorted(old) if d not in new)
+        # Route groups and host groups never share ports, so a route group is in use exactly
+        # while some class points at it.
+        gone = sorted({gid for gid in old.values() if gid not in classes})
+        created_live = [g for g in created if g in classes]
+        for gid in gone:
+            self._drop_group(x, gid)
+        if not (upserts or deletes or gone or created_live):
+            return None
+        return SwitchDelta(
+            t.names[x],
+            tuple(self.group(x, g) for g in created_live),
+            upserts,
+            deletes,
+            tuple(gone),
+        )
+
+    def _host_change(self, x: int, k: int) -> SwitchDelta:
+        t = self.topo
+        prefix = Prefix(t.nic_ip[k], 32)
+        name = t.names[x]
+        if self.nic_live[k]:
+            created: list[int] = []
+            gid = self._gid(x, (t.nic_port[k],), 0, created)
+            self.host_routes[x][k] = gid
+            groups = tuple(self.group(x, g) for g in created)
+            return SwitchDelta(name, groups, (Route(prefix, gid),), (), ())
+        gid = self.host_routes[x].pop(k)
+        self._drop_group(x, gid)
+        return SwitchDelta(name, (), (), (prefix,), (gid,))
+
+    # --- queries ----------------------------------------------------------------------------
+
+    def switch_index(self, name: str) -> int:
+        x = self.topo.index.get(name)
+        if x is None:
+            raise RoutingError(f"unknown switch {name!r}")
+        return x
+
+    def group(self, x: int, gid: int) -> Group:
+        ports = self.group_ports[x][gid]
+        weights: tuple[int, ...] = ()
+        if self.topo.mixed_speeds[x] and len(ports) > 1:
+            speeds = [self.topo.port_speed[x][p] for p in ports]
+            if min(speeds) != max(speeds):
+                g = math.gcd(*speeds)
+                scaled = tuple(s // g for s in speeds)
+                # Targets without weights repeat a member `weight` times: keep the group
+                # within the size limit, else fall back to equal weights.
+                if sum(scaled) <= self.max_group_size:
+                    weights = scaled
+        return Group(
+            gid, ports, weights, self.group_split[x].get(gid, 0), self.topo.port_peer_mac[x]
+        )
+
+    def groups(self, name: str) -> tuple[Group, ...]:
+        x = self.switch_index(name)
+        return tuple(self.group(x, gid) for gid in sorted(self.group_ports[x]))
+
+    def routes(self, name: str) -> tuple[Route, ...]:
+        """Every route of a switch, ToR prefixes then host routes, by prefix."""
+        x = self.switch_index(name)
+        t = self.topo
+        out = [
+            Route(t.dest_prefix[d], gid)
+            for gid, bits in self.classes[x].items()
+            for d in iter_bits(bits)
+        ]
+        out.extend(Route(Prefix(t.nic_ip[k], 32), gid) for k, gid in self.host_routes[x].items())
+        out.sort(key=lambda r: (r.prefix.address, r.prefix.length))
+        return tuple(out)
+
+    def route_count(self) -> int:
+        return sum(sum(bits.bit_count() for bits in cls.values()) for cls in self.classes) + sum(
+            len(h) for h in self.host_routes
+        )
+
+    def group_count(self) -> int:
+        return sum(len(g) for g in self.group_ports)
+
+    def lookup(self, name: str, dst_ip: int) -> Group | None:
+        """The group a packet to `dst_ip` uses on switch `name` (longest prefix match)."""
+        x = self.switch_index(name)
+        t = self.topo
+        k = t.nic_by_ip.get(dst_ip)
+        if k is not None and t.nic_switch[k] == x:
+            gid = self.host_routes[x].get(k)
+            return None if gid is None else self.group(x, gid)
+        d = t.dest_for_ip(dst_ip)
+        if d is None:
+            return None
+        for gid, bits in self.classes[x].items():
+            if bits >> d & 1:
+                return self.group(x, gid)
+        return None
+
+    def next_hops_by_prefix(self, name: str) -> dict[Prefix, tuple[int, ...]]:
+        """Prefix -> egress ports of its group(s): the routing semantics, free of group ids
+        (what incremental and full computation must agree on)."""
+        x = self.switch_index(name)
+        return {r.prefix: self.group_ports[x][r.group_id] for r in self.routes(name)}
+
+    def split_notices(self) -> list[SplitNotice]:
+        out = []
+        for x, splits in enumerate(self.group_split):
+            totals = sorted(set(splits.values()))
+            for total in totals:
+                parts = math.ceil(total / self.max_group_size)
+                out.append(SplitNotice(self.topo.names[x], total, parts, self.max_group_size))
+        return out
+
+    def is_link_live(self, name: str, port: int) -> bool:
+        is_nic, ident = self._resolve(LinkEvent(name, port, up=True))
+        return bool((self.nic_live if is_nic else self.link_live)[ident])
+
+
+def _merge(a: SwitchDelta, b: SwitchDelta) -> SwitchDelta:
+    return SwitchDelta(
+        a.switch,
+        a.upsert_groups + b.upsert_groups,
+        a.upsert_routes + b.upsert_routes,
+        a.delete_routes + b.delete_routes,
+        a.delete_groups + b.delete_groups,
+    )
