@@ -1,10 +1,166 @@
-"""`railctl`: the operator CLI."""
+"""`railctl`: the operator CLI.
+
+Offline commands work on a fabric file and need no controller: `check`, `expand`, `path`.
+Controller-backed commands (topology, links, switches, routes, events, alarms, diagnose) talk
+to `--controller` over the admin API; each command is one `Command` in `COMMANDS`, so adding
+one is: write `def _cmd_x(args) -> int`, register it with its argument builder.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from controller.fabric import Fabric, Role, ipv4_str, parse_ipv4
+from controller.intent import IntentError, load_fabric, to_explicit, to_explicit_yaml
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    if args.json:
+        print(json.dumps(data, indent=2, sort_keys=False))
+    else:
+        print(text)
+
+
+def _load(args: argparse.Namespace) -> Fabric | None:
+    try:
+        return load_fabric(args.fabric)
+    except IntentError as exc:
+        if args.json:
+            print(json.dumps({"error": str(exc), "line": exc.line, "field": exc.field}))
+        print(f"railctl: {exc}", file=sys.stderr)
+        return None
+
+
+# --- check --------------------------------------------------------------------------------
+
+
+def fabric_summary(fabric: Fabric) -> dict[str, Any]:
+    tiers = fabric.tiers()
+    prefixes = [str(s.prefix) for s in fabric.switches if s.prefix is not None]
+    return {
+        "name": fabric.name,
+        "rails": fabric.rails,
+        "switches": {role.value: tiers[role] for role in Role},
+        "switches_total": len(fabric.switches),
+        "links": len(fabric.links),
+        "host_nics": len(fabric.nics),
+        "prefixes": len(prefixes),
+        "prefix_examples": prefixes[:3],
+        "max_ecmp_group_size": fabric.max_ecmp_group_size,
+        "qos_profile": fabric.qos.profile,
+    }
+
+
+def _args_fabric(p: argparse.ArgumentParser) -> None:
+    p.add_argument("fabric", help="fabric intent YAML (parametric or explicit)")
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    fabric = _load(args)
+    if fabric is None:
+        return 1
+    s = fabric_summary(fabric)
+    tiers = ", ".join(f"{n} {role}" for role, n in s["switches"].items() if n)
+    text = (
+        f"{args.fabric}: OK: fabric {s['name']!r}, {s['rails']} rails\n"
+        f"  switches: {s['switches_total']} ({tiers})\n"
+        f"  links:    {s['links']} switch-to-switch, {s['host_nics']} host NICs\n"
+        f"  prefixes: {s['prefixes']} (one per ToR, e.g. {', '.join(s['prefix_examples'])})"
+    )
+    _emit(args, s, text)
+    return 0
+
+
+def _cmd_expand(args: argparse.Namespace) -> int:
+    fabric = _load(args)
+    if fabric is None:
+        return 1
+    if args.json:
+        print(json.dumps(to_explicit(fabric), indent=1))
+    else:
+        sys.stdout.write(to_explicit_yaml(fabric))
+    return 0
+
+
+# --- path ---------------------------------------------------------------------------------
+
+
+def _args_path(p: argparse.ArgumentParser) -> None:
+    _args_fabric(p)
+    p.add_argument("src", help="source NIC IPv4 address")
+    p.add_argument("dst", help="destination NIC IPv4 address")
+    p.add_argument("--sport", type=int, required=True, help="L4 source port")
+    p.add_argument("--dport", type=int, default=4791, help="L4 destination port (RoCEv2 4791)")
+    p.add_argument("--proto", type=int, default=17, help="IP protocol (17 UDP)")
+    p.add_argument("--qp", type=int, help="RoCEv2 destination QP (shown only)")
+    p.add_argument(
+        "--down",
+        action="append",
+        default=[],
+        metavar="SWITCH:PORT",
+        help="treat the link on this port as down (repeatable)",
+    )
+
+
+def _cmd_path(args: argparse.Namespace) -> int:
+    from controller.path import Flow, PathError, predict_path  # noqa: PLC0415
+    from controller.routing import FabricRouting, LinkEvent  # noqa: PLC0415
+
+    fabric = _load(args)
+    if fabric is None:
+        return 1
+    try:
+        flow = Flow(
+            parse_ipv4(args.src), parse_ipv4(args.dst), args.proto, args.sport, args.dport, args.qp
+        )
+        events = []
+        for end in args.down:
+            name, _, port = end.rpartition(":")
+            if not name or not port.isdigit():
+                raise PathError(f"--down {end!r}: expected SWITCH:PORT")
+            events.append(LinkEvent(name, int(port), up=False))
+        routing = FabricRouting(fabric)
+        routing.apply(events)
+        path = predict_path(routing, flow)
+    except (ValueError, PathError) as exc:
+        print(f"railctl path: {exc}", file=sys.stderr)
+        return 1
+    data = path.to_dict()
+    lines = [
+        f"flow {ipv4_str(flow.src_ip)}:{flow.sport} -> {ipv4_str(flow.dst_ip)}:{flow.dport} "
+        f"proto {flow.proto}"
+        + (f" qp {flow.dst_qp}" if flow.dst_qp is not None else "")
+        + f"  crc32 {path.hash:#010x}"
+    ]
+    lines.append(f"  from {path.source}")
+    for hop in path.hops:
+        lines.append(
+            f"  {hop.switch:<22} in {hop.ingress_port:>3} -> out {hop.egress_port:>3}  "
+            f"group {hop.group_id} member {hop.member_index}/{hop.live_members}"
+        )
+    lines.append(f"  delivered to {path.delivered_to}" if path.delivered_to else f"  {path.error}")
+    _emit(args, data, "\n".join(lines))
+    return 0 if path.delivered_to else 1
+
+
+COMMANDS: list[Command] = [
+    Command("check", "validate a fabric YAML and summarise it", _args_fabric, _cmd_check),
+    Command("expand", "print a fabric's explicit form", _args_fabric, _cmd_expand),
+    Command("path", "predict a flow's hop-by-hop path", _args_path, _cmd_path),
+]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -12,15 +168,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--controller", default="127.0.0.1:50051", help="controller HOST:PORT")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("check", help="validate a fabric YAML").add_argument("fabric")
-    sub.add_parser("expand", help="print a fabric's explicit form").add_argument("fabric")
+    for cmd in COMMANDS:
+        p = sub.add_parser(cmd.name, help=cmd.help)
+        cmd.add_arguments(p)
+        p.set_defaults(run=cmd.run)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    print(f"railctl {args.command}: not implemented yet", file=sys.stderr)
-    return 2
+    run: Callable[[argparse.Namespace], int] = args.run
+    return run(args)
 
 
 if __name__ == "__main__":
