@@ -31,7 +31,6 @@ from pathlib import Path
 from agent.codec import Codec, load_p4info
 from agent.p4client import P4Target, PacketIn
 from agent.ports import PortMonitor
-from agent.translate import Pipeline, diff, translate
 from agent.writer import Writer
 from railfabric.digest import state_digest
 from railfabric.v1 import control_pb2, state_pb2
@@ -233,38 +232,20 @@ async def measure_local_repair(flaps: int, ports: int) -> tuple[list[float], int
 
 
 async def measure_programming(groups: int, routes: int) -> tuple[int, float]:
+    """(updates written, seconds) for the agent's writer taking a DesiredState into an empty
+    softswitch: translate, diff, encode and the ordered Writes, until Applied."""
     codec = Codec(load_p4info(REPO / "p4" / "fabric.p4info.txt"))
     state = spine_state(groups, routes)
-    wanted, problems = translate(state)
-    if problems:
-        raise RuntimeError(f"bench state does not translate: {problems[:3]}")
     with lab(2) as net:
-        target = P4Target(net.target, 1, 1, codec)
-        ready = asyncio.Event()
-
-        async def on_primary() -> None:
-            ready.set()
-
-        async def ignore(_: PacketIn) -> None:
-            return None
-
-        stream = asyncio.create_task(target.run(on_primary, ignore), name="p4-stream")
-        try:
-            await asyncio.wait_for(ready.wait(), 20)
-            await target.ensure_pipeline()
-            batches = diff(Pipeline(), wanted)
-            encoded = [[codec.encode_update(u) for u in batch] for batch in batches]
+        async with agent_parts(net, codec) as (writer, out):
+            await writer.synced.wait()  # connected, pipeline pushed, target read back
             started = time.perf_counter()
-            for batch in encoded:
-                errors = await target.write(batch)
-                if errors:
-                    raise RuntimeError(f"programming failed: {errors[:3]}")
+            await writer.controller_message(control_pb2.ControllerMessage(desired_state=state))
+            applied = (await _next(out, "applied")).applied
             seconds = time.perf_counter() - started
-        finally:
-            stream.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await stream
-    return len(wanted), seconds
+    if applied.errors:
+        raise RuntimeError(f"programming failed: {list(applied.errors)[:3]}")
+    return applied.updates_written, seconds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -300,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(
             f"programming ({result['program_state']}): {entries} entries in "
-            f"{seconds:.3f} s = {result['program_entries_per_s']} entries/s"
+            f"{seconds:.3f} s = {result['program_entries_per_s']} entries/s (DesiredState in "
+            "the writer -> Applied: translate, diff, encode, ordered Writes)"
         )
         print("global convergence: not measured here (needs the controller daemon and lab)")
     return 0

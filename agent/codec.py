@@ -85,6 +85,13 @@ _ACTION_PARAMS: dict[str, tuple[str, ...]] = {
 }
 
 
+_UPDATE_TYPES = {
+    Op.INSERT: p4r.Update.INSERT,
+    Op.MODIFY: p4r.Update.MODIFY,
+    Op.DELETE: p4r.Update.DELETE,
+}
+
+
 class P4InfoMismatch(ValueError):
     """The P4Info lacks a name of the contract."""
 
@@ -184,138 +191,103 @@ class Codec:
 
     # -- entries → entities ------------------------------------------------------------
 
-    def _exact(self, table: str, key: str, value: int) -> p4r.FieldMatch:
-        return p4r.FieldMatch(
-            field_id=self.tables[table].keys[key],
-            exact=p4r.FieldMatch.Exact(value=encode_value(value)),
-        )
+    # Entities are filled in place (nested fields set on the parent) rather than assembled
+    # from sub-messages: protobuf copies every sub-message it is handed, and the initial
+    # programming of a large switch encodes tens of thousands of updates.
 
-    def _action(self, name: str, **params: int) -> p4r.Action:
+    def _exact(self, entry: p4r.TableEntry, table: str, key: str, value: int) -> None:
+        field = entry.match.add()
+        field.field_id = self.tables[table].keys[key]
+        field.exact.value = encode_value(value)
+
+    def _action(self, action: p4r.Action, name: str, **params: int) -> None:
         ids = self.actions[name]
-        return p4r.Action(
-            action_id=ids.id,
-            params=[
-                p4r.Action.Param(param_id=ids.params[k], value=encode_value(v))
-                for k, v in params.items()
-            ],
-        )
+        action.action_id = ids.id
+        for key, value in params.items():
+            param = action.params.add()
+            param.param_id = ids.params[key]
+            param.value = encode_value(value)
 
-    def _table_entry(
-        self,
-        table: str,
-        match: list[p4r.FieldMatch],
-        action: p4r.TableAction | None,
-        priority: int = 0,
-    ) -> p4r.Entity:
-        entry = p4r.TableEntry(table_id=self.tables[table].id, match=match, priority=priority)
-        if action is not None:
-            entry.action.CopyFrom(action)
-        return p4r.Entity(table_entry=entry)
+    def _table(self, entity: p4r.Entity, table: str) -> p4r.TableEntry:
+        entry = entity.table_entry
+        entry.table_id = self.tables[table].id
+        return entry
 
-    def encode(self, entry: Entry) -> p4r.Entity:
+    def fill(self, entity: p4r.Entity, entry: Entry) -> None:
+        """Write `entry` into the empty `entity`."""
         match entry:
             case AclEntry():
+                te = self._table(entity, ACL)
+                field = te.match.add()
+                field.field_id = self.tables[ACL].keys["eth_type"]
+                field.ternary.value = encode_value(entry.eth_type & entry.eth_type_mask)
+                field.ternary.mask = encode_value(entry.eth_type_mask)
+                te.priority = entry.priority
                 name = PUNT if entry.action is AclAction.PUNT_TO_CPU else DROP
-                field = p4r.FieldMatch(
-                    field_id=self.tables[ACL].keys["eth_type"],
-                    ternary=p4r.FieldMatch.Ternary(
-                        value=encode_value(entry.eth_type & entry.eth_type_mask),
-                        mask=encode_value(entry.eth_type_mask),
-                    ),
-                )
-                return self._table_entry(
-                    ACL, [field], p4r.TableAction(action=self._action(name)), entry.priority
-                )
+                self._action(te.action.action, name)
             case QosEntry():
-                return self._table_entry(
-                    QOS,
-                    [self._exact(QOS, "dscp", entry.dscp)],
-                    p4r.TableAction(action=self._action(SET_TC, tc=entry.traffic_class)),
-                )
+                te = self._table(entity, QOS)
+                self._exact(te, QOS, "dscp", entry.dscp)
+                self._action(te.action.action, SET_TC, tc=entry.traffic_class)
             case EcnEntry():
-                return self._table_entry(
-                    ECN,
-                    [
-                        self._exact(ECN, "eg_port", entry.port),
-                        self._exact(ECN, "traffic_class", entry.traffic_class),
-                    ],
-                    p4r.TableAction(
-                        action=self._action(
-                            SET_ECN,
-                            kmin=entry.kmin_bytes,
-                            kmax=entry.kmax_bytes,
-                            pmax=entry.pmax_ppm,
-                        )
-                    ),
+                te = self._table(entity, ECN)
+                self._exact(te, ECN, "eg_port", entry.port)
+                self._exact(te, ECN, "traffic_class", entry.traffic_class)
+                self._action(
+                    te.action.action,
+                    SET_ECN,
+                    kmin=entry.kmin_bytes,
+                    kmax=entry.kmax_bytes,
+                    pmax=entry.pmax_ppm,
                 )
             case PfcEntry():
-                return self._table_entry(
-                    PFC,
-                    [
-                        self._exact(PFC, "port", entry.port),
-                        self._exact(PFC, "priority", entry.priority),
-                    ],
-                    p4r.TableAction(
-                        action=self._action(SET_PFC, xoff=entry.xoff_bytes, xon=entry.xon_bytes)
-                    ),
-                )
+                te = self._table(entity, PFC)
+                self._exact(te, PFC, "port", entry.port)
+                self._exact(te, PFC, "priority", entry.priority)
+                self._action(te.action.action, SET_PFC, xoff=entry.xoff_bytes, xon=entry.xon_bytes)
             case RouteEntry():
+                te = self._table(entity, ROUTING)
                 # A /0 route is the "don't care" LPM match: no field at all (P4Runtime §9.1.1).
-                fields = []
                 if entry.length > 0:
-                    fields.append(
-                        p4r.FieldMatch(
-                            field_id=self.tables[ROUTING].keys["ipv4_dst"],
-                            lpm=p4r.FieldMatch.LPM(
-                                value=encode_value(entry.address), prefix_len=entry.length
-                            ),
-                        )
-                    )
-                return self._table_entry(
-                    ROUTING,
-                    fields,
-                    p4r.TableAction(action=self._action(SET_NEXT_ID, next_id=entry.next_id)),
-                )
+                    field = te.match.add()
+                    field.field_id = self.tables[ROUTING].keys["ipv4_dst"]
+                    field.lpm.value = encode_value(entry.address)
+                    field.lpm.prefix_len = entry.length
+                self._action(te.action.action, SET_NEXT_ID, next_id=entry.next_id)
             case NextEntry():
-                return self._table_entry(
-                    NEXT,
-                    [self._exact(NEXT, "next_id", entry.next_id)],
-                    p4r.TableAction(action_profile_group_id=entry.group_id),
-                )
+                te = self._table(entity, NEXT)
+                self._exact(te, NEXT, "next_id", entry.next_id)
+                te.action.action_profile_group_id = entry.group_id
             case MemberEntry():
-                return p4r.Entity(
-                    action_profile_member=p4r.ActionProfileMember(
-                        action_profile_id=self.selector_id,
-                        member_id=entry.member_id,
-                        action=self._action(
-                            SET_NEXTHOP, port=entry.port, smac=entry.smac, dmac=entry.dmac
-                        ),
-                    )
+                member = entity.action_profile_member
+                member.action_profile_id = self.selector_id
+                member.member_id = entry.member_id
+                self._action(
+                    member.action, SET_NEXTHOP, port=entry.port, smac=entry.smac, dmac=entry.dmac
                 )
             case GroupEntry():
-                return p4r.Entity(
-                    action_profile_group=p4r.ActionProfileGroup(
-                        action_profile_id=self.selector_id,
-                        group_id=entry.group_id,
-                        members=[
-                            p4r.ActionProfileGroup.Member(
-                                member_id=m.member_id,
-                                weight=m.weight,
-                                watch_port=encode_value(m.watch_port),
-                            )
-                            for m in entry.members
-                        ],
-                    )
-                )
-        raise TypeError(f"not a pipeline entry: {entry!r}")
+                group = entity.action_profile_group
+                group.action_profile_id = self.selector_id
+                group.group_id = entry.group_id
+                # An empty group still has to be present in the entity.
+                group.SetInParent()
+                for ref in entry.members:
+                    m = group.members.add()
+                    m.member_id = ref.member_id
+                    m.weight = ref.weight
+                    m.watch_port = encode_value(ref.watch_port)
+            case _:
+                raise TypeError(f"not a pipeline entry: {entry!r}")
+
+    def encode(self, entry: Entry) -> p4r.Entity:
+        entity = p4r.Entity()
+        self.fill(entity, entry)
+        return entity
 
     def encode_update(self, update: Update) -> p4r.Update:
-        kind = {
-            Op.INSERT: p4r.Update.INSERT,
-            Op.MODIFY: p4r.Update.MODIFY,
-            Op.DELETE: p4r.Update.DELETE,
-        }[update.op]
-        return p4r.Update(type=kind, entity=self.encode(update.entry))
+        out = p4r.Update(type=_UPDATE_TYPES[update.op])
+        self.fill(out.entity, update.entry)
+        return out
 
     # -- entities → entries ------------------------------------------------------------
 

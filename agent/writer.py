@@ -55,6 +55,10 @@ from railfabric.v1 import control_pb2, state_pb2
 
 LOG = logging.getLogger("railfabric.agent.writer")
 
+# Updates per WriteRequest when programming a large state: big enough to amortise the RPC,
+# small enough that encoding the next chunk overlaps the target applying this one.
+WRITE_CHUNK = 1024
+
 
 class Target(Protocol):
     """What the writer needs from the P4Runtime side (agent.p4client.P4Target)."""
@@ -305,14 +309,13 @@ class Writer:
         written = 0
         failed = False
         for batch in diff(self.installed, wanted):
-            for err in await self._write(batch):
+            for update, err in await self._write_stage(batch):
                 failed = True
-                entry = batch[err.index].entry
                 errors.append(
                     control_pb2.ObjectError(
-                        object=object_name(entry),
+                        object=object_name(update.entry),
                         code=err.code,
-                        message=f"{batch[err.index].op.value} {entry.key}: {err.message}",
+                        message=f"{update.op.value} {update.entry.key}: {err.message}",
                     )
                 )
             written += len(batch)
@@ -335,6 +338,25 @@ class Writer:
         if written:
             LOG.info("wrote %d updates (generation %d)", written, self.applied_generation)
         self.synced.set()
+
+    async def _write_stage(self, stage: list[Update]) -> list[tuple[Update, UpdateError]]:
+        """One stage of `diff` in Writes of at most WRITE_CHUNK updates, strictly in order
+        (members must be created in port order), the next chunk encoded while the previous
+        one is in flight."""
+        failures: list[tuple[Update, UpdateError]] = []
+        in_flight: tuple[list[Update], asyncio.Task[list[UpdateError]]] | None = None
+        for start in range(0, len(stage), WRITE_CHUNK):
+            chunk = stage[start : start + WRITE_CHUNK]
+            encoded = [self.codec.encode_update(u) for u in chunk]
+            if in_flight is not None:
+                failures.extend((in_flight[0][e.index], e) for e in await in_flight[1])
+            self.writes += 1
+            self.updates_written += len(chunk)
+            in_flight = (chunk, asyncio.ensure_future(self.target.write(encoded)))
+            await asyncio.sleep(0)  # let the Write go out before encoding the next chunk
+        if in_flight is not None:
+            failures.extend((in_flight[0][e.index], e) for e in await in_flight[1])
+        return failures
 
     async def _write(self, batch: list[Update]) -> list[UpdateError]:
         self.writes += 1

@@ -15,7 +15,7 @@ from finsy.proto import p4r
 from agent.codec import Codec
 from agent.p4client import UpdateError
 from agent.ports import PortEvent
-from agent.translate import GroupEntry, GroupMember, Pipeline, translate
+from agent.translate import GroupEntry, GroupMember, MemberEntry, Pipeline, translate
 from agent.writer import Writer
 from railfabric.delta import diff_states
 from railfabric.v1 import control_pb2
@@ -208,3 +208,23 @@ async def test_refused_updates_are_reported_by_object(codec: Codec) -> None:
     assert "kmin_bytes 9 > kmax_bytes 1" in errors["ecn port 2 tc 3"].message
     assert ("route", 0x0A000003, 32) not in h.target.entries
     assert ("route", 0, 0) in h.target.entries
+
+
+async def test_large_stages_go_in_ordered_chunks(
+    codec: Codec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("agent.writer.WRITE_CHUNK", 2)
+    h = Harness(codec)
+    await h.writer.target_ready()
+    await h.writer.controller_message(_desired(tor_state(1)))
+    await h.settle()
+    want, _ = translate(tor_state(1))
+    assert h.target.entries == dict(want.entries)
+    assert all(len(w) <= 2 for w in h.target.writes)
+    members = [
+        e.member_id
+        for w in h.target.writes
+        for u in w
+        if (e := codec.decode(u.entity)) is not None and isinstance(e, MemberEntry)
+    ]
+    assert members == [1, 2, 3]
