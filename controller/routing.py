@@ -156,6 +156,7 @@ class _Topo:
         self.down: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]  # port, link, child
         self.link_ends: list[tuple[int, int, int, int]] = []
         self.port_speed: list[dict[int, int]] = [{} for _ in range(n)]
+        self.port_length: list[dict[int, float]] = [{} for _ in range(n)]
         self.port_peer_mac: list[dict[int, int]] = [{} for _ in range(n)]
         self.port_owner: dict[tuple[int, int], tuple[bool, int]] = {}  # (is_nic, id)
         for lid, ln in enumerate(fabric.links):
@@ -165,6 +166,8 @@ class _Topo:
             self.down[b].append((ln.b_port, lid, a))
             self.port_speed[a][ln.a_port] = ln.speed_mbps
             self.port_speed[b][ln.b_port] = ln.speed_mbps
+            self.port_length[a][ln.a_port] = ln.length_m
+            self.port_length[b][ln.b_port] = ln.length_m
             self.port_peer_mac[a][ln.a_port] = self.mac_base[b] | ln.b_port
             self.port_peer_mac[b][ln.b_port] = self.mac_base[a] | ln.a_port
             self.port_owner[(a, ln.a_port)] = (False, lid)
@@ -182,6 +185,7 @@ class _Topo:
             self.nic_ip.append(nic.ipv4)
             self.nic_by_ip[nic.ipv4] = k
             self.port_speed[tor][nic.port] = nic.speed_mbps
+            self.port_length[tor][nic.port] = nic.length_m
             self.port_peer_mac[tor][nic.port] = nic.mac
             self.port_owner[(tor, nic.port)] = (True, k)
         self.mixed_speeds = [len(set(sp.values())) > 1 for sp in self.port_speed]

@@ -1,0 +1,92 @@
+"""Export to railfabric.v1: a switch's DesiredState carries ports, neighbours, groups, routes
+and QoS with its digest; a StateDelta applied to the old state gives the new state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from controller import qos
+from controller.export import apply_delta, desired_state, state_delta
+from controller.intent import load_fabric
+from controller.routing import FabricRouting, LinkEvent
+from railfabric.digest import state_digest
+from railfabric.v1 import state_pb2
+
+pytestmark = pytest.mark.unit
+
+LAB = Path(__file__).resolve().parents[3] / "examples/lab-2rail.yaml"
+
+
+def test_desired_state_of_a_tor() -> None:
+    fabric = load_fabric(LAB)
+    routing = FabricRouting(fabric)
+    state = desired_state(routing, "tor-r1-b1", generation=7)
+    assert state.switch_name == "tor-r1-b1" and state.generation == 7
+    assert [p.port for p in state.ports] == [1, 2, 3, 4]
+    assert state.ports[2].mac == 0x020000010003
+    assert state.ports[2].speed_mbps == 100_000 and state.ports[2].cable_length_m == 10.0
+    by_port = {n.port: n for n in state.neighbors}
+    assert by_port[1].kind == state_pb2.PEER_KIND_HOST
+    assert by_port[1].peer_name == "srv-b1-s1/nic1" and by_port[1].peer_ipv4 == 0x0A000002
+    assert by_port[3].kind == state_pb2.PEER_KIND_SWITCH
+    assert (by_port[3].peer_name, by_port[3].peer_port) == ("spine-p1-1", 1)
+    uplinks = next(g for g in state.groups if len(g.next_hops) == 2)
+    assert [(h.port, h.dmac, h.weight) for h in uplinks.next_hops] == [
+        (3, 0x020000050001, 1),
+        (4, 0x020000060001, 1),
+    ]
+    assert len(state.routes) == 3 + 2  # three other ToR prefixes, two host /32s
+    assert {(d.dscp, d.traffic_class) for d in state.dscp_map if d.traffic_class} == {
+        (26, 3),
+        (48, 6),
+    }
+    params = qos.resolve(fabric.qos)
+    ecn = qos.ecn_thresholds(100_000, params)
+    assert {(e.port, e.traffic_class) for e in state.ecn} == {
+        (p, tc) for p in (1, 2, 3, 4) for tc in (0, 3)
+    }
+    assert all(
+        (e.kmin_bytes, e.kmax_bytes, e.pmax_ppm) == (ecn.kmin_bytes, ecn.kmax_bytes, ecn.pmax_ppm)
+        for e in state.ecn
+    )
+    pfc3 = next(p for p in state.pfc if p.port == 3)
+    expected = qos.pfc_thresholds(100_000, 10.0, params)
+    assert (pfc3.priority, pfc3.xoff_bytes, pfc3.xon_bytes, pfc3.headroom_bytes) == (
+        3,
+        expected.xoff_bytes,
+        expected.xon_bytes,
+        expected.headroom_bytes,
+    )
+    assert state.pfc_watchdog.detect_ns == 200_000_000
+    assert state.pfc_watchdog.restore_ns == 200_000_000
+    assert state.digest == state_digest(state)
+
+
+def test_deltas_applied_to_old_states_give_the_new_states() -> None:
+    fabric = load_fabric(LAB)
+    routing = FabricRouting(fabric)
+    states = {s.name: desired_state(routing, s.name, generation=1) for s in fabric.switches}
+    for events in (
+        [LinkEvent("spine-p1-1", 1, up=False)],
+        [LinkEvent("tor-r2-b2", 4, up=False), LinkEvent("tor-r1-b1", 1, up=False)],
+        [LinkEvent("spine-p1-1", 1, up=True), LinkEvent("tor-r1-b1", 1, up=True)],
+    ):
+        deltas = routing.apply(events)
+        assert deltas
+        for name, delta in deltas.items():
+            msg = state_delta(routing, delta, states[name].generation)
+            states[name] = apply_delta(states[name], msg)
+            assert states[name].digest == msg.digest
+        for sw in fabric.switches:
+            fresh = desired_state(routing, sw.name, generation=states[sw.name].generation)
+            assert states[sw.name] == fresh, sw.name
+
+
+def test_delta_for_the_wrong_generation_is_refused() -> None:
+    routing = FabricRouting(load_fabric(LAB))
+    state = desired_state(routing, "spine-p1-1", generation=3)
+    delta = routing.apply([LinkEvent("spine-p1-1", 1, up=False)])["spine-p1-1"]
+    with pytest.raises(ValueError, match=r"delta from generation 5 does not apply to generation 3"):
+        apply_delta(state, state_delta(routing, delta, 5))
