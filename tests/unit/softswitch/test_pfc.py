@@ -1,0 +1,354 @@
+"""PFC in the traffic manager: 802.1Qbb PAUSE frames (softswitch/pfc.py), pausing upstream
+above xoff and resuming at xon, honouring received PAUSEs per priority, the watchdog, and a
+2->1 incast kept lossless by PFC that drops without it. Simulated time only."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+
+import pytest
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+
+from softswitch import pfc
+from softswitch.tm import (
+    PauseVerdict,
+    StormAction,
+    TrafficManager,
+    Verdict,
+    WatchdogConfig,
+)
+
+pytestmark = pytest.mark.unit
+
+GBPS = 1_000_000_000
+US = 1_000
+MS = 1_000_000
+ROCE_TC = 3
+
+
+def mac(port: int) -> bytes:
+    return bytes([2, 0, 0, 0, 0x10, port])
+
+
+@functools.cache
+def frame(size: int = 1000, tag: int = 0) -> bytes:
+    pkt = Ether() / IP(src="10.0.0.1", dst="10.0.1.1", id=tag) / UDP(dport=4791)
+    raw = bytes(pkt)
+    return raw + bytes(size - len(raw))
+
+
+def tag_of(raw: bytes) -> int:
+    return int.from_bytes(raw[18:20])
+
+
+def quanta_ns(quanta: int, speed_bps: int = GBPS) -> int:
+    return quanta * 512 * 1_000_000_000 // speed_bps
+
+
+# --- frames ---------------------------------------------------------------------------------
+
+
+def test_pause_frame_layout() -> None:
+    raw = pfc.build_pause_frame(mac(1), 0b1000_1000, (0, 0, 0, 0xFFFF, 0, 0, 0, 7))
+    assert len(raw) == 60
+    eth = Ether(raw)
+    assert eth.dst == "01:80:c2:00:00:01"
+    assert eth.src == "02:00:00:00:10:01"
+    assert eth.type == 0x8808
+    assert raw[14:16] == b"\x01\x01"  # PFC opcode
+    assert raw[16:18] == b"\x00\x88"  # class-enable vector: priorities 3 and 7
+    assert raw[18:34] == bytes(6) + b"\xff\xff" + bytes(6) + b"\x00\x07"
+    parsed = pfc.parse_pause_frame(raw)
+    assert parsed.priorities() == [3, 7]
+    assert parsed.quanta == (0, 0, 0, 0xFFFF, 0, 0, 0, 7)
+    assert parsed.src_mac == mac(1)
+
+
+def _with(raw: bytes, offset: int, value: bytes) -> bytes:
+    return raw[:offset] + value + raw[offset + len(value) :]
+
+
+GOOD = pfc.pause_for(mac(9), 3, 100)
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (GOOD[:33], pfc.PauseError.TOO_SHORT),
+        (_with(GOOD, 12, b"\x08\x00"), pfc.PauseError.NOT_MAC_CONTROL),
+        (_with(GOOD, 0, bytes.fromhex("0180c2000002")), pfc.PauseError.WRONG_DESTINATION),
+        (_with(GOOD, 14, b"\x00\x01"), pfc.PauseError.NOT_PFC),  # 802.3x PAUSE
+        (_with(GOOD, 16, b"\x01\x08"), pfc.PauseError.RESERVED_BITS),
+    ],
+)
+def test_malformed_pause_is_rejected_counted_and_ignored(
+    raw: bytes, reason: pfc.PauseError
+) -> None:
+    with pytest.raises(pfc.MalformedPause) as err:
+        pfc.parse_pause_frame(raw)
+    assert err.value.reason is reason
+    tm = TrafficManager(seed=1)
+    tm.add_port(1, mac=mac(1), rate_bps=GBPS)
+    tm.enqueue(0, 1, ROCE_TC, frame(), None)
+    assert tm.on_pause_frame(0, 1, raw) is PauseVerdict.MALFORMED
+    counters = tm.port_counters(1)
+    assert counters.pause_rx_malformed == 1 and counters.pause_rx == 0
+    assert len(tm.next_departure(0)) == 1  # not paused
+
+
+def test_build_rejects_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="6 bytes"):
+        pfc.build_pause_frame(b"\x02", 1, (0,) * 8)
+    with pytest.raises(ValueError, match="8 quanta"):
+        pfc.build_pause_frame(mac(1), 1, (0,) * 7)
+
+
+# --- received PAUSE ---------------------------------------------------------------------------
+
+
+def backlogged_port() -> TrafficManager:
+    """Port 1 at 1 Gb/s with 20 frames queued in TC 0 (tags 0..) and 20 in TC 3 (tags 100..)."""
+    tm = TrafficManager(seed=1)
+    tm.add_port(1, mac=mac(1), rate_bps=GBPS, buffer_bytes=10**9, burst_bytes=1000)
+    for i in range(20):
+        tm.enqueue(0, 1, 0, frame(tag=i), None)
+        tm.enqueue(0, 1, ROCE_TC, frame(tag=100 + i), None)
+    return tm
+
+
+def run(tm: TrafficManager, start: int, until: int) -> list[tuple[int, int, bytes]]:
+    """Everything `tm` sends from `start` to `until`, as (time, port, frame)."""
+    out: list[tuple[int, int, bytes]] = []
+    now = start
+    while True:
+        out.extend((now, port, f) for port, f in tm.next_departure(now))
+        nxt = tm.next_event_ns()
+        if nxt is None or nxt > until:
+            return out
+        now = max(now, nxt)
+
+
+def test_pause_stops_only_the_addressed_priority_until_it_expires() -> None:
+    tm = backlogged_port()
+    quanta = 1000  # 512 us at 1 Gb/s
+    assert tm.on_pause_frame(0, 1, pfc.pause_for(mac(9), ROCE_TC, quanta)) is PauseVerdict.APPLIED
+    expiry = quanta_ns(quanta)
+    sent = run(tm, 0, expiry - 1)
+    assert len(sent) == 20 and all(tag_of(f) < 100 for _, _, f in sent)  # TC 0 only
+    assert tm.port_counters(1).paused[ROCE_TC]
+    assert tm.next_event_ns() == expiry  # TC 0 is empty: the next event is the expiry
+    later = run(tm, expiry, 10**12)
+    assert [tag_of(f) for _, _, f in later] == list(range(100, 120))
+    assert later[0][0] == expiry
+    assert tm.port_counters(1).pause_rx == 1
+
+
+def test_quanta_zero_resumes_at_once_and_other_priorities_unaffected() -> None:
+    tm = backlogged_port()
+    tm.on_pause_frame(0, 1, pfc.pause_for(mac(9), ROCE_TC, 0xFFFF))
+    tm.on_pause_frame(0, 1, pfc.pause_for(mac(9), 5, 0xFFFF))  # nothing queued in TC 5
+    sent = run(tm, 0, 100 * US)
+    assert all(tag_of(f) < 100 for _, _, f in sent)
+    tm.on_pause_frame(100 * US, 1, pfc.pause_for(mac(9), ROCE_TC, 0))
+    resumed = run(tm, 100 * US, 10**12)
+    roce = [(t, tag_of(f)) for t, _, f in resumed if tag_of(f) >= 100]
+    assert [tag for _, tag in roce] == list(range(100, 120))
+    assert roce[0][0] <= 100 * US + 10 * 8 * US  # at most one DRR visit of TC 0 first
+    assert tm.port_counters(1).pause_rx == 3
+
+
+def test_pause_on_another_port_does_not_stop_this_one() -> None:
+    tm = backlogged_port()
+    tm.add_port(2, mac=mac(2), rate_bps=GBPS)
+    tm.on_pause_frame(0, 2, pfc.pause_for(mac(9), ROCE_TC, 0xFFFF))
+    assert len(run(tm, 0, 10**12)) == 40
+
+
+def test_pause_duration_follows_the_port_speed() -> None:
+    tm = TrafficManager(seed=1)
+    tm.add_port(1, mac=mac(1), rate_bps=10 * GBPS)
+    tm.enqueue(0, 1, ROCE_TC, frame(), None)
+    tm.on_pause_frame(0, 1, pfc.pause_for(mac(9), ROCE_TC, 0xFFFF))
+    assert tm.next_departure(0) == []
+    assert tm.next_event_ns() == pfc.quanta_to_ns(0xFFFF, 10 * GBPS) == 3_355_392
+
+
+# --- generated PAUSE ---------------------------------------------------------------------------
+
+
+def test_xoff_pauses_upstream_refreshes_and_xon_resumes() -> None:
+    tm = TrafficManager(seed=1)
+    tm.add_port(1, mac=mac(1), rate_bps=GBPS)  # ingress
+    tm.add_port(3, mac=mac(3), rate_bps=GBPS, buffer_bytes=10**9, burst_bytes=1000)  # egress
+    tm.configure_pfc(1, ROCE_TC, xoff=10_000, xon=5_000)
+    results = [tm.enqueue(0, 3, ROCE_TC, frame(1000), ingress_port=1) for _ in range(30)]
+    pauses = [(i, r.control) for i, r in enumerate(results) if r.control]
+    assert [i for i, _ in pauses] == [10]  # the 11th frame takes occupancy above 10 kB
+    ((port, raw),) = pauses[0][1]
+    assert port == 1
+    pause = pfc.parse_pause_frame(raw)
+    assert pause.src_mac == mac(1)
+    assert pause.priorities() == [ROCE_TC] and pause.quanta[ROCE_TC] == 0xFFFF
+    assert tm.port_counters(1).ingress_bytes[ROCE_TC] == 30_000
+
+    # Hold the egress queue with a PAUSE from downstream so the occupancy stays above xon.
+    tm.on_pause_frame(0, 3, pfc.pause_for(mac(9), ROCE_TC, 0xFFFF))
+    held = run(tm, 0, 20 * MS - 1)
+    assert [(t, p) for t, p, _ in held] == [(quanta_ns(0xFFFF) // 2, 1)]  # refreshed in time
+    assert pfc.parse_pause_frame(held[0][2]).quanta[ROCE_TC] == 0xFFFF
+    tm.on_pause_frame(20 * MS, 3, pfc.pause_for(mac(9), ROCE_TC, 0))
+    resumed = run(tm, 20 * MS, 10**12)
+    data = [t for t, p, _ in resumed if p == 3]
+    resumes = [(t, f) for t, p, f in resumed if p == 1]
+    assert len(data) == 30
+    assert len(resumes) == 1
+    assert pfc.parse_pause_frame(resumes[0][1]).quanta[ROCE_TC] == 0
+    # sent as the 25th frame left: 5 kB (xon) still queued
+    assert resumes[0][0] == data[24]
+    counters = tm.port_counters(1)
+    assert counters.pause_tx == 3  # xoff, refresh, xon
+    assert counters.ingress_bytes[ROCE_TC] == 0
+
+
+def test_no_pause_without_pfc_config_or_from_unknown_ingress() -> None:
+    tm = TrafficManager(seed=1)
+    tm.add_port(1, mac=mac(1))
+    tm.add_port(3, mac=mac(3), rate_bps=GBPS, buffer_bytes=10**9)
+    tm.configure_pfc(1, ROCE_TC, xoff=1000, xon=0)
+    assert not any(tm.enqueue(0, 3, 0, frame(), 1).control for _ in range(10))  # TC 0
+    assert not any(tm.enqueue(0, 3, ROCE_TC, frame(), 255).control for _ in range(10))  # CPU
+
+
+# --- incast ---------------------------------------------------------------------------------
+
+
+def incast(pfc_on: bool, frames_per_sender: int = 600) -> tuple[int, int, int, int]:
+    """Two senders at 1 Gb/s into switch ports 1 and 2, all to port 3 at 1 Gb/s (2:1).
+    The senders are modelled by an upstream TrafficManager whose ports 1 and 2 obey the
+    PAUSE frames the switch sends back. Returns (delivered, dropped, pauses sent, order
+    violations within each sender's flow)."""
+    upstream = TrafficManager(seed=1)
+    switch = TrafficManager(seed=2)
+    for port in (1, 2):
+        upstream.add_port(port, mac=mac(0x20 + port), rate_bps=GBPS, buffer_bytes=10**9)
+        switch.add_port(port, mac=mac(port), rate_bps=GBPS)
+        if pfc_on:
+            switch.configure_pfc(port, ROCE_TC, xoff=40_000, xon=20_000)
+    switch.add_port(3, mac=mac(3), rate_bps=GBPS, buffer_bytes=100_000)
+    for i in range(frames_per_sender):
+        upstream.enqueue(0, 1, ROCE_TC, frame(1000, tag=i), None)
+        upstream.enqueue(0, 2, ROCE_TC, frame(1000, tag=10_000 + i), None)
+
+    delivered: list[int] = []
+    dropped = 0
+    now = 0
+    while True:
+        for port, raw in upstream.next_departure(now):
+            result = switch.enqueue(now, 3, ROCE_TC, raw, ingress_port=port)
+            dropped += result.verdict is not Verdict.ACCEPTED
+            for pause_port, pause in result.control:
+                assert upstream.on_pause_frame(now, pause_port, pause) is PauseVerdict.APPLIED
+        for port, raw in switch.next_departure(now):
+            if port == 3:
+                delivered.append(tag_of(raw))
+            else:
+                assert upstream.on_pause_frame(now, port, raw) is PauseVerdict.APPLIED
+        times = [t for t in (upstream.next_event_ns(), switch.next_event_ns()) if t is not None]
+        if not times:
+            break
+        now = max(now, min(times))
+    pauses = switch.port_counters(1).pause_tx + switch.port_counters(2).pause_tx
+    flows = ([t for t in delivered if t < 10_000], [t for t in delivered if t >= 10_000])
+    reordered = sum(1 for flow in flows for a, b in itertools.pairwise(flow) if b < a)
+    assert dropped == switch.port_counters(3).tail_drops
+    return len(delivered), dropped, pauses, reordered
+
+
+def test_pfc_keeps_a_2_to_1_incast_lossless() -> None:
+    delivered, dropped, pauses, reordered = incast(pfc_on=True)
+    assert dropped == 0
+    assert delivered == 1200
+    assert pauses >= 4  # each sender paused and resumed at least once
+    assert reordered == 0
+
+
+def test_the_same_incast_without_pfc_drops() -> None:
+    delivered, dropped, pauses, _ = incast(pfc_on=False)
+    assert dropped > 0
+    assert pauses == 0
+    assert delivered + dropped == 1200
+
+
+# --- watchdog ---------------------------------------------------------------------------------
+
+
+def storm(action: StormAction) -> tuple[TrafficManager, list[tuple[int, int, bytes]]]:
+    """A peer that keeps PAUSEing TC 3 on port 1 every ms for 30 ms, with detect 10 ms and
+    restore 20 ms; returns the TM and everything it sent meanwhile."""
+    tm = TrafficManager(
+        seed=1, watchdog=WatchdogConfig(detect_ns=10 * MS, restore_ns=20 * MS, action=action)
+    )
+    tm.add_port(1, mac=mac(1), rate_bps=GBPS, buffer_bytes=10**9, burst_bytes=1000)
+    for i in range(20):
+        tm.enqueue(0, 1, ROCE_TC, frame(tag=100 + i), None)
+    sent: list[tuple[int, int, bytes]] = []
+    verdicts = []
+    for ms in range(30):
+        verdicts.append(tm.on_pause_frame(ms * MS, 1, pfc.pause_for(mac(9), ROCE_TC, 0xFFFF)))
+        sent.extend(run(tm, ms * MS, (ms + 1) * MS - 1))
+    assert verdicts[:10] == [PauseVerdict.APPLIED] * 10
+    assert verdicts[11:] == [PauseVerdict.IGNORED_STORM] * 19
+    return tm, sent
+
+
+def test_watchdog_breaks_a_storm_and_drains_the_queue() -> None:
+    tm, sent = storm(StormAction.DRAIN)
+    assert len(sent) == 20
+    assert min(t for t, _, _ in sent) == 10 * MS  # sent once the storm is declared
+    counters = tm.port_counters(1)
+    assert counters.storms == 1 and counters.stormed[ROCE_TC]
+    assert counters.pause_rx == 30
+    # while stormed, new frames are sent despite PAUSEs
+    tm.enqueue(30 * MS, 1, ROCE_TC, frame(tag=7), None)
+    assert [tag_of(f) for _, f in tm.next_departure(30 * MS)] == [7]
+
+
+def test_watchdog_drop_action_drops_queued_and_arriving_frames() -> None:
+    tm, sent = storm(StormAction.DROP)
+    assert sent == []
+    assert tm.enqueue(30 * MS, 1, ROCE_TC, frame(), None).verdict is Verdict.STORM_DROP
+    counters = tm.port_counters(1)
+    assert counters.storms == 1
+    assert counters.storm_drops == 21
+    assert counters.queue_bytes[ROCE_TC] == 0
+
+
+def test_storm_ends_after_restore_time_without_pause() -> None:
+    tm, _ = storm(StormAction.DRAIN)
+    # Last PAUSE at 29 ms; at 49 ms the storm is over and PAUSEs are honoured again.
+    assert tm.on_pause_frame(40 * MS, 1, pfc.pause_for(mac(9), ROCE_TC, 0)) is (
+        PauseVerdict.IGNORED_STORM
+    )
+    assert tm.on_pause_frame(49 * MS, 1, pfc.pause_for(mac(9), ROCE_TC, 0xFFFF)) is (
+        PauseVerdict.APPLIED
+    )
+    tm.enqueue(49 * MS, 1, ROCE_TC, frame(), None)
+    assert tm.next_departure(49 * MS) == []
+    assert not tm.port_counters(1).stormed[ROCE_TC]
+    assert tm.port_counters(1).storms == 1
+
+
+def test_normal_pfc_is_not_a_storm() -> None:
+    """Pauses that keep stopping the queue but let it send in between never reach detect."""
+    tm = TrafficManager(seed=1, watchdog=WatchdogConfig(detect_ns=2 * MS, restore_ns=MS))
+    tm.add_port(1, mac=mac(1), rate_bps=GBPS, buffer_bytes=10**9, burst_bytes=1000)
+    for i in range(400):
+        tm.enqueue(0, 1, ROCE_TC, frame(tag=i), None)
+    sent = 0
+    for ms in range(0, 20, 2):  # paused 1.5 ms of every 2 ms
+        tm.on_pause_frame(ms * MS, 1, pfc.pause_for(mac(9), ROCE_TC, 2929))  # ~1.5 ms
+        sent += len(run(tm, ms * MS, (ms + 2) * MS - 1))
+    assert tm.port_counters(1).storms == 0
+    assert sent == 400
