@@ -302,7 +302,8 @@ class TrafficManager:
         self._port(port).ecn[_check_tc(tc)] = None
 
     def configure_pfc(self, port: int, priority: int, xoff: int, xon: int) -> None:
-        """Generate PFC for frames arriving on `port` with `priority` (bytes of occupancy)."""
+        """Generate PFC for frames arriving on `port` with `priority` (bytes of occupancy).
+        Idempotent: re-applying the configuration during a pause keeps pausing upstream."""
         if not 0 <= xon <= xoff:
             raise ValueError(
                 f"PFC port {port} priority {priority}: need 0 <= xon <= xoff, "
@@ -311,13 +312,15 @@ class TrafficManager:
         p = self._port(port)
         p.pfc_xoff[_check_tc(priority)] = xoff
         p.pfc_xon[priority] = xon
+        if p.pfc_xoff_state[priority]:
+            self._xoff.add((p, priority))  # refresh again
 
     def clear_pfc(self, port: int, priority: int) -> None:
-        """Stop generating PFC for (port, priority). No resume is sent: a pause upstream in
-        force runs out by itself (at most 65535 quanta)."""
+        """Stop generating PFC for (port, priority): no new PAUSE and no refresh. If upstream
+        is paused now, the resume is still sent when the occupancy falls to xon (or the pause
+        runs out by itself)."""
         p = self._port(port)
         p.pfc_xoff[_check_tc(priority)] = None
-        p.pfc_xoff_state[priority] = False
         self._xoff.discard((p, priority))
 
     # --- per frame -----------------------------------------------------------------------

@@ -221,6 +221,29 @@ def test_no_pause_without_pfc_config_or_from_unknown_ingress() -> None:
     assert not any(tm.enqueue(0, 3, ROCE_TC, frame(), 255).control for _ in range(10))  # CPU
 
 
+def test_reconfiguring_pfc_during_a_pause_keeps_the_upstream_state() -> None:
+    """The data plane re-applies pfc_config (clear, then configure) on every table change:
+    that must neither drop the pause in force nor leave upstream paused without a resume."""
+    tm = TrafficManager(seed=1)
+    tm.add_port(1, mac=mac(1), rate_bps=GBPS)
+    tm.add_port(3, mac=mac(3), rate_bps=GBPS, buffer_bytes=10**9, burst_bytes=1000)
+    tm.configure_pfc(1, ROCE_TC, xoff=10_000, xon=5_000)
+    assert any(tm.enqueue(0, 3, ROCE_TC, frame(), 1).control for _ in range(20))
+    tm.clear_pfc(1, ROCE_TC)
+    tm.configure_pfc(1, ROCE_TC, xoff=10_000, xon=5_000)
+    assert not any(tm.enqueue(0, 3, ROCE_TC, frame(), 1).control for _ in range(5))
+    tm.on_pause_frame(0, 3, pfc.pause_for(mac(9), ROCE_TC, 0xFFFF))
+    held = run(tm, 0, 20 * MS)
+    assert [p for _, p, _ in held] == [1]  # refreshed
+
+    tm.clear_pfc(1, ROCE_TC)  # cleared while paused: no refresh, but a resume at xon
+    tm.on_pause_frame(20 * MS, 3, pfc.pause_for(mac(9), ROCE_TC, 0))
+    sent = run(tm, 20 * MS, 10**12)
+    resumes = [f for _, p, f in sent if p == 1]
+    assert len(resumes) == 1 and pfc.parse_pause_frame(resumes[0]).quanta[ROCE_TC] == 0
+    assert tm.next_event_ns() is None
+
+
 # --- incast ---------------------------------------------------------------------------------
 
 
