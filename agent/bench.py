@@ -5,9 +5,9 @@
   (a pulled cable) >= 50 times, and each time the time from the netlink event to the committed
   Write that removed the port from every group is taken (the same figure the agent logs and
   reports as PortStatus.local_repair_wall_ns).
-- Programming: a switch-sized DesiredState written from scratch into softswitch (entries and
-  entries per second). By default a synthetic spine-sized state (`--routes`, `--groups`); the
-  ref-100k switch needs the controller's routing, see the report.
+- Programming: the largest switch of the ref-100k fabric (routes and groups from the
+  controller's routing) written from scratch into softswitch by the agent's writer (entries
+  and entries per second); `--fabric synthetic` programs a synthetic state instead.
 - Global convergence needs the controller daemon and the lab fabric; it is not measured here
   and is reported as null.
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import json
 import socket
@@ -24,7 +25,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,13 +67,13 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def lab(ports: int) -> Iterator[Lab]:
+def lab(ports: Iterable[int]) -> Iterator[Lab]:
     """Veths (switch end in this namespace, peer in a private "wire" namespace) and a
     softswitch on them; all removed afterwards."""
     tag = uuid.uuid4().hex[:6]
     wire_ns = f"rfb{tag}-wire"
-    switch_links = {p: f"rfb{tag}s{p}" for p in range(1, ports + 1)}
-    wire_links = {p: f"rfb{tag}w{p}" for p in range(1, ports + 1)}
+    switch_links = {p: f"rfb{tag}s{p}" for p in ports}
+    wire_links = {p: f"rfb{tag}w{p}" for p in ports}
     proc: subprocess.Popen[bytes] | None = None
     _ip("netns", "add", wire_ns)
     try:
@@ -132,6 +133,39 @@ def tor_state(ports: int, generation: int) -> state_pb2.DesiredState:
             prefix=state_pb2.Ipv4Prefix(address=(10 << 24) | (mask << 8), length=24),
             group_id=mask + 1,
         )
+    state.digest = state_digest(state)
+    return state
+
+
+def fabric_switch_state(path: Path) -> state_pb2.DesiredState:
+    """The routes and groups the controller's routing gives the largest switch of a fabric
+    (most routes + groups), with its ports' MACs and the QoS DSCP map."""
+    from controller.intent import load_fabric  # noqa: PLC0415  (bench-only dependency)
+    from controller.routing import FabricRouting  # noqa: PLC0415
+
+    fabric = load_fabric(path)
+    routing = FabricRouting(fabric)
+    switch = max(
+        fabric.switches,
+        key=lambda sw: len(routing.routes(sw.name)) + len(routing.groups(sw.name)),
+    )
+    ports = {link.a_port for link in fabric.links if link.a == switch.name}
+    ports |= {link.b_port for link in fabric.links if link.b == switch.name}
+    ports |= {nic.port for nic in fabric.nics if nic.switch == switch.name}
+    state = state_pb2.DesiredState(switch_name=switch.name, generation=1)
+    for port in sorted(ports):
+        state.ports.add(port=port, mac=switch.port_mac(port))
+    for group in routing.groups(switch.name):
+        out = state.groups.add(id=group.id)
+        for hop in group.next_hops:
+            out.next_hops.add(port=hop.port, dmac=hop.dmac, weight=hop.weight)
+    for route in routing.routes(switch.name):
+        state.routes.add(
+            prefix=state_pb2.Ipv4Prefix(address=route.prefix.address, length=route.prefix.length),
+            group_id=route.group_id,
+        )
+    for dscp, tc in ((26, 3), (48, 6)):
+        state.dscp_map.add(dscp=dscp, traffic_class=tc)
     state.digest = state_digest(state)
     return state
 
@@ -202,41 +236,42 @@ async def _next(
                 return msg
 
 
-async def measure_local_repair(flaps: int, ports: int) -> tuple[list[float], int]:
+async def measure_local_repair(
+    flaps: int, state: state_pb2.DesiredState, port: int
+) -> tuple[list[float], int]:
+    """Pull the cable of `port` `flaps` times with `state` programmed; after each return the
+    controller's next generation puts the port back. (latencies in ms, groups per repair)."""
     codec = Codec(load_p4info(REPO / "p4" / "fabric.p4info.txt"))
-    with lab(ports) as net:
+    with lab([port]) as net:
         async with agent_parts(net, codec) as (writer, out):
-            generation = 1
-            await writer.controller_message(
-                control_pb2.ControllerMessage(desired_state=tor_state(ports, generation))
-            )
+            current = state_pb2.DesiredState()
+            current.CopyFrom(state)
+            await writer.controller_message(control_pb2.ControllerMessage(desired_state=current))
             await _next(out, "applied")
             latencies: list[float] = []
             groups = 0
             for _ in range(flaps):
-                _ip("-n", net.wire_ns, "link", "set", net.wire_links[1], "down")
+                _ip("-n", net.wire_ns, "link", "set", net.wire_links[port], "down")
                 status = (await _next(out, "port_status")).port_status
                 assert not status.up and status.groups_repaired > 0, status
                 record = writer.repairs[-1]
                 latencies.append(record.latency_ns / 1e6)
                 groups = record.groups
-                _ip("-n", net.wire_ns, "link", "set", net.wire_links[1], "up")
+                _ip("-n", net.wire_ns, "link", "set", net.wire_links[port], "up")
                 await _next(out, "port_status")
-                # The controller's next state puts the port back in its groups.
-                generation += 1
+                current.generation += 1
                 await writer.controller_message(
-                    control_pb2.ControllerMessage(desired_state=tor_state(ports, generation))
+                    control_pb2.ControllerMessage(desired_state=current)
                 )
                 await _next(out, "applied")
             return latencies, groups
 
 
-async def measure_programming(groups: int, routes: int) -> tuple[int, float]:
+async def measure_programming(state: state_pb2.DesiredState) -> tuple[int, float]:
     """(updates written, seconds) for the agent's writer taking a DesiredState into an empty
     softswitch: translate, diff, encode and the ordered Writes, until Applied."""
     codec = Codec(load_p4info(REPO / "p4" / "fabric.p4info.txt"))
-    state = spine_state(groups, routes)
-    with lab(2) as net:
+    with lab([1, 2]) as net:
         async with agent_parts(net, codec) as (writer, out):
             await writer.synced.wait()  # connected, pipeline pushed, target read back
             started = time.perf_counter()
@@ -252,30 +287,57 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agent.bench", description=__doc__)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--flaps", type=int, default=50, help="port flaps (>= 50)")
-    parser.add_argument("--ports", type=int, default=4, help="uplinks of the bench ToR")
+    parser.add_argument(
+        "--ports", type=int, default=4, help="uplinks of the synthetic ToR (--fabric synthetic)"
+    )
+    parser.add_argument(
+        "--fabric",
+        default=str(REPO / "examples" / "ref-100k.yaml"),
+        help="program the largest switch of this fabric; 'synthetic' for --groups/--routes",
+    )
     parser.add_argument("--groups", type=int, default=256)
     parser.add_argument("--routes", type=int, default=8192)
     args = parser.parse_args(argv)
+    if args.fabric == "synthetic":
+        state = spine_state(args.groups, args.routes)
+        program_state = f"synthetic: {args.groups} groups, {args.routes} routes, 32 ports"
+    else:
+        state = fabric_switch_state(Path(args.fabric))
+        program_state = (
+            f"{Path(args.fabric).name} {state.switch_name}: {len(state.groups)} groups, "
+            f"{len(state.routes)} routes, {len(state.ports)} ports"
+        )
 
-    latencies, groups = asyncio.run(measure_local_repair(args.flaps, args.ports))
-    entries, seconds = asyncio.run(measure_programming(args.groups, args.routes))
+    if args.fabric == "synthetic":
+        repair_state, repair_port = tor_state(args.ports, 1), 1
+        repair_label = f"synthetic ToR, {len(repair_state.groups)} groups"
+    else:
+        repair_state = state
+        # The port in the most groups: the worst case for the one-Write repair.
+        counts = collections.Counter(h.port for g in state.groups for h in g.next_hops)
+        repair_port = counts.most_common(1)[0][0]
+        repair_label = f"{Path(args.fabric).name} {state.switch_name}"
+    latencies, groups = asyncio.run(measure_local_repair(args.flaps, repair_state, repair_port))
+    entries, seconds = asyncio.run(measure_programming(state))
     result = {
         "local_repair_ms_p50": round(percentile(latencies, 50), 3),
         "local_repair_ms_p99": round(percentile(latencies, 99), 3),
         "local_repair_flaps": len(latencies),
         "local_repair_groups_per_write": groups,
+        "local_repair_port": repair_port,
         "convergence_ms_p50": None,
         "convergence_ms_p99": None,
         "program_entries": entries,
         "program_seconds": round(seconds, 3),
         "program_entries_per_s": round(entries / seconds, 1),
-        "program_state": f"synthetic: {args.groups} groups, {args.routes} routes, 32 ports",
+        "program_state": program_state,
     }
     if args.json:
         print(json.dumps(result))
     else:
         print(
-            f"local repair (netlink event -> committed Write, {len(latencies)} flaps, "
+            f"local repair ({repair_label}, port {repair_port}; "
+            f"netlink event -> committed Write, {len(latencies)} flaps, "
             f"{groups} groups per Write): p50 {result['local_repair_ms_p50']} ms, "
             f"p99 {result['local_repair_ms_p99']} ms"
         )

@@ -15,6 +15,7 @@ reference members, with watch_port = the member's port.
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -200,6 +201,17 @@ class Pipeline:
 
     def of_type(self, kind: type[Entry]) -> list[Entry]:
         return [e for e in self.entries.values() if isinstance(e, kind)]
+
+    @functools.cached_property
+    def groups(self) -> tuple[GroupEntry, ...]:
+        """The group entries (cached: local repair looks only at these)."""
+        return tuple(e for e in self.entries.values() if isinstance(e, GroupEntry))
+
+    def replaced(self, entries: Iterable[Entry]) -> Pipeline:
+        """A copy with `entries` put in place of those with the same keys."""
+        out = dict(self.entries)
+        out.update((e.key, e) for e in entries)
+        return Pipeline(out)
 
 
 class TranslationError(ValueError):
@@ -424,6 +436,18 @@ def diff(current: Pipeline, desired: Pipeline) -> list[list[Update]]:
 def _sort_key(key: Key) -> tuple[str, ...]:
     # Keys mix ints and strings; compare ints numerically by zero-padding.
     return tuple(f"{part:020d}" if isinstance(part, int) else str(part) for part in key)
+
+
+def repair_updates(pipeline: Pipeline, port: int) -> list[Update]:
+    """The group modifies that take `port`'s members out of every group of `pipeline`, in
+    group id order: the one Write of a local repair. Looks only at groups."""
+    out = []
+    for group in pipeline.groups:
+        if any(m.watch_port == port for m in group.members):
+            live = tuple(m for m in group.members if m.watch_port != port)
+            out.append(Update(Op.MODIFY, GroupEntry(group.group_id, live)))
+    out.sort(key=lambda u: _sort_key(u.entry.key))
+    return out
 
 
 def repair(pipeline: Pipeline, down_ports: frozenset[int]) -> Pipeline:

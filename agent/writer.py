@@ -47,6 +47,7 @@ from agent.translate import (
     diff,
     format_ipv4,
     repair,
+    repair_updates,
     translate,
 )
 from railfabric.delta import DeltaError, apply_delta
@@ -220,18 +221,16 @@ class Writer:
         reconcile after reconnection applies the exclusion)."""
         if self.installed is None or not self.target.primary.is_set():
             return 0, 0
-        repaired = repair(self.installed, frozenset({event.port}))
-        batches = diff(self.installed, repaired)
-        if not batches:
+        batch = repair_updates(self.installed, event.port)
+        if not batch:
             return 0, 0
-        (batch,) = batches  # group modifies only: one Write
         errors = await self._write(batch)
         commit_mono, commit_wall = time.monotonic_ns(), time.time_ns()
         if errors:
             LOG.error("local repair of port %d: %d updates failed", event.port, len(errors))
             await self._read_back()
         else:
-            self.installed = repaired
+            self.installed = self.installed.replaced(u.entry for u in batch)
         record = RepairRecord(event.port, len(batch), commit_mono - event.monotonic_ns)
         self.repairs.append(record)
         LOG.info(

@@ -24,6 +24,7 @@ from agent.translate import (
     format_mac,
     pfc_entry,
     repair,
+    repair_updates,
     translate,
 )
 from railfabric.v1 import state_pb2
@@ -169,3 +170,14 @@ def test_local_repair_is_one_batch_of_group_modifies() -> None:
     assert repaired.entries[("group", 1)] == GroupEntry(1, (GroupMember(2, 2, 1),))
     assert repaired.entries[("group", 3)] == GroupEntry(3, ())
     assert repaired.entries[("member", 1)] == pipeline.entries[("member", 1)]
+
+
+def test_repair_updates_are_the_diff_of_the_repaired_pipeline() -> None:
+    state = tor_state()
+    state.groups.add(id=3).next_hops.add(port=1, dmac=SPINE_MACS[1], weight=1)
+    pipeline, _ = translate(state)
+    for port in (1, 2, 3, 9):
+        (expected,) = diff(pipeline, repair(pipeline, frozenset({port}))) or [[]]
+        assert repair_updates(pipeline, port) == expected
+    fixed = pipeline.replaced(u.entry for u in repair_updates(pipeline, 1))
+    assert fixed == repair(pipeline, frozenset({1}))
