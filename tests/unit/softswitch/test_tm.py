@@ -4,9 +4,12 @@ tail drop and ECN marking (softswitch/tm.py, softswitch/ecn.py). Simulated time 
 from __future__ import annotations
 
 import functools
+import ipaddress
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Dot1Q, Ether
 
@@ -286,3 +289,38 @@ def test_ce_mark_finds_ipv4_behind_a_vlan_tag() -> None:
 )
 def test_frames_without_an_ect_ipv4_header_are_not_candidates(raw: bytes) -> None:
     assert ecn.ect_ipv4_offset(raw) == -1
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    tos=st.integers(0, 255).filter(lambda t: t & 3 in (ECT0, ECT1)),
+    fields=st.tuples(
+        st.integers(0, 0xFFFF),  # id
+        st.integers(0, 255),  # ttl
+        st.integers(0, 255),  # protocol
+        st.integers(0, 2**32 - 1),  # src
+        st.integers(0, 2**32 - 1),  # dst
+    ),
+    options=st.binary(min_size=0, max_size=40).map(lambda b: b[: len(b) // 4 * 4]),
+)
+def test_ce_mark_checksum_is_right_for_any_ipv4_header(
+    tos: int, fields: tuple[int, int, int, int, int], options: bytes
+) -> None:
+    ident, ttl, proto, src, dst = fields
+    ip = IP(
+        tos=tos,
+        id=ident,
+        ttl=ttl,
+        proto=proto,
+        src=str(ipaddress.IPv4Address(src)),
+        dst=str(ipaddress.IPv4Address(dst)),
+        options=options,
+    )
+    raw = bytes(Ether() / ip / b"payload")
+    offset = ecn.ect_ipv4_offset(raw)
+    assert offset == 14
+    marked = IP(ecn.mark_ce(raw, offset)[14:])
+    assert marked.tos == tos | ecn.ECN_CE
+    claimed = marked.chksum
+    marked.chksum = None
+    assert IP(bytes(marked)).chksum == claimed
