@@ -20,9 +20,19 @@ How the data plane drives it
     for port, frame in tm.next_departure(now_ns): send(port, frame)
     wake_at = tm.next_event_ns()                        # None: nothing pending until enqueue
 
+    tm.counters()                                       # {port: PortCounters} snapshot
+
 `next_departure` returns PAUSE frames first, then the data frames whose transmission may start
 by `now_ns`. Frames are `bytes`; a CE-marked frame is a new `bytes` (the original is never
-mutated). The returned list is the caller's.
+mutated). The returned list is the caller's. Call `next_departure` after `enqueue` and after
+`on_pause_frame` (a resume may free frames at once), then sleep until `next_event_ns()`; being
+woken late is fine (see burst below), being woken early costs nothing. Unknown ports raise
+KeyError, bad settings ValueError, both naming the port. ~0.4 M frames/s enqueue+dequeue on
+one core (1000-byte frames, ECN and PFC configured).
+
+Counters per port (PortCounters): tx packets/bytes, tail drops (+bytes), storm drops, ECN
+marks, PAUSE sent / received / malformed, watchdog storms, and per class: queued bytes and
+packets, PFC ingress occupancy, paused, stormed.
 
 Model
 -----
