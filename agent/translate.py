@@ -18,6 +18,7 @@ import enum
 import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from railfabric.v1 import state_pb2
 
@@ -429,13 +430,14 @@ def diff(current: Pipeline, desired: Pipeline) -> list[list[Update]]:
         if key not in desired.entries:
             stages[_STAGE_OF[(type(have), Op.DELETE)]].append(Update(Op.DELETE, have))
     for stage in stages:
-        stage.sort(key=lambda u: _sort_key(u.entry.key))
+        stage.sort(key=_sort_key)
     return [stage for stage in stages if stage]
 
 
-def _sort_key(key: Key) -> tuple[str, ...]:
-    # Keys mix ints and strings; compare ints numerically by zero-padding.
-    return tuple(f"{part:020d}" if isinstance(part, int) else str(part) for part in key)
+def _sort_key(update: Update) -> Any:
+    # Keys start with their kind's name and hold ints after it, so keys of one kind compare
+    # element-wise and keys of different kinds are told apart by the name.
+    return update.entry.key
 
 
 def repair_updates(pipeline: Pipeline, port: int) -> list[Update]:
@@ -446,7 +448,7 @@ def repair_updates(pipeline: Pipeline, port: int) -> list[Update]:
         if any(m.watch_port == port for m in group.members):
             live = tuple(m for m in group.members if m.watch_port != port)
             out.append(Update(Op.MODIFY, GroupEntry(group.group_id, live)))
-    out.sort(key=lambda u: _sort_key(u.entry.key))
+    out.sort(key=_sort_key)
     return out
 
 
