@@ -1,10 +1,37 @@
-"""`railfabric-controller`: the controller daemon."""
+"""`railfabric-controller`: the controller daemon (ARCHITECTURE §1, §4, §7).
+
+One asyncio process: the gRPC server (FabricControl for agents, FabricAdmin for railctl,
+health and reflection), the hold-down/damping timer, and Prometheus metrics.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import logging
+import signal
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import _async as health_aio
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from controller.daemon.admin import AdminService
+from controller.daemon.core_planner import load_planner
+from controller.daemon.fabric_state import FabricState
+from controller.daemon.linkstate import DampingParams
+from controller.daemon.metrics import Metrics
+from controller.daemon.service import ControlService, Sessions
+from controller.daemon.store import Store
+from controller.yamlnodes import IntentError
+from railfabric.v1 import admin_pb2, admin_pb2_grpc, control_pb2, control_pb2_grpc
+
+log = logging.getLogger("railfabric.controller")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -12,21 +39,130 @@ def build_parser() -> argparse.ArgumentParser:
         prog="railfabric-controller",
         description="Fabric controller: computes routes and QoS and streams them to agents.",
     )
-    parser.add_argument("--fabric", required=True, help="fabric intent YAML")
+    parser.add_argument("--fabric", required=True, type=Path, help="fabric intent YAML")
     parser.add_argument("--listen", default="127.0.0.1:50051", help="gRPC address HOST:PORT")
-    parser.add_argument("--state-dir", help="directory of the embedded state store")
+    parser.add_argument("--state-dir", type=Path, help="directory of the embedded state store")
     parser.add_argument("--metrics", help="Prometheus metrics address HOST:PORT")
+    parser.add_argument(
+        "--hold-down-s",
+        type=float,
+        default=2.0,
+        help="a link must stay up this long before routes return to it (default 2)",
+    )
+    parser.add_argument(
+        "--damping-half-life-s",
+        type=float,
+        default=30.0,
+        help="half-life of the flap penalty (default 30)",
+    )
+    parser.add_argument(
+        "--damping-suppress",
+        type=float,
+        default=3000.0,
+        help="flap penalty above which a link is damped (1000 per flap; default 3000)",
+    )
+    parser.add_argument(
+        "--damping-reuse",
+        type=float,
+        default=750.0,
+        help="flap penalty below which a damped link returns (default 750)",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    build_parser().parse_args(argv)
-    print(
-        "railfabric-controller: not implemented yet (tracked by the daemons issue)",
-        file=sys.stderr,
+def _host_port(value: str, flag: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit():
+        raise SystemExit(f"railfabric-controller: {flag} {value!r} is not HOST:PORT")
+    return host, int(port)
+
+
+async def serve(args: argparse.Namespace) -> int:
+    planner = load_planner(args.fabric)
+    store = Store.in_dir(args.state_dir) if args.state_dir else Store(":memory:")
+    damping = DampingParams(
+        hold_down_ns=int(args.hold_down_s * 1e9),
+        half_life_ns=int(args.damping_half_life_s * 1e9),
+        suppress=args.damping_suppress,
+        reuse=args.damping_reuse,
     )
-    return 2
+    sessions = Sessions()
+    metrics = Metrics()
+    fabric = FabricState(planner, store, damping, sessions.send, metrics.converged)
+    metrics.watch(fabric, sessions)
+
+    server = grpc.aio.server()
+    control_pb2_grpc.add_FabricControlServicer_to_server(ControlService(fabric, sessions), server)
+    admin_pb2_grpc.add_FabricAdminServicer_to_server(AdminService(fabric), server)
+    health_servicer = health_aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    services = (
+        control_pb2.DESCRIPTOR.services_by_name["FabricControl"].full_name,
+        admin_pb2.DESCRIPTOR.services_by_name["FabricAdmin"].full_name,
+        reflection.SERVICE_NAME,
+        health.SERVICE_NAME,
+    )
+    reflection.enable_server_reflection(services, server)
+    if server.add_insecure_port(args.listen) == 0:
+        raise SystemExit(f"railfabric-controller: cannot listen on {args.listen}")
+    await server.start()
+    for name in ("", *services[:2]):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    if args.metrics:
+        host, port = _host_port(args.metrics, "--metrics")
+        metrics.serve(host, port)
+    log.info(
+        "serving fabric %s (%d switches, %d links) on %s",
+        planner.fabric_name,
+        len(fabric.views),
+        len(planner.links()),
+        args.listen,
+    )
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with asyncio.TaskGroup() as tg:
+        timer = tg.create_task(_timers(fabric), name="link-timers")
+        await stop.wait()
+        log.info("stopping")
+        timer.cancel()
+        await server.stop(grace=1.0)
+    store.close()
+    return 0
+
+
+async def _timers(fabric: FabricState) -> None:
+    """Run hold-down and damping expiries on time. Carrier reports can start a new hold-down at
+    any moment, so the timer re-reads the next deadline at least every 100 ms."""
+    while True:
+        deadline = fabric.tracker.next_deadline_ns()
+        now = time.time_ns()
+        if deadline is not None and deadline <= now:
+            fabric.tick(now)
+            continue
+        wait_s = 0.1 if deadline is None else min(0.1, (deadline - now) / 1e9)
+        await asyncio.sleep(wait_s)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return asyncio.run(serve(args))
+    except IntentError as err:
+        print(f"railfabric-controller: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        print(f"railfabric-controller: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(main())

@@ -79,6 +79,8 @@ class LinkTracker(Generic[K]):
         self.params = params
         self._links: dict[K, _Link] = {}
         self._by_end: dict[End, K] = {}
+        # Links in hold-down or damped: the only ones `tick` has to look at.
+        self._timed: set[K] = set()
         for key, a, b in links:
             self._links[key] = _Link(ends=(a, b))
             for end in (a, b):
@@ -97,6 +99,10 @@ class LinkTracker(Generic[K]):
 
     def since_ns(self, key: K) -> int:
         return self._links[key].since_ns
+
+    def down_ends(self, key: K) -> frozenset[End]:
+        """The ends of the link that last reported no carrier."""
+        return frozenset(self._links[key].down_ends)
 
     def usable(self, key: K) -> bool:
         return self._links[key].state is LinkState.UP
@@ -133,7 +139,8 @@ class LinkTracker(Generic[K]):
     def tick(self, now_ns: int) -> list[Transition[K]]:
         """Advance hold-downs and damping to `now_ns`; returns links that became usable."""
         out: list[Transition[K]] = []
-        for key, link in self._links.items():
+        for key in sorted(self._timed, key=str):
+            link = self._links[key]
             if link.state is LinkState.HOLD_DOWN:
                 if now_ns - link.up_since_ns < self.params.hold_down_ns:
                     continue
@@ -142,7 +149,7 @@ class LinkTracker(Generic[K]):
                     continue
                 self._set(link, LinkState.UP, now_ns)
                 out.append(Transition(key, True, LinkState.UP))
-            elif link.state is LinkState.DAMPED and self._decayed(link, now_ns) < self.params.reuse:
+            elif self._decayed(link, now_ns) < self.params.reuse:
                 self._set(link, LinkState.UP, now_ns)
                 out.append(Transition(key, True, LinkState.UP))
         return out
@@ -150,7 +157,7 @@ class LinkTracker(Generic[K]):
     def next_deadline_ns(self) -> int | None:
         """The earliest time `tick` can change something, or None."""
         deadlines: list[int] = []
-        for link in self._links.values():
+        for link in (self._links[k] for k in self._timed):
             if link.state is LinkState.HOLD_DOWN:
                 deadlines.append(link.up_since_ns + self.params.hold_down_ns)
             elif link.state is LinkState.DAMPED:
@@ -168,12 +175,17 @@ class LinkTracker(Generic[K]):
             link.down_ends = set(link.ends)
             link.state = LinkState.DOWN
         elif state in (LinkState.HOLD_DOWN, LinkState.DAMPED):
-            link.state, link.up_since_ns = LinkState.HOLD_DOWN, since_ns
+            link.up_since_ns = since_ns
+            self._set(link, LinkState.HOLD_DOWN, since_ns)
 
     def _decayed(self, link: _Link, now_ns: int) -> float:
         dt = max(0, now_ns - link.penalty_at_ns)
         return link.penalty * math.pow(0.5, dt / self.params.half_life_ns)
 
-    @staticmethod
-    def _set(link: _Link, state: LinkState, now_ns: int) -> None:
+    def _set(self, link: _Link, state: LinkState, now_ns: int) -> None:
         link.state, link.since_ns = state, now_ns
+        key = self._by_end[link.ends[0]]
+        if state in (LinkState.HOLD_DOWN, LinkState.DAMPED):
+            self._timed.add(key)
+        else:
+            self._timed.discard(key)

@@ -1,0 +1,236 @@
+"""FabricAdmin: the operator API behind railctl (ARCHITECTURE §4)."""
+
+from __future__ import annotations
+
+import grpc
+
+from controller.daemon.fabric_state import FabricState, SwitchView, UnknownSwitch
+from controller.daemon.linkstate import LinkState
+from railfabric.v1 import admin_pb2, admin_pb2_grpc, state_pb2
+
+_Ctx = grpc.aio.ServicerContext[object, object]
+
+_LINK_STATE = {
+    LinkState.UP: admin_pb2.LINK_STATE_UP,
+    LinkState.DOWN: admin_pb2.LINK_STATE_DOWN,
+    LinkState.HOLD_DOWN: admin_pb2.LINK_STATE_HOLD_DOWN,
+    LinkState.DAMPED: admin_pb2.LINK_STATE_DAMPED,
+}
+_SEVERITY = {
+    "info": admin_pb2.SEVERITY_INFO,
+    "warning": admin_pb2.SEVERITY_WARNING,
+    "critical": admin_pb2.SEVERITY_CRITICAL,
+}
+# Counter growth between two reports that diagnose calls out.
+PFC_STORM_PAUSES = 1000
+
+
+class AdminService(admin_pb2_grpc.FabricAdminServicer):
+    def __init__(self, fabric: FabricState) -> None:
+        self.fabric = fabric
+        self._infos = {info.name: info for info in fabric.planner.switches()}
+
+    def _links(self, only_down: bool) -> list[admin_pb2.LinkInfo]:
+        out = []
+        for link in self.fabric.planner.links():
+            state = self.fabric.tracker.state(link.key)
+            if only_down and state is LinkState.UP:
+                continue
+            out.append(
+                admin_pb2.LinkInfo(
+                    a=admin_pb2.LinkEnd(switch_name=link.a[0], port=link.a[1]),
+                    b=admin_pb2.LinkEnd(switch_name=link.b[0], port=link.b[1]),
+                    speed_mbps=link.speed_mbps,
+                    length_m=link.length_m,
+                    state=_LINK_STATE[state],
+                    since_wall_ns=self.fabric.tracker.since_ns(link.key),
+                    flaps=self.fabric.tracker.flaps(link.key),
+                )
+            )
+        return out
+
+    async def GetTopology(
+        self, request: admin_pb2.GetTopologyRequest, context: _Ctx
+    ) -> admin_pb2.Topology:
+        planner = self.fabric.planner
+        return admin_pb2.Topology(
+            fabric_name=planner.fabric_name,
+            switches=planner.switches(),
+            links=self._links(only_down=False),
+            host_nics=planner.host_nic_count(),
+        )
+
+    async def ListLinks(
+        self, request: admin_pb2.ListLinksRequest, context: _Ctx
+    ) -> admin_pb2.ListLinksResponse:
+        return admin_pb2.ListLinksResponse(links=self._links(request.only_down))
+
+    def _status(self, v: SwitchView) -> admin_pb2.SwitchStatus:
+        return admin_pb2.SwitchStatus(
+            info=self._infos[v.name],
+            connected=v.connected,
+            desired_generation=v.state.generation,
+            applied_generation=v.applied_generation,
+            converged=v.converged,
+            agent_version=v.agent_version,
+            last_seen_wall_ns=v.last_seen_ns,
+            route_count=len(v.state.routes),
+            group_count=len(v.state.groups),
+        )
+
+    async def ListSwitches(
+        self, request: admin_pb2.ListSwitchesRequest, context: _Ctx
+    ) -> admin_pb2.ListSwitchesResponse:
+        return admin_pb2.ListSwitchesResponse(
+            switches=[self._status(v) for v in self.fabric.views.values()]
+        )
+
+    async def GetSwitchState(
+        self, request: admin_pb2.GetSwitchStateRequest, context: _Ctx
+    ) -> state_pb2.DesiredState:
+        try:
+            return self.fabric.view(request.switch_name).state
+        except UnknownSwitch as err:
+            await context.abort(grpc.StatusCode.NOT_FOUND, str(err))
+
+    async def ListEvents(
+        self, request: admin_pb2.ListEventsRequest, context: _Ctx
+    ) -> admin_pb2.ListEventsResponse:
+        events = self.fabric.store.events(request.limit or 100)
+        return admin_pb2.ListEventsResponse(
+            events=[
+                admin_pb2.Event(
+                    wall_ns=e.wall_ns,
+                    kind=e.kind,
+                    switch_name=e.switch,
+                    port=e.port,
+                    message=e.message,
+                    generation=e.generation,
+                )
+                for e in events
+            ]
+        )
+
+    def _alarms(self) -> list[admin_pb2.Alarm]:
+        return [
+            admin_pb2.Alarm(
+                id=a.id,
+                severity=_SEVERITY.get(a.severity, admin_pb2.SEVERITY_WARNING),
+                kind=a.kind,
+                switch_name=a.switch,
+                port=a.port,
+                message=a.message,
+                raised_wall_ns=a.raised_wall_ns,
+            )
+            for a in self.fabric.store.alarms()
+        ]
+
+    async def ListAlarms(
+        self, request: admin_pb2.ListAlarmsRequest, context: _Ctx
+    ) -> admin_pb2.ListAlarmsResponse:
+        return admin_pb2.ListAlarmsResponse(alarms=self._alarms())
+
+    async def PredictPath(
+        self, request: admin_pb2.PredictPathRequest, context: _Ctx
+    ) -> admin_pb2.PredictPathResponse:
+        try:
+            return self.fabric.planner.predict_path(request)
+        except ValueError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+
+    async def Diagnose(
+        self, request: admin_pb2.DiagnoseRequest, context: _Ctx
+    ) -> admin_pb2.DiagnoseResponse:
+        return diagnose(self.fabric, self._links(only_down=True), self._alarms())
+
+
+def diagnose(
+    fabric: FabricState, down: list[admin_pb2.LinkInfo], alarms: list[admin_pb2.Alarm]
+) -> admin_pb2.DiagnoseResponse:
+    """Everything an operator should look at, each with its switch and port."""
+    findings: list[admin_pb2.Finding] = []
+    crit, warn = admin_pb2.SEVERITY_CRITICAL, admin_pb2.SEVERITY_WARNING
+    for link in down:
+        findings.append(
+            admin_pb2.Finding(
+                severity=crit,
+                kind="link_down",
+                switch_name=link.a.switch_name,
+                port=link.a.port,
+                message=f"link {link.a.switch_name}:{link.a.port} - {link.b.switch_name}:"
+                f"{link.b.port} is {admin_pb2.LinkState.Name(link.state)[11:].lower()}",
+            )
+        )
+    for alarm in alarms:
+        findings.append(
+            admin_pb2.Finding(
+                severity=alarm.severity,
+                kind=alarm.kind,
+                switch_name=alarm.switch_name,
+                port=alarm.port,
+                message=alarm.message,
+            )
+        )
+    for v in fabric.views.values():
+        if not v.connected:
+            findings.append(
+                admin_pb2.Finding(
+                    severity=crit,
+                    kind="not_connected",
+                    switch_name=v.name,
+                    message=f"{v.name}: no agent session",
+                )
+            )
+        elif not v.converged:
+            why = (
+                f"{len(v.applied_errors)} objects refused, first: "
+                f"{v.applied_errors[0].object}: {v.applied_errors[0].message}"
+                if v.applied_errors
+                else f"applied generation {v.applied_generation}, desired {v.state.generation}"
+            )
+            findings.append(
+                admin_pb2.Finding(
+                    severity=warn,
+                    kind="not_converged",
+                    switch_name=v.name,
+                    message=f"{v.name}: {why}",
+                )
+            )
+        findings.extend(_counter_findings(v))
+    healthy = all(f.severity <= admin_pb2.SEVERITY_INFO for f in findings)
+    return admin_pb2.DiagnoseResponse(findings=findings, healthy=healthy)
+
+
+def _counter_findings(v: SwitchView) -> list[admin_pb2.Finding]:
+    """Drops, ECN marks and PFC storms that grew between the last two counter reports."""
+    if v.last_counters is None or v.prev_counters is None:
+        return []
+    before = {p.port: p for p in v.prev_counters.ports}
+    out = []
+    for now in v.last_counters.ports:
+        old = before.get(now.port)
+        if old is None:
+            continue
+        grew = {
+            "drops": now.drops - old.drops,
+            "ecn_marks": now.ecn_marks - old.ecn_marks,
+            "pfc_storm": now.pfc_watchdog_storms - old.pfc_watchdog_storms,
+            "pfc_pause": now.pfc_pause_tx - old.pfc_pause_tx,
+        }
+        for kind, n in grew.items():
+            if n <= 0 or (kind == "pfc_pause" and n < PFC_STORM_PAUSES):
+                continue
+            severity = (
+                admin_pb2.SEVERITY_INFO if kind == "ecn_marks" else admin_pb2.SEVERITY_WARNING
+            )
+            out.append(
+                admin_pb2.Finding(
+                    severity=severity,
+                    kind=kind,
+                    switch_name=v.name,
+                    port=now.port,
+                    message=f"{v.name} port {now.port}: {kind.replace('_', ' ')} +{n} since the "
+                    "previous counter report",
+                )
+            )
+    return out

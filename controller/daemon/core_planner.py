@@ -1,0 +1,115 @@
+"""The Planner the daemon runs on: the controller core (intent, routing, QoS, export, path)."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from controller import export
+from controller.daemon.planner import PlannedLink
+from controller.fabric import Fabric, Role
+from controller.intent import load_fabric
+from controller.path import Flow, PathError, predict_path
+from controller.routing import FabricRouting, LinkEvent
+from railfabric import ecmp
+from railfabric.v1 import admin_pb2, state_pb2
+
+_ROLE = {
+    Role.TOR: admin_pb2.SWITCH_ROLE_TOR,
+    Role.SPINE: admin_pb2.SWITCH_ROLE_SPINE,
+    Role.CORE: admin_pb2.SWITCH_ROLE_CORE,
+}
+
+
+def _opt(value: int | None) -> int:
+    return -1 if value is None else value
+
+
+class CorePlanner:
+    def __init__(self, fabric: Fabric) -> None:
+        self.fabric = fabric
+        self.routing = FabricRouting(fabric)
+        self._links = tuple(
+            PlannedLink(
+                link.key,
+                (link.a, link.a_port),
+                (link.b, link.b_port),
+                link.speed_mbps,
+                link.length_m,
+            )
+            for link in fabric.links
+        )
+        self._by_key = {link.key: link for link in self._links}
+        self._switches = tuple(
+            admin_pb2.SwitchInfo(
+                name=sw.name,
+                role=_ROLE[sw.role],
+                rail=_opt(sw.rail),
+                pod=_opt(sw.pod),
+                block=_opt(sw.block),
+                prefix=str(sw.prefix) if sw.prefix else "",
+            )
+            for sw in fabric.switches
+        )
+
+    @property
+    def fabric_name(self) -> str:
+        return self.fabric.name
+
+    def switches(self) -> Sequence[admin_pb2.SwitchInfo]:
+        return self._switches
+
+    def links(self) -> Sequence[PlannedLink]:
+        return self._links
+
+    def host_nic_count(self) -> int:
+        return len(self.fabric.nics)
+
+    def full_state(self, switch: str) -> state_pb2.DesiredState:
+        state = export.desired_state(self.routing, switch)
+        state.digest = ""
+        return state
+
+    def set_link_usable(self, key: str, usable: bool) -> Mapping[str, state_pb2.StateDelta]:
+        link = self._by_key[key]
+        deltas = self.routing.apply([LinkEvent(link.a[0], link.a[1], usable)])
+        return {
+            name: export.state_delta(self.routing, delta, 0, with_digest=False)
+            for name, delta in deltas.items()
+        }
+
+    def predict_path(self, request: admin_pb2.PredictPathRequest) -> admin_pb2.PredictPathResponse:
+        try:
+            flow = Flow(
+                src_ip=int(ipaddress.IPv4Address(request.src_ip)),
+                dst_ip=int(ipaddress.IPv4Address(request.dst_ip)),
+                proto=request.protocol or 17,
+                sport=request.sport,
+                dport=request.dport or ecmp.ROCEV2_UDP_PORT,
+                dst_qp=request.dst_qp or None,
+            )
+            path = predict_path(self.routing, flow)
+        except (ipaddress.AddressValueError, PathError) as err:
+            raise ValueError(str(err)) from None
+        return admin_pb2.PredictPathResponse(
+            hops=[
+                admin_pb2.PathHop(
+                    switch_name=h.switch,
+                    ingress_port=h.ingress_port,
+                    egress_port=h.egress_port,
+                    group_id=h.group_id,
+                    live_members=h.live_members,
+                    member_index=h.member_index,
+                    hash=h.hash,
+                )
+                for h in path.hops
+            ],
+            delivered_to=path.delivered_to or "",
+            error=path.error,
+        )
+
+
+def load_planner(path: Path) -> CorePlanner:
+    """Load and validate a fabric intent (IntentError names file, line and field)."""
+    return CorePlanner(load_fabric(path))

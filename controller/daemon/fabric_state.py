@@ -1,0 +1,362 @@
+"""The controller's live view of the fabric: desired state per switch with generations, what
+each agent has applied, link state, convergence measurements, events and alarms.
+
+Synchronous and I/O-free apart from the store; the gRPC services (service.py, admin.py) call
+it and ship what it returns. Time is passed in (`now_ns`, Unix ns).
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from controller.daemon.cabling import Heard, check_switch
+from controller.daemon.linkstate import DampingParams, LinkState, LinkTracker, Transition
+from controller.daemon.planner import PlannedLink, Planner
+from controller.daemon.store import AlarmRecord, EventRecord, LinkRecord, Store
+from railfabric.delta import DeltaError, apply_delta, delta_size
+from railfabric.digest import state_digest
+from railfabric.v1 import control_pb2, state_pb2
+
+log = logging.getLogger(__name__)
+
+# Outbound messages for one switch; Send is called with each in order.
+Send = Callable[[str, control_pb2.ControllerMessage], None]
+
+
+class UnknownSwitch(ValueError):
+    pass
+
+
+@dataclass
+class SwitchView:
+    name: str
+    state: state_pb2.DesiredState
+    applied_generation: int = 0
+    applied_digest: str = ""
+    applied_errors: list[control_pb2.ObjectError] = field(default_factory=list)
+    connected: bool = False
+    agent_version: str = ""
+    last_seen_ns: int = 0
+    last_counters: control_pb2.Counters | None = None
+    prev_counters: control_pb2.Counters | None = None
+    neighbors: control_pb2.Neighbors | None = None
+
+    @property
+    def converged(self) -> bool:
+        return (
+            self.applied_generation == self.state.generation
+            and self.applied_digest == self.state.digest
+            and not self.applied_errors
+        )
+
+
+@dataclass
+class Convergence:
+    """One link event and the generations it caused, until every switch has applied them."""
+
+    link: str
+    event_ns: int
+    reported_ns: int
+    computed_ns: int
+    waiting: dict[str, int]
+    last_applied_ns: int = 0
+    switches: int = 0
+    entries: int = 0
+
+
+@dataclass(frozen=True)
+class ConvergenceResult:
+    link: str
+    event_to_applied_ms: float
+    report_ms: float
+    compute_ms: float
+    switches: int
+    entries: int
+
+
+class FabricState:
+    def __init__(
+        self,
+        planner: Planner,
+        store: Store,
+        damping: DampingParams,
+        send: Send,
+        on_converged: Callable[[ConvergenceResult], None] | None = None,
+    ) -> None:
+        self.planner = planner
+        self.store = store
+        self.send = send
+        self.on_converged = on_converged
+        self._links = {link.key: link for link in planner.links()}
+        self.tracker: LinkTracker[str] = LinkTracker(
+            ((link.key, link.a, link.b) for link in self._links.values()), damping
+        )
+        self.plan: dict[tuple[str, int], tuple[str, int]] = {}
+        for link in self._links.values():
+            self.plan[link.a], self.plan[link.b] = link.b, link.a
+        self.views: dict[str, SwitchView] = {}
+        self._pending: dict[int, Convergence] = {}
+        self._next_event = 0
+        # Active alarm ids, mirrored from the store for readers on other threads (metrics).
+        self.alarm_ids: set[str] = {a.id for a in store.alarms()}
+        self._load()
+
+    # -- start-up: intent + persisted link states + persisted generations
+    def _load(self) -> None:
+        for key, link_rec in self.store.links().items():
+            if key in self._links:
+                self.tracker.restore(
+                    key, LinkState(link_rec.state), link_rec.since_ns, link_rec.flaps
+                )
+        for key in self.tracker.down_links():
+            self.planner.set_link_usable(key, False)
+        stored = self.store.switches()
+        for info in self.planner.switches():
+            state = self.planner.full_state(info.name)
+            digest = state_digest(state)
+            rec = stored.get(info.name)
+            if rec is None:
+                generation = 1
+            elif rec.digest == digest:
+                generation = rec.generation
+            else:
+                generation = rec.generation + 1
+            state.generation, state.digest = generation, digest
+            self.views[info.name] = SwitchView(info.name, state)
+            if rec is None or rec.generation != generation:
+                self.store.set_desired(info.name, generation, digest)
+
+    def view(self, name: str) -> SwitchView:
+        try:
+            return self.views[name]
+        except KeyError:
+            close = difflib.get_close_matches(name, self.views, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise UnknownSwitch(f"unknown switch {name!r}{hint}") from None
+
+    # -- agent messages
+    def hello(self, hello: control_pb2.Hello, now_ns: int) -> control_pb2.ControllerMessage | None:
+        """Attach a session; the full state to send, or None when the agent already has it."""
+        v = self.view(hello.switch_name)
+        v.connected, v.agent_version, v.last_seen_ns = True, hello.agent_version, now_ns
+        v.applied_generation, v.applied_digest = hello.applied_generation, hello.applied_digest
+        self.event(
+            now_ns,
+            "session_up",
+            v.name,
+            0,
+            f"agent {hello.agent_version} connected",
+            hello.applied_generation,
+        )
+        # Carrier changed while the agent was away (or the controller restarted): catch up.
+        # Any deltas this causes are sent before the reply below; the agent asks for a
+        # snapshot when a delta does not start from what it holds.
+        for port in hello.ports:
+            end = (v.name, port.port)
+            key = self.tracker.link_of(end)
+            if key is not None and (end in self.tracker.down_ends(key)) == port.oper_up:
+                self._carrier(end, key, port.oper_up, now_ns, event_ns=now_ns)
+        if v.converged:
+            return None
+        return control_pb2.ControllerMessage(desired_state=v.state)
+
+    def disconnected(self, name: str, now_ns: int) -> None:
+        v = self.views[name]
+        v.connected = False
+        self.event(now_ns, "session_down", name, 0, "agent disconnected", v.applied_generation)
+
+    def applied(self, name: str, msg: control_pb2.Applied, now_ns: int) -> None:
+        v = self.views[name]
+        v.last_seen_ns = now_ns
+        v.applied_generation, v.applied_digest = msg.generation, msg.digest
+        v.applied_errors = list(msg.errors)
+        self.store.set_applied(name, msg.generation)
+        if msg.errors:
+            first = msg.errors[0]
+            self.event(
+                now_ns,
+                "apply_failed",
+                name,
+                0,
+                f"{len(msg.errors)} objects refused, first: {first.object}: {first.message}",
+                msg.generation,
+            )
+        applied_ns = msg.wall_ns or now_ns
+        for event_id, conv in list(self._pending.items()):
+            wanted = conv.waiting.get(name)
+            if wanted is not None and msg.generation >= wanted:
+                del conv.waiting[name]
+                conv.last_applied_ns = max(conv.last_applied_ns, applied_ns)
+                if not conv.waiting:
+                    self._converged(event_id, conv)
+
+    def port_status(self, name: str, msg: control_pb2.PortStatus, now_ns: int) -> None:
+        v = self.view(name)
+        v.last_seen_ns = now_ns
+        end = (name, msg.port)
+        key = self.tracker.link_of(end)
+        state = "up" if msg.up else "down"
+        self.event(
+            now_ns,
+            f"port_{state}",
+            name,
+            msg.port,
+            f"carrier {state}"
+            + (f", {msg.groups_repaired} groups repaired locally" if msg.groups_repaired else ""),
+            0,
+        )
+        if key is None:
+            return  # a host-facing port: no switch link to route around
+        self._carrier(end, key, msg.up, now_ns, event_ns=msg.wall_ns or now_ns)
+
+    def _carrier(
+        self, end: tuple[str, int], key: str, up: bool, now_ns: int, event_ns: int
+    ) -> None:
+        transitions = self.tracker.report(now_ns, end, up)
+        self._persist_link(key)
+        self._route(transitions, now_ns, event_ns)
+
+    def tick(self, now_ns: int) -> None:
+        """Hold-down and damping timers."""
+        transitions = self.tracker.tick(now_ns)
+        for t in transitions:
+            self._persist_link(t.link)
+        self._route(transitions, now_ns, event_ns=now_ns)
+
+    def neighbors(self, name: str, msg: control_pb2.Neighbors, now_ns: int) -> None:
+        v = self.view(name)
+        v.last_seen_ns, v.neighbors = now_ns, msg
+        heard = [Heard(n.port, n.system_name, n.port_id) for n in msg.neighbors]
+        miswired, correct = check_switch(name, heard, self.plan)
+        for m in miswired:
+            if self.store.raise_alarm(
+                AlarmRecord(m.alarm_id, "critical", "miswire", name, m.port, m.message, now_ns)
+            ):
+                self.alarm_ids.add(m.alarm_id)
+                self.event(now_ns, "alarm", name, m.port, m.message, 0)
+                log.warning("alarm: %s", m.message)
+        for port in correct:
+            if self.store.clear_alarm(f"miswire:{name}:{port}"):
+                self.alarm_ids.discard(f"miswire:{name}:{port}")
+                self.event(now_ns, "alarm_cleared", name, port, "cabling matches the plan", 0)
+
+    def counters(self, name: str, msg: control_pb2.Counters, now_ns: int) -> None:
+        v = self.view(name)
+        v.last_seen_ns = now_ns
+        v.prev_counters, v.last_counters = v.last_counters, msg
+
+    # -- routing
+    def _route(self, transitions: Iterable[Transition[str]], now_ns: int, event_ns: int) -> None:
+        for t in transitions:
+            link = self._links[t.link]
+            verb = "returns to routing" if t.usable else "leaves routing"
+            t0 = time.monotonic_ns()
+            deltas = self.planner.set_link_usable(t.link, t.usable)
+            compute_ns = time.monotonic_ns() - t0
+            self.event(
+                now_ns,
+                "link_up" if t.usable else "link_down",
+                link.a[0],
+                link.a[1],
+                f"link {t.link} {verb}; {len(deltas)} switches change "
+                f"(computed in {compute_ns / 1e6:.2f} ms)",
+                0,
+            )
+            waiting: dict[str, int] = {}
+            entries = 0
+            for switch, delta in deltas.items():
+                generation = self._push_delta(switch, delta, now_ns)
+                if generation is not None:
+                    waiting[switch] = generation
+                    entries += delta_size(delta)
+            if waiting:
+                self._pending[self._next_event] = Convergence(
+                    link=t.link,
+                    event_ns=event_ns,
+                    reported_ns=now_ns,
+                    computed_ns=now_ns + compute_ns,
+                    waiting=waiting,
+                    switches=len(waiting),
+                    entries=entries,
+                )
+                self._next_event += 1
+
+    def _push_delta(self, switch: str, delta: state_pb2.StateDelta, now_ns: int) -> int | None:
+        v = self.views[switch]
+        delta.switch_name = switch
+        delta.from_generation = v.state.generation
+        delta.to_generation = v.state.generation + 1
+        try:
+            new = apply_delta(v.state, delta)
+        except DeltaError as err:
+            # The core produced a delta that does not fit: fall back to its full state, so the
+            # switch still gets the right forwarding, and say so loudly.
+            log.error("core delta for %s does not apply (%s); sending full state", switch, err)
+            new = self.planner.full_state(switch)
+            new.generation, new.digest = v.state.generation + 1, state_digest(new)
+            delta = state_pb2.StateDelta()
+        if new.digest == v.state.digest:
+            return None
+        delta.digest = new.digest
+        v.state = new
+        self.store.set_desired(switch, new.generation, new.digest)
+        if v.connected:
+            if delta.to_generation:
+                self.send(switch, control_pb2.ControllerMessage(state_delta=delta))
+            else:
+                self.send(switch, control_pb2.ControllerMessage(desired_state=new))
+        self.event(
+            now_ns,
+            "pushed",
+            switch,
+            0,
+            f"generation {new.generation} ({delta_size(delta)} objects)",
+            new.generation,
+        )
+        return new.generation
+
+    def _converged(self, event_id: int, conv: Convergence) -> None:
+        del self._pending[event_id]
+        link = conv.link
+        result = ConvergenceResult(
+            link=link,
+            event_to_applied_ms=(conv.last_applied_ns - conv.event_ns) / 1e6,
+            report_ms=(conv.reported_ns - conv.event_ns) / 1e6,
+            compute_ms=(conv.computed_ns - conv.reported_ns) / 1e6,
+            switches=conv.switches,
+            entries=conv.entries,
+        )
+        self.event(
+            conv.last_applied_ns,
+            "converged",
+            "",
+            0,
+            f"link {link}: {result.switches} switches applied {result.entries} objects "
+            f"{result.event_to_applied_ms:.1f} ms after the event "
+            f"(report {result.report_ms:.1f} ms, compute {result.compute_ms:.1f} ms)",
+            0,
+        )
+        if self.on_converged is not None:
+            self.on_converged(result)
+
+    def _persist_link(self, key: str) -> None:
+        self.store.set_link(
+            LinkRecord(
+                key,
+                self.tracker.state(key).value,
+                self.tracker.since_ns(key),
+                self.tracker.flaps(key),
+            )
+        )
+
+    def planned_link(self, key: str) -> PlannedLink:
+        return self._links[key]
+
+    def event(  # noqa: PLR0917 - mirrors the Event message
+        self, now_ns: int, kind: str, switch: str, port: int, message: str, generation: int
+    ) -> None:
+        self.store.add_event(EventRecord(now_ns, kind, switch, port, message, generation))

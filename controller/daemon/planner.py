@@ -1,0 +1,50 @@
+"""What the daemon needs from the pure controller core, as a Protocol, so the async shell and
+the computation meet at one narrow seam (STYLE: pure core, thin I/O shell)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from railfabric.v1 import admin_pb2, state_pb2
+
+End = tuple[str, int]  # (switch name, port)
+
+
+@dataclass(frozen=True)
+class PlannedLink:
+    """A switch-to-switch cable of the plan; `key` is stable and printable."""
+
+    key: str
+    a: End
+    b: End
+    speed_mbps: int
+    length_m: float
+
+
+class Planner(Protocol):
+    """Routes and QoS for a fabric, under a changing set of unusable links."""
+
+    @property
+    def fabric_name(self) -> str: ...
+
+    def switches(self) -> Sequence[admin_pb2.SwitchInfo]: ...
+
+    def links(self) -> Sequence[PlannedLink]: ...
+
+    def host_nic_count(self) -> int: ...
+
+    def full_state(self, switch: str) -> state_pb2.DesiredState:
+        """The complete desired state of `switch` under the current link set (generation 0,
+        no digest: the daemon numbers and digests it)."""
+        ...
+
+    def set_link_usable(self, key: str, usable: bool) -> Mapping[str, state_pb2.StateDelta]:
+        """Take a link out of routing or put it back; the per-switch changes it causes
+        (generations unset). Only switches whose state changes appear."""
+        ...
+
+    def predict_path(self, request: admin_pb2.PredictPathRequest) -> admin_pb2.PredictPathResponse:
+        """The hop-by-hop path of a flow under the current link set."""
+        ...

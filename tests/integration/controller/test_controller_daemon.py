@@ -1,0 +1,211 @@
+"""The controller daemon as a real process: agents' sessions, the admin API, health and
+reflection over gRPC on loopback, bad input, and a restart from its state directory."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from railfabric.v1 import admin_pb2, admin_pb2_grpc, control_pb2, control_pb2_grpc
+from tests.conftest import Processes
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[3]
+LAB = REPO / "examples" / "lab-2rail.yaml"
+CONTROLLER = str(Path(sys.executable).parent / "railfabric-controller")
+
+
+async def start(processes: Processes, port: int, state_dir: Path) -> str:
+    addr = f"127.0.0.1:{port}"
+    processes.start(
+        [
+            CONTROLLER,
+            "--fabric",
+            str(LAB),
+            "--listen",
+            addr,
+            "--state-dir",
+            str(state_dir),
+            "--hold-down-s",
+            "0.2",
+        ]
+    )
+    async with grpc.aio.insecure_channel(addr) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
+                assert reply.status == health_pb2.HealthCheckResponse.SERVING
+                return addr
+            except grpc.aio.AioRpcError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+
+
+class Agent:
+    """One agent's side of a Session stream, driven by the test."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self.outbox: asyncio.Queue[control_pb2.AgentMessage | None] = asyncio.Queue(16)
+        self.call = control_pb2_grpc.FabricControlStub(channel).Session(self._requests())
+
+    async def _requests(self) -> AsyncIterator[control_pb2.AgentMessage]:
+        while (msg := await self.outbox.get()) is not None:
+            yield msg
+
+    async def send(self, **kind: object) -> None:
+        await self.outbox.put(control_pb2.AgentMessage(**kind))  # type: ignore[arg-type]
+
+    async def read(self) -> control_pb2.ControllerMessage:
+        msg = await asyncio.wait_for(self.call.read(), timeout=10)
+        assert isinstance(msg, control_pb2.ControllerMessage)
+        return msg
+
+
+async def test_agents_get_state_failures_push_deltas_and_admin_reports_it(
+    processes: Processes, free_port: Callable[[], int], tmp_path: Path
+) -> None:
+    addr = await start(processes, free_port(), tmp_path / "state")
+    async with grpc.aio.insecure_channel(addr) as channel:
+        admin = admin_pb2_grpc.FabricAdminStub(channel)
+        topo = await admin.GetTopology(admin_pb2.GetTopologyRequest())
+        assert topo.fabric_name == "lab-2rail"
+        assert len(topo.switches) == 6 and topo.host_nics == 8
+        agents: dict[str, Agent] = {}
+        held: dict[str, control_pb2.ControllerMessage] = {}
+        for sw in topo.switches:
+            agent = agents[sw.name] = Agent(channel)
+            await agent.send(hello=control_pb2.Hello(switch_name=sw.name))
+            held[sw.name] = await agent.read()
+            state = held[sw.name].desired_state
+            await agent.send(
+                applied=control_pb2.Applied(generation=state.generation, digest=state.digest)
+            )
+        await asyncio.sleep(0.3)
+        switches = (await admin.ListSwitches(admin_pb2.ListSwitchesRequest())).switches
+        assert all(s.connected and s.converged for s in switches), switches
+
+        link = topo.links[0]
+        tor = agents[link.a.switch_name]
+        await tor.send(
+            port_status=control_pb2.PortStatus(port=link.a.port, up=False, wall_ns=time.time_ns())
+        )
+        delta = (await tor.read()).state_delta
+        assert delta.from_generation == held[link.a.switch_name].desired_state.generation
+        assert delta.delete_groups or delta.upsert_groups or delta.upsert_routes
+        down = (await admin.ListLinks(admin_pb2.ListLinksRequest(only_down=True))).links
+        assert [(d.a.switch_name, d.a.port) for d in down] == [(link.a.switch_name, link.a.port)]
+        diagnosis = await admin.Diagnose(admin_pb2.DiagnoseRequest())
+        assert not diagnosis.healthy
+        assert any(f.kind == "link_down" for f in diagnosis.findings)
+
+        path = await admin.PredictPath(
+            admin_pb2.PredictPathRequest(src_ip="10.0.0.2", dst_ip="10.0.1.2", sport=49152)
+        )
+        assert path.hops or path.error
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await admin.PredictPath(admin_pb2.PredictPathRequest(src_ip="nope", dst_ip="x"))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        for agent in agents.values():
+            await agent.outbox.put(None)
+
+
+async def test_unknown_switch_and_a_first_message_that_is_not_hello_are_refused(
+    processes: Processes, free_port: Callable[[], int], tmp_path: Path
+) -> None:
+    addr = await start(processes, free_port(), tmp_path / "state")
+    async with grpc.aio.insecure_channel(addr) as channel:
+        agent = Agent(channel)
+        await agent.send(hello=control_pb2.Hello(switch_name="tor-r0-b7"))
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await agent.read()
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "unknown switch 'tor-r0-b7'" in (err.value.details() or "")
+        agent = Agent(channel)
+        await agent.send(counters=control_pb2.Counters())
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await agent.read()
+        assert "must be hello" in (err.value.details() or "")
+        # The daemon is still serving.
+        admin = admin_pb2_grpc.FabricAdminStub(channel)
+        assert (await admin.ListSwitches(admin_pb2.ListSwitchesRequest())).switches
+
+
+async def test_reflection_lists_the_services(
+    processes: Processes, free_port: Callable[[], int], tmp_path: Path
+) -> None:
+    addr = await start(processes, free_port(), tmp_path / "state")
+    async with grpc.aio.insecure_channel(addr) as channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+
+        async def ask() -> AsyncIterator[reflection_pb2.ServerReflectionRequest]:
+            yield reflection_pb2.ServerReflectionRequest(list_services="")
+
+        async for reply in stub.ServerReflectionInfo(ask()):
+            names = {s.name for s in reply.list_services_response.service}
+            break
+    assert {"railfabric.v1.FabricControl", "railfabric.v1.FabricAdmin"} <= names
+
+
+async def test_restart_resumes_without_resending_what_agents_hold(
+    processes: Processes, free_port: Callable[[], int], tmp_path: Path
+) -> None:
+    port = free_port()
+    addr = await start(processes, port, tmp_path / "state")
+    async with grpc.aio.insecure_channel(addr) as channel:
+        agent = Agent(channel)
+        await agent.send(hello=control_pb2.Hello(switch_name="spine-p1-1"))
+        state = (await agent.read()).desired_state
+        await agent.send(
+            applied=control_pb2.Applied(generation=state.generation, digest=state.digest)
+        )
+        await asyncio.sleep(0.2)
+        await agent.outbox.put(None)
+    processes.kill_all()
+    addr = await start(processes, port, tmp_path / "state")
+    async with grpc.aio.insecure_channel(addr) as channel:
+        agent = Agent(channel)
+        await agent.send(
+            hello=control_pb2.Hello(
+                switch_name="spine-p1-1",
+                applied_generation=state.generation,
+                applied_digest=state.digest,
+            )
+        )
+        # Nothing to send: no reply arrives (a cancelled read would end the call, so wait).
+        pending = asyncio.ensure_future(agent.call.read())
+        done, _ = await asyncio.wait({pending}, timeout=1.0)
+        assert not done
+        admin = admin_pb2_grpc.FabricAdminStub(channel)
+        switches = (await admin.ListSwitches(admin_pb2.ListSwitchesRequest())).switches
+        spine = next(s for s in switches if s.info.name == "spine-p1-1")
+        assert spine.connected and spine.converged
+        assert spine.desired_generation == state.generation
+        await agent.outbox.put(None)
+        pending.cancel()
+
+
+def test_a_bad_fabric_file_is_refused_with_file_line_and_field(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(LAB.read_text().replace("rails: 2", "rails: 2\nrialz: 3"))
+    done = subprocess.run(
+        [CONTROLLER, "--fabric", str(bad), "--listen", "127.0.0.1:0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert f"{bad}:" in done.stderr and "rialz" in done.stderr
