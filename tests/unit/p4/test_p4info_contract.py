@@ -298,3 +298,43 @@ def test_action_params_match_the_source(p4info: p4i.P4Info, p4_source: str) -> N
             bits = re.fullmatch(r"bit<(\d+)>", type_name)
             params.append((name, int(bits.group(1)) if bits else widths[type_name]))
         assert params == [(p.name, p.bitwidth) for p in action.params], action.preamble.name
+
+
+# --- light structural checks of the P4 sources (no compiler here; p4c does the real ones) ---
+
+
+def _p4_files() -> list[Path]:
+    return [P4_DIR / "fabric.p4", *sorted((P4_DIR / "include").rglob("*.p4"))]
+
+
+def _code(path: Path) -> str:
+    """The file without comments and string literals."""
+    text = re.sub(r"/\*.*?\*/", "", path.read_text(), flags=re.S)
+    text = re.sub(r"//[^\n]*", "", text)
+    return re.sub(r'"[^"\n]*"', '""', text)
+
+
+@pytest.mark.parametrize("path", _p4_files(), ids=lambda p: str(p.relative_to(P4_DIR)))
+def test_includes_resolve_and_brackets_balance(path: Path) -> None:
+    for include in re.findall(r'#include\s+"([^"]+)"', path.read_text()):
+        assert (path.parent / include).is_file(), f"{path}: #include {include!r} not found"
+    code = _code(path)
+    stack: list[str] = []
+    pairs = {")": "(", "}": "{", "]": "["}
+    for char in code:
+        if char in "({[":
+            stack.append(char)
+        elif char in pairs:
+            assert stack and stack.pop() == pairs[char], f"{path}: unbalanced {char!r}"
+    assert not stack, f"{path}: unclosed {stack}"
+
+
+def test_every_table_is_applied_and_every_control_wired() -> None:
+    for path in _p4_files():
+        code = _code(path)
+        for table in re.findall(r"\btable\s+(\w+)\s*\{", code):
+            assert f"{table}.apply()" in code, f"{path}: table {table} is never applied"
+    top = _code(P4_DIR / "fabric.p4")
+    for path in sorted((P4_DIR / "include" / "control").glob("*.p4")):
+        for control in re.findall(r"\bcontrol\s+(\w+)\s*\(", _code(path)):
+            assert re.search(rf"\b{control}\(\)\s+\w+;", top), f"{control} is not instantiated"
