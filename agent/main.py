@@ -97,6 +97,7 @@ class Agent:
             on_applied=lambda m: self._send(control_pb2.AgentMessage(applied=m)),
             on_port_status=lambda m: self._send(control_pb2.AgentMessage(port_status=m)),
             request_snapshot=self.session.resend_hello,
+            switch_name=self.switch,
         )
         self.neighbors = NeighborTable()
         self.carrier: dict[int, bool] = {}

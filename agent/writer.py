@@ -113,7 +113,9 @@ class Writer:
         on_port_status: Callable[[control_pb2.PortStatus], None],
         request_snapshot: Callable[[], object],
         queue_size: int = 1024,
+        switch_name: str = "",
     ) -> None:
+        self.switch_name = switch_name
         self.target = target
         self.codec = codec
         self._on_applied = on_applied
@@ -243,6 +245,10 @@ class Writer:
 
     async def _message(self, msg: control_pb2.ControllerMessage) -> None:
         kind = msg.WhichOneof("msg")
+        name = getattr(msg, kind or "desired_state").switch_name
+        if self.switch_name and name and name != self.switch_name:
+            LOG.error("ignored a %s for switch %r: this agent is %r", kind, name, self.switch_name)
+            return
         if kind == "desired_state":
             state = state_pb2.DesiredState()
             state.CopyFrom(msg.desired_state)

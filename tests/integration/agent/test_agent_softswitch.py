@@ -89,6 +89,8 @@ class Rig:
     wire_links: dict[int, str]
     target_addr: str
     controller_addr: str
+    softswitch: subprocess.Popen[bytes]
+    softswitch_argv: list[str]
 
 
 def _wait_listening(addr: str, timeout: float = 20) -> None:
@@ -131,7 +133,9 @@ def _make_rig(
     except TimeoutError:
         proc.kill()
         pytest.fail(f"softswitch did not start: {(tmp_path / 'softswitch.log').read_text()}")
-    return Rig(netns, wire, switch_links, wire_links, target, f"127.0.0.1:{free_port()}")
+    return Rig(
+        netns, wire, switch_links, wire_links, target, f"127.0.0.1:{free_port()}", proc, argv
+    )
 
 
 @pytest.fixture
@@ -390,3 +394,24 @@ async def test_silent_neighbour_is_a_one_way_failure(
         wire = _wire(rig, processes, "both")
         status = (await ctrl.next("port_status")).port_status
         assert (status.port, status.up) == (2, True)
+
+
+async def test_a_restarted_target_is_reprogrammed(
+    rig: Rig, processes: Processes, tmp_path: Path
+) -> None:
+    state = tor_state(1)
+    async with _controller(rig.controller_addr, state) as ctrl:
+        _start_agent(rig, processes, tmp_path)
+        first = (await ctrl.next("applied")).applied
+        assert first.generation == 1 and not first.errors
+        # softswitch dies and comes back empty (no pipeline, no entries).
+        os.killpg(rig.softswitch.pid, signal.SIGKILL)
+        rig.softswitch.wait(timeout=10)
+        log = (tmp_path / "softswitch.log").open("ab")
+        processes.start(rig.softswitch_argv, stdout=log, stderr=log)
+        again = (await ctrl.next("applied", within_s=30)).applied
+        assert again.generation == 1 and not again.errors
+        want, _ = translate(state)
+        assert again.updates_written == len(want)
+        async with _reader(rig.target_addr) as reader:
+            assert dict((await _read(reader)).entries) == dict(want.entries)

@@ -228,3 +228,12 @@ async def test_large_stages_go_in_ordered_chunks(
         if (e := codec.decode(u.entity)) is not None and isinstance(e, MemberEntry)
     ]
     assert members == [1, 2, 3]
+
+
+async def test_a_state_for_another_switch_is_ignored(codec: Codec) -> None:
+    h = Harness(codec)
+    h.writer.switch_name = "tor-r9-b9"
+    await h.writer.target_ready()
+    await h.writer.controller_message(_desired(tor_state(1)))  # for tor-r0-b0
+    await h.settle()
+    assert h.applied == [] and h.writer.held is None
