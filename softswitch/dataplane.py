@@ -115,7 +115,7 @@ class DataPlane:
         self._carrier_task: asyncio.Task[None] | None = None
         self.rx_frames = 0
 
-    def transmit_direct(self, fwd: Forward) -> None:
+    def transmit_direct(self, fwd: Forward, in_port: int | None) -> None:
         """Send a frame out of its port now (no traffic manager)."""
         port = self.ports.get(fwd.port)
         pipeline = self.switch.pipeline

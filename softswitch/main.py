@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from softswitch.dataplane import DataPlane, PortError
+from softswitch.egress import TmEgress
 from softswitch.server import P4RuntimeService, create_server
 from softswitch.switch import Switch
 
@@ -93,9 +94,8 @@ async def run(options: Options) -> None:
     loop = asyncio.get_running_loop()
     switch = Switch(options.device_id, options.ports, options.cpu_port)
     dataplane = DataPlane(switch)
-    switch.transmit = dataplane.transmit_direct
-    if options.port_rate_mbps is not None:
-        LOG.warning("--port-rate-mbps: no traffic manager yet, ports transmit at line rate")
+    rate_bps = None if options.port_rate_mbps is None else int(options.port_rate_mbps * 1e6)
+    egress = TmEgress(switch, dataplane, loop, rate_bps)
     service = P4RuntimeService(switch)
     server = create_server(service, options.grpc_addr)
     stop = asyncio.Event()
@@ -114,6 +114,7 @@ async def run(options: Options) -> None:
         await stop.wait()
         LOG.info("stopping")
     finally:
+        egress.close()
         dataplane.close()
         await server.stop(grace=0.5)
 

@@ -120,6 +120,8 @@ class Hooks(Protocol):
 
     def profile_changed(self) -> None: ...
 
+    def sync_counters(self) -> None: ...
+
     def counter_get(self, counter_id: int, index: int) -> tuple[int, int]: ...
 
     def counter_set(self, counter_id: int, index: int, packets: int, octets: int) -> None: ...
@@ -689,6 +691,7 @@ class P4State:
                 yield p4r.Entity(action_profile_group=group.message)
 
     def _read_counters(self, query: p4r.CounterEntry) -> Iterator[p4r.Entity]:
+        self._hooks.sync_counters()
         if query.counter_id:
             info = self.schema.counters.get(query.counter_id)
             if info is None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from railfabric import ecmp
@@ -55,12 +55,12 @@ class DropReason(enum.Enum):
 
 class Forward(NamedTuple):
     """A frame leaving the pipeline: the egress port (the CPU port for packet-in), the
-    frame, its traffic class, and the ecn_marking thresholds (kmin, kmax, pmax) or None."""
+    frame and its traffic class. ECN marking happens in the traffic manager at enqueue, from
+    the ecn_marking entries (`Pipeline.ecn_thresholds`)."""
 
     port: int
     frame: bytes | bytearray
     tc: int
-    ecn: tuple[int, int, int] | None
 
 
 class _Hop(NamedTuple):
@@ -115,6 +115,9 @@ class Pipeline:
         self._next: dict[int, TableAction] = {}
         self.ecn_thresholds: dict[tuple[int, int], tuple[int, int, int]] = {}
         self.pfc_thresholds: dict[tuple[int, int], tuple[int, int]] = {}
+        self.tm_generation = 0  # bumped when ecn_thresholds or pfc_thresholds change
+        # Called before counters are read (the traffic manager folds its counts in).
+        self.counter_sync: Callable[[], None] | None = None
         self.carrier: dict[int, bool] = {}
         self._generation = 0  # bumped on any member/group/carrier change
         self._group_cache: dict[int, tuple[int, tuple[_Hop, ...]]] = {}
@@ -147,6 +150,7 @@ class Pipeline:
             )
         elif table_id == self._t_ecn:
             assert isinstance(action, ActionCall)
+            self.tm_generation += 1
             k = ((key[0] or (0,))[0], (key[1] or (0,))[0])
             if action.action_id == self._a_ecn:
                 kmin, kmax, pmax = action.args
@@ -155,6 +159,7 @@ class Pipeline:
                 self.ecn_thresholds.pop(k, None)
         elif table_id == self._t_pfc:
             assert isinstance(action, ActionCall)
+            self.tm_generation += 1
             k = ((key[0] or (0,))[0], (key[1] or (0,))[0])
             if action.action_id == self._a_pfc:
                 xoff, xon = action.args
@@ -180,8 +185,10 @@ class Pipeline:
             self._qos.pop((key[0] or (0,))[0], None)
         elif table_id == self._t_ecn:
             self.ecn_thresholds.pop(((key[0] or (0,))[0], (key[1] or (0,))[0]), None)
+            self.tm_generation += 1
         elif table_id == self._t_pfc:
             self.pfc_thresholds.pop(((key[0] or (0,))[0], (key[1] or (0,))[0]), None)
+            self.tm_generation += 1
 
     def default_set(self, table_id: int, action: ActionCall) -> None:
         if table_id == self._t_routing:
@@ -194,6 +201,10 @@ class Pipeline:
     def profile_changed(self) -> None:
         self._generation += 1
         self._group_cache.clear()
+
+    def sync_counters(self) -> None:
+        if self.counter_sync is not None:
+            self.counter_sync()
 
     def counter_get(self, counter_id: int, index: int) -> tuple[int, int]:
         packets, octets = self.counters[counter_id]
@@ -308,7 +319,7 @@ class Pipeline:
                     acl_action = action_id
                     break
         if acl_action == self._a_punt:
-            return Forward(self.cpu_port, frame, 0, None)
+            return Forward(self.cpu_port, frame, 0)
         if acl_action == self._a_drop:
             self._drop(DropReason.ACL, in_port, n)
             return None
@@ -371,7 +382,7 @@ class Pipeline:
         if port not in self.ports and port != self.cpu_port:
             self._drop(DropReason.BAD_EGRESS_PORT, in_port, n)
             return None
-        return Forward(port, out, tc, self.ecn_thresholds.get((port, tc)))
+        return Forward(port, out, tc)
 
     def packet_out(self, frame: bytes, egress_port: int) -> Forward | None:
         """A PacketOut: bypasses ingress and leaves `egress_port` as is."""
@@ -383,7 +394,14 @@ class Pipeline:
         if egress_port not in self.ports:
             self._drop(DropReason.BAD_EGRESS_PORT, cpu, n)
             return None
-        return Forward(egress_port, frame, 0, None)
+        return Forward(egress_port, frame, 0)
+
+    def count_ingress(self, port: int, length: int) -> None:
+        """A frame received on `port` that the pipeline does not see (MAC control)."""
+        pk, by = self.c_ingress
+        if 0 <= port < len(pk):
+            pk[port] += 1
+            by[port] += length
 
     def count_egress(self, port: int, length: int) -> None:
         pk, by = self.c_egress

@@ -15,11 +15,13 @@ from softswitch.schema import FabricSchema
 
 LOG = logging.getLogger("softswitch")
 
-Transmit = Callable[[Forward], None]
+# (frame leaving the pipeline, the port it came in on or None for a packet-out)
+Transmit = Callable[[Forward, int | None], None]
 PacketInSink = Callable[[bytes, int], None]
+MacControlSink = Callable[[bytes, int], None]
 
 
-def _no_transmit(fwd: Forward) -> None:
+def _no_transmit(fwd: Forward, in_port: int | None) -> None:
     LOG.debug("no data plane: dropping a frame for port %d", fwd.port)
 
 
@@ -40,6 +42,8 @@ class Switch:
         self.carrier: dict[int, bool] = dict.fromkeys(ports, True)
         self.transmit: Transmit = _no_transmit
         self.packet_in: PacketInSink = _no_packet_in
+        # Receives MAC control frames (PFC PAUSE) instead of the pipeline when set (the TM).
+        self.mac_control: MacControlSink | None = None
 
     # ---- pipeline config ----------------------------------------------------------------
 
@@ -79,6 +83,10 @@ class Switch:
         pipeline = self.pipeline
         if pipeline is None:
             return
+        if self.mac_control is not None and frame[12:14] == b"\x88\x08":
+            pipeline.count_ingress(in_port, len(frame))
+            self.mac_control(frame, in_port)
+            return
         fwd = pipeline.process(frame, in_port)
         if fwd is None:
             return
@@ -86,7 +94,7 @@ class Switch:
             pipeline.count_egress(fwd.port, len(fwd.frame))
             self.packet_in(bytes(fwd.frame), in_port)
         else:
-            self.transmit(fwd)
+            self.transmit(fwd, in_port)
 
     def packet_out(self, frame: bytes, egress_port: int) -> bool:
         """A PacketOut from the controller; False when it was dropped."""
@@ -96,5 +104,5 @@ class Switch:
         fwd = pipeline.packet_out(frame, egress_port)
         if fwd is None:
             return False
-        self.transmit(fwd)
+        self.transmit(fwd, None)
         return True

@@ -57,14 +57,20 @@ class Host:
             while True:
                 self.sock.recv(65536)
 
-    def capture(self, seconds: float, keep: Callable[[bytes], bool]) -> list[bytes]:
-        """Frames received within `seconds` (counted from now) that `keep` accepts."""
+    def capture(
+        self, seconds: float, keep: Callable[[bytes], bool], idle: float | None = None
+    ) -> list[bytes]:
+        """Frames received within `seconds` (counted from now) that `keep` accepts; with
+        `idle`, stop early once frames have arrived and none came for `idle` seconds."""
         deadline = time.monotonic() + seconds
         frames: list[bytes] = []
         while (left := deadline - time.monotonic()) > 0:
-            ready, _, _ = select.select([self.sock], [], [], left)
+            wait = left if idle is None or not frames else min(left, idle)
+            ready, _, _ = select.select([self.sock], [], [], wait)
             if not ready:
-                break
+                if idle is not None and frames:
+                    break
+                continue
             try:
                 while True:
                     data, addr = self.sock.recvfrom(65536)

@@ -40,7 +40,7 @@ async def target(free_port: Callable[[], int]) -> AsyncIterator[Target]:
     address = f"127.0.0.1:{free_port()}"
     switch = Switch(DEVICE_ID, {1: "port1", 2: "port2"})
     sent: list[Forward] = []
-    switch.transmit = sent.append
+    switch.transmit = lambda fwd, _in_port: sent.append(fwd)
     server = create_server(P4RuntimeService(switch), address)
     await server.start()
     try:

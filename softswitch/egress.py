@@ -1,0 +1,171 @@
+"""The traffic manager (softswitch/tm.py) between the pipeline and the ports.
+
+Frames leaving the pipeline are queued per egress port and traffic class; `flush` sends what
+the TM lets go now and arms a loop timer for its next event (port rate, pause expiry, PAUSE
+refresh, watchdog). The TM's ECN and PFC settings follow the pipeline's FabricEgress.ecn_marking
+and FabricEgress.pfc_config entries; received MAC control frames (0x8808) go to the TM, not
+the pipeline. TM counters (drops, ECN marks, PAUSE sent/received, storms) are folded into the
+P4 counters as deltas, so a counter reset over P4Runtime keeps working.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+
+from softswitch.dataplane import DataPlane
+from softswitch.pipeline import Forward, Pipeline
+from softswitch.switch import Switch
+from softswitch.tm import NUM_TCS, TrafficManager
+
+LOG = logging.getLogger("softswitch.egress")
+
+PAUSE_ETHERTYPE = b"\x88\x08"
+
+
+def interface_mac(ifname: str) -> bytes:
+    """The MAC address of `ifname` (source of the PAUSE frames the port sends)."""
+    text = Path(f"/sys/class/net/{ifname}/address").read_text().strip()
+    return bytes.fromhex(text.replace(":", ""))
+
+
+class TmEgress:
+    """Owns the TrafficManager of one switch and drives it from the asyncio loop."""
+
+    def __init__(
+        self,
+        switch: Switch,
+        dataplane: DataPlane,
+        loop: asyncio.AbstractEventLoop,
+        rate_bps: int | None,
+    ) -> None:
+        self.switch = switch
+        self.dataplane = dataplane
+        self.loop = loop
+        self.tm = TrafficManager()
+        for number, port in dataplane.ports.items():
+            self.tm.add_port(number, mac=interface_mac(port.ifname), rate_bps=rate_bps)
+        self._config_key: tuple[int, int] | None = None
+        self._flush_pending = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        # Last TM counter values folded into the P4 counters, per port.
+        self._seen: dict[int, tuple[int, ...]] = {}
+        switch.transmit = self.transmit
+        switch.mac_control = self.on_mac_control
+
+    # ---- configuration from the pipeline ----------------------------------------------
+
+    def _sync_config(self, pipeline: Pipeline) -> None:
+        key = (id(pipeline), pipeline.tm_generation)
+        if key == self._config_key:
+            return
+        self._config_key = key
+        pipeline.counter_sync = self.sync_counters
+        tm = self.tm
+        for port in self.dataplane.ports:
+            for tc in range(NUM_TCS):
+                tm.clear_ecn(port, tc)
+                tm.clear_pfc(port, tc)
+        for (port, tc), (kmin, kmax, pmax) in pipeline.ecn_thresholds.items():
+            if port in self.dataplane.ports and tc < NUM_TCS:
+                try:
+                    tm.configure_ecn(port, tc, kmin, kmax, pmax)
+                except ValueError as err:
+                    LOG.warning("ecn_marking port %d tc %d not applied: %s", port, tc, err)
+        for (port, prio), (xoff, xon) in pipeline.pfc_thresholds.items():
+            if port in self.dataplane.ports and prio < NUM_TCS:
+                try:
+                    tm.configure_pfc(port, prio, xoff, xon)
+                except ValueError as err:
+                    LOG.warning("pfc_config port %d priority %d not applied: %s", port, prio, err)
+
+    # ---- frames -------------------------------------------------------------------------
+
+    def transmit(self, fwd: Forward, in_port: int | None) -> None:
+        pipeline = self.switch.pipeline
+        if pipeline is None or fwd.port not in self.dataplane.ports:
+            return
+        self._sync_config(pipeline)
+        now = time.monotonic_ns()
+        result = self.tm.enqueue(now, fwd.port, fwd.tc, bytes(fwd.frame), in_port)
+        for port, frame in result.control:
+            self._send_control(port, frame)
+        self._schedule_flush()
+
+    def on_mac_control(self, frame: bytes, in_port: int) -> None:
+        if in_port in self.dataplane.ports:
+            self.tm.on_pause_frame(time.monotonic_ns(), in_port, frame)
+            self._schedule_flush()
+
+    def _send_control(self, port: int, frame: bytes) -> None:
+        out = self.dataplane.ports.get(port)
+        if out is not None:
+            out.send(frame)
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_pending:
+            self._flush_pending = True
+            self.loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Send everything the TM releases now; arm the timer for its next event."""
+        self._flush_pending = False
+        pipeline = self.switch.pipeline
+        ports = self.dataplane.ports
+        now = time.monotonic_ns()
+        for port, frame in self.tm.next_departure(now):
+            out = ports.get(port)
+            if out is None:
+                continue
+            if out.send(frame) and pipeline is not None and frame[12:14] != PAUSE_ETHERTYPE:
+                pipeline.count_egress(port, len(frame))
+        wake = self.tm.next_event_ns()
+        if wake is None:
+            return
+        at = self.loop.time() + max(0, wake - time.monotonic_ns()) / 1e9
+        if self._timer is not None and self._timer_at is not None and self._timer_at <= at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = at
+        self._timer = self.loop.call_at(at, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        self.flush()
+
+    # ---- counters -----------------------------------------------------------------------
+
+    def sync_counters(self) -> None:
+        """Fold the TM's counters (since the last sync) into the P4 counters."""
+        pipeline = self.switch.pipeline
+        if pipeline is None:
+            return
+        for port, c in self.tm.counters().items():
+            now = (
+                c.tail_drops + c.storm_drops,
+                c.tail_drop_bytes,
+                c.ecn_marks,
+                c.pause_tx,
+                c.pause_rx,
+                c.storms,
+            )
+            before = self._seen.get(port, (0,) * len(now))
+            d = [a - b for a, b in zip(now, before, strict=True)]
+            self._seen[port] = now
+            if not any(d):
+                continue
+            pipeline.c_drop[0][port] += d[0]
+            pipeline.c_drop[1][port] += d[1]
+            pipeline.c_ecn[0][port] += d[2]
+            pipeline.c_pause_tx[0][port] += d[3]
+            pipeline.c_pause_rx[0][port] += d[4]
+            pipeline.c_storm[0][port] += d[5]
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
