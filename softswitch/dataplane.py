@@ -88,7 +88,14 @@ class Port:
             return True
         except OSError as err:
             # ENOBUFS/EAGAIN: the kernel queue is full; ENETDOWN/ENXIO: no carrier or gone.
-            if err.errno not in (errno.ENOBUFS, errno.EAGAIN, errno.ENETDOWN, errno.ENXIO):
+            # EMSGSIZE: a GSO super-frame from a peer that is larger than our MTU.
+            if err.errno not in (
+                errno.ENOBUFS,
+                errno.EAGAIN,
+                errno.ENETDOWN,
+                errno.ENXIO,
+                errno.EMSGSIZE,
+            ):
                 LOG.warning("port %d (%s): send failed: %s", self.number, self.ifname, err)
             self.tx_errors += 1
             return False

@@ -140,6 +140,11 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
     ) -> p4r.GetForwardingPipelineConfigResponse:
         await self._check_device(context, request.device_id)
         current = self.switch.config
+        if self.switch.pipeline is None:
+            # As bmv2 (PI) answers; finsy and p4runtime-shell recognise it.
+            await self._abort(
+                context, Code.FAILED_PRECONDITION, "No forwarding pipeline config set"
+            )
         config = p4r.ForwardingPipelineConfig()
         if current.HasField("cookie"):
             config.cookie.CopyFrom(current.cookie)

@@ -290,3 +290,19 @@ async def test_packet_out_and_packet_in(target: Target) -> None:
                 assert packet.payload == lldp
                 assert packet.metadata["ingress_port"] == 1
                 break
+
+
+async def test_get_pipeline_before_any_is_failed_precondition(target: Target) -> None:
+    async with grpc.aio.insecure_channel(target.address) as channel:
+        stub: Any = p4r_grpc.P4RuntimeStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.GetForwardingPipelineConfig(
+                p4r.GetForwardingPipelineConfigRequest(device_id=DEVICE_ID)
+            )
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "forwarding pipeline config" in (err.value.details() or "")
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.GetForwardingPipelineConfig(
+                p4r.GetForwardingPipelineConfigRequest(device_id=9)
+            )
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
