@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from finsy import P4ClientError
 from finsy.proto import p4r
 
 from agent.codec import Codec
@@ -55,6 +56,10 @@ from railfabric.digest import state_digest
 from railfabric.v1 import control_pb2, state_pb2
 
 LOG = logging.getLogger("railfabric.agent.writer")
+
+# What a target that goes away mid-operation raises.
+TARGET_LOST = (ConnectionError, P4ClientError)
+LOST_PAUSE_S = 0.2
 
 # Updates per WriteRequest when programming a large state: big enough to amortise the RPC,
 # small enough that encoding the next chunk overlaps the target applying this one.
@@ -161,16 +166,25 @@ class Writer:
             await self._wake.wait()
             self._wake.clear()
             while True:
-                # Port events first: local repair must not wait behind a large state.
-                if not self._ports.empty():
-                    await self._port(self._ports.get_nowait())
-                elif self._reconcile_pending and self.target.primary.is_set():
-                    self._reconcile_pending = False
-                    await self._reconcile()
-                elif not self._messages.empty():
-                    await self._message(self._messages.get_nowait())
-                else:
-                    break
+                try:
+                    # Port events first: local repair must not wait behind a large state.
+                    if not self._ports.empty():
+                        await self._port(self._ports.get_nowait())
+                    elif self._reconcile_pending and self.target.primary.is_set():
+                        self._reconcile_pending = False
+                        await self._reconcile()
+                    elif not self._messages.empty():
+                        await self._message(self._messages.get_nowait())
+                    else:
+                        break
+                except TARGET_LOST as err:
+                    # What we hold is kept; the target is read back and reconciled when the
+                    # P4 stream is primary again (it calls target_ready).
+                    LOG.warning("target lost mid-operation (%s); will reconcile", err)
+                    self.installed = None
+                    self._reconcile_pending = True
+                    # The P4 stream may not have noticed yet: do not spin on a dead target.
+                    await asyncio.sleep(LOST_PAUSE_S)
 
     # -- what is wanted ---------------------------------------------------------------
 
@@ -226,13 +240,21 @@ class Writer:
         batch = repair_updates(self.installed, event.port)
         if not batch:
             return 0, 0
-        errors = await self._write(batch)
+        try:
+            errors = await self._write(batch)
+        except TARGET_LOST as err:
+            LOG.warning("local repair of port %d not written: target lost (%s)", event.port, err)
+            self.installed = None
+            self._reconcile_pending = True
+            return 0, 0
         commit_mono, commit_wall = time.monotonic_ns(), time.time_ns()
         if errors:
             LOG.error("local repair of port %d: %d updates failed", event.port, len(errors))
-            await self._read_back()
-        else:
-            self.installed = self.installed.replaced(u.entry for u in batch)
+            self.installed = None
+            self._reconcile_pending = True
+            self._wake.set()
+            return 0, 0
+        self.installed = self.installed.replaced(u.entry for u in batch)
         record = RepairRecord(event.port, len(batch), commit_mono - event.monotonic_ns)
         self.repairs.append(record)
         LOG.info(

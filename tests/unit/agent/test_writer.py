@@ -36,6 +36,7 @@ class RecordingTarget:
         self.writes: list[list[p4r.Update]] = []
         self.fail_keys: set[tuple[object, ...]] = set()
         self.pipeline_pushed = False
+        self.lost = False
 
     async def ensure_pipeline(self) -> bool:
         self.pipeline_pushed = True
@@ -45,6 +46,8 @@ class RecordingTarget:
         return Pipeline(dict(self.entries)), []
 
     async def write(self, updates: list[p4r.Update]) -> list[UpdateError]:
+        if self.lost:
+            raise ConnectionError("target gone")
         self.writes.append(updates)
         self.log.append(f"write {len(updates)}")
         errors = []
@@ -237,3 +240,23 @@ async def test_a_state_for_another_switch_is_ignored(codec: Codec) -> None:
     await h.writer.controller_message(_desired(tor_state(1)))  # for tor-r0-b0
     await h.settle()
     assert h.applied == [] and h.writer.held is None
+
+
+async def test_a_target_lost_mid_repair_is_reconciled_when_back(
+    codec: Codec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("agent.writer.LOST_PAUSE_S", 0)
+    want, _ = translate(tor_state(1))
+    h = Harness(codec, holds=want)
+    await h.writer.controller_message(_desired(tor_state(1)))
+    await h.writer.target_ready()
+    await h.settle()
+    h.target.lost = True
+    await h.writer.port_event(_port(1, False))
+    await h.settle()
+    # Reported anyway, with nothing repaired: the target did not take the Write.
+    assert [(s.port, s.up, s.groups_repaired) for s in h.statuses] == [(1, False, 0)]
+    h.target.lost = False
+    await h.writer.target_ready()
+    await h.settle()
+    assert h.target.entries[("group", 1)] == GroupEntry(1, (GroupMember(2, 2, 1),))
