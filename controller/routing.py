@@ -23,14 +23,23 @@ deltas. Full computation (a fresh `FabricRouting`) gives the same routes; tests 
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import reduce
 from itertools import compress
 from operator import or_
+from types import MappingProxyType
+from typing import NamedTuple
 
 from controller.fabric import Fabric, Prefix, Role
+
+_NO_MACS: Mapping[int, int] = MappingProxyType({})
+
+
+class _Fallback(enum.Enum):
+    GENERAL = "use the general re-classification"
 
 
 class RoutingError(ValueError):
@@ -53,8 +62,11 @@ class NextHop:
     weight: int = 1
 
 
-@dataclass(frozen=True, slots=True)
-class Group:
+# Group, Route and SwitchDelta are NamedTuples: immutable like frozen dataclasses but several
+# times cheaper to build, and a remote failure builds one of each for every ToR of the fabric.
+
+
+class Group(NamedTuple):
     """A next-hop group: members in ascending port order (the order agents create them)."""
 
     id: int
@@ -65,7 +77,7 @@ class Group:
     # the size of the whole set.
     split_of: int = 0
     # The switch's port -> neighbour MAC table (shared, read when the MACs are needed).
-    peer_macs: Mapping[int, int] = field(default_factory=dict, compare=False, repr=False)
+    peer_macs: Mapping[int, int] = _NO_MACS
 
     @property
     def dmacs(self) -> tuple[int, ...]:
@@ -79,14 +91,12 @@ class Group:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Route:
+class Route(NamedTuple):
     prefix: Prefix
     group_id: int
 
 
-@dataclass(frozen=True)
-class SwitchDelta:
+class SwitchDelta(NamedTuple):
     """Changes to one switch's routes and groups. Apply order: upsert groups, upsert routes,
     delete routes, delete groups (no route ever points at a missing group)."""
 
@@ -174,6 +184,8 @@ class _Topo:
             self.port_owner[(b, ln.b_port)] = (False, lid)
         for lst in self.up + self.down:
             lst.sort()
+        # Every child of a switch, live or not, once (links join adjacent tiers only).
+        self.children = [sorted({c for _, _, c in d}) for d in self.down]
         self.nic_switch: list[int] = []
         self.nic_port: list[int] = []
         self.nic_ip: list[int] = []
@@ -245,6 +257,7 @@ class FabricRouting:
         for x in range(n):
             self._refresh_adjacency(x)
         self.own_bit = [1 << d if d >= 0 else 0 for d in t.dest_of]
+        self.is_tor = [d >= 0 for d in t.dest_of]
         self.down_set = [0] * n
         self.reach = [0] * n
         # Per switch: gid -> destination bitset; gid -> ports; ports -> gid; gid -> split total.
@@ -329,26 +342,6 @@ class FabricRouting:
                     self._partition(up_bits, [(port, reach[p]) for port, p in self.live_up[x]])
                 )
         return out
-
-    def _classify_hinted(
-        self, x: int, mask: int, old: dict[int, int], parents: list[int]
-    ) -> list[tuple[int, tuple[int, ...]]] | None:
-        """`_classify` when only the reach of `parents` changed: each destination keeps its
-        old next hops, plus or minus the ports to those parents. None when it cannot."""
-        if mask & (mask - 1) or mask & self.down_set[x]:
-            return None
-        d = mask.bit_length() - 1
-        gid = old.get(d)
-        if gid is not None and gid in self.group_split[x]:
-            return None
-        ports = set(self.group_ports[x][gid]) if gid is not None else set()
-        ports_to = self.ports_to[x]
-        for p in set(parents):
-            if self.reach[p] & mask:
-                ports.update(ports_to.get(p, ()))
-            else:
-                ports.difference_update(ports_to.get(p, ()))
-        return [(mask, tuple(sorted(ports)))] if ports else []
 
     @staticmethod
     def _partition(
@@ -483,9 +476,8 @@ class FabricRouting:
         hints: dict[int, list[int]] = {}
         for tier in reversed(tiers):
             if tier == 0:
-                # ToRs have no children: their reach is refreshed by re-classification.
-                for x, d in pending[0].items():
-                    dirty[x] = dirty.get(x, 0) | d
+                # ToRs have no children: their reach is refreshed by re-classification (they
+                # are all marked dirty below, as children of a changed parent or link ends).
                 break
             for x in sorted(pending[tier]):
                 d = pending[tier][x]
@@ -495,10 +487,14 @@ class FabricRouting:
                 if diff:
                     reach[x] = bits
                     reach_changed[x] = diff
-                    for _, _, c in t.down[x]:
-                        pc = pending[t.tier[c]]
+                    pc = pending[tier - 1]
+                    for c in t.children[x]:
                         pc[c] = pc.get(c, 0) | diff
-                        hints.setdefault(c, []).append(x)
+                        hint = hints.get(c)
+                        if hint is None:
+                            hints[c] = [x]
+                        else:
+                            hint.append(x)
         # Which (switch, destinations) to re-classify: a switch whose own sets, children's
         # down-sets or parents' reach changed, and both ends of a changed link.
         get = dirty.get
@@ -508,7 +504,7 @@ class FabricRouting:
                 dirty[p] = get(p, 0) | diff
         for x, diff in reach_changed.items():
             dirty[x] = get(x, 0) | diff
-            for _, _, c in t.down[x]:
+            for c in t.children[x]:
                 dirty[c] = get(c, 0) | diff
         for lid in changed_links:
             a, _, b, _ = t.link_ends[lid]
@@ -524,7 +520,13 @@ class FabricRouting:
             hints.pop(b, None)
         deltas: dict[str, SwitchDelta] = {}
         for x in sorted(dirty):
-            delta = self._reclassify(x, dirty[x], hints.get(x))
+            mask = dirty[x]
+            hint = hints.get(x)
+            delta: SwitchDelta | _Fallback | None = _Fallback.GENERAL
+            if hint is not None and not mask & (mask - 1) and not mask & down_set[x]:
+                delta = self._reclassify_one(x, mask, hint)
+            if delta is _Fallback.GENERAL:
+                delta = self._reclassify(x, mask)
             if delta is not None:
                 deltas[t.names[x]] = delta
         for k in changed_nics:
@@ -535,60 +537,156 @@ class FabricRouting:
             deltas[t.names[x]] = delta
         return deltas
 
-    def _reclassify(self, x: int, mask: int, hint: list[int] | None) -> SwitchDelta | None:
+    def _reclassify_one(
+        self, x: int, bit: int, parents: list[int]
+    ) -> SwitchDelta | _Fallback | None:
+        """Re-route one destination (`bit`) of x when only some parents' reach changed: the old
+        next hops plus or minus the ports to those parents. This is the remote failure, which
+        touches every ToR of the fabric, so it is kept lean."""
+        classes = self.classes[x]
+        old_gid = 0
+        for gid, bits in classes.items():
+            if bits & bit:
+                old_gid = gid
+                break
+        old_ports: tuple[int, ...] = ()
+        if old_gid:
+            if old_gid in self.group_split[x]:
+                return _Fallback.GENERAL
+            old_ports = self.group_ports[x][old_gid]
+        ports_to = self.ports_to[x]
+        reach = self.reach
+        new_ports = old_ports
+        for p in parents:
+            to_p = ports_to.get(p)
+            if to_p is None:
+                continue
+            if reach[p] & bit:
+                new_ports = tuple(sorted({*new_ports, *to_p}))
+            else:
+                kept = list(new_ports)
+                for port in to_p:
+                    if port in kept:
+                        kept.remove(port)
+                new_ports = tuple(kept)
+        if len(new_ports) > self.max_group_size:
+            return _Fallback.GENERAL
+        if self.is_tor[x]:
+            self.reach[x] = reach[x] | bit if new_ports else reach[x] & ~bit
+        if new_ports == old_ports:
+            return None
+        name = self.topo.names[x]
+        group_by_ports = self.group_by_ports[x]
+        gid = group_by_ports.get(new_ports, 0) if new_ports else 0
+        if old_gid and new_ports and not gid and classes[old_gid] == bit:
+            # The destination had a group of its own: change its members, keep its id.
+            del group_by_ports[old_ports]
+            group_by_ports[new_ports] = old_gid
+            self.group_ports[x][old_gid] = new_ports
+            return SwitchDelta(name, (self.group(x, old_gid),), (), (), ())
+        if old_gid:
+            rest = classes[old_gid] ^ bit
+            if rest:
+                classes[old_gid] = rest
+            else:
+                del classes[old_gid]
+        upsert_groups: tuple[Group, ...] = ()
+        upserts: tuple[Route, ...] = ()
+        deletes: tuple[Prefix, ...] = ()
+        prefix = self.topo.dest_prefix[bit.bit_length() - 1]
+        if new_ports:
+            if not gid:
+                gid = self.next_gid[x]
+                self.next_gid[x] = gid + 1
+                group_by_ports[new_ports] = gid
+                self.group_ports[x][gid] = new_ports
+                upsert_groups = (self.group(x, gid),)
+            classes[gid] = classes.get(gid, 0) | bit
+            upserts = (Route(prefix, gid),)
+        else:
+            deletes = (prefix,)
+        gone: tuple[int, ...] = ()
+        if old_gid and old_gid not in classes:
+            del group_by_ports[old_ports]
+            del self.group_ports[x][old_gid]
+            gone = (old_gid,)
+        return SwitchDelta(name, upsert_groups, upserts, deletes, gone)
+
+    def _reclassify(self, x: int, mask: int) -> SwitchDelta | None:
+        """Re-route the destinations `mask` of x; the delta, or None when nothing changed.
+
+        Works on classes (bitsets), never on unchanged destinations. When a whole class
+        moves to a next-hop set that did not exist (an uplink of this switch failed or came
+        back), the group keeps its id and only its members change: one group upsert instead
+        of a route upsert per destination, as the agent's local repair already did."""
         t = self.topo
         classes = self.classes[x]
-        old: dict[int, int] = {}
+        split = self.group_split[x]
+        old_hit: dict[int, int] = {}
+        vacated: dict[int, int] = {}  # bits -> gid of classes that lay wholly in mask
         for gid, bits in list(classes.items()):
             hit = bits & mask
             if hit:
-                if hit & (hit - 1):
-                    for d in iter_bits(hit):
-                        old[d] = gid
-                else:
-                    old[hit.bit_length() - 1] = gid
-                rest = bits & ~mask
+                old_hit[gid] = hit
+                rest = bits ^ hit
                 if rest:
                     classes[gid] = rest
                 else:
                     del classes[gid]
+                    if gid not in split:
+                        vacated[hit] = gid
         created: list[int] = []
-        new: dict[int, int] = {}
         reached = self.down_set[x] & mask
-        found = None if hint is None else self._classify_hinted(x, mask, old, hint)
-        for bits, ports in found if found is not None else self._classify(x, mask):
+        for bits, ports in self._classify(x, mask):
             self._assign(x, bits, ports, created)
             reached |= bits
         if t.tier[x] == 0:
             self.reach[x] = (self.reach[x] & ~mask) | reached
-        for gid, bits in classes.items():
-            hit = bits & mask
-            if hit:
-                if hit & (hit - 1):
-                    for d in iter_bits(hit):
-                        new[d] = gid
-                else:
-                    new[hit.bit_length() - 1] = gid
+        morphed: list[int] = []
+        fresh: list[int] = []
+        for gid in created:
+            if gid not in classes:
+                continue
+            old_gid = vacated.pop(classes[gid], 0) if gid not in split else 0
+            if old_gid:
+                self._morph(x, gid, old_gid)
+                morphed.append(old_gid)
+            else:
+                fresh.append(gid)
         prefixes = t.dest_prefix
-        upserts = tuple(
-            Route(prefixes[d], gid) for d, gid in sorted(new.items()) if old.get(d) != gid
-        )
-        deletes = tuple(prefixes[d] for d in sorted(old) if d not in new)
+        upserts: list[Route] = []
+        new_union = 0
+        for gid in sorted(classes):
+            hit = classes[gid] & mask
+            if hit:
+                new_union |= hit
+                moved = hit & ~old_hit.get(gid, 0)
+                upserts.extend(Route(prefixes[d], gid) for d in iter_bits(moved))
+        old_union = reduce(or_, old_hit.values(), 0)
+        deletes = tuple(prefixes[d] for d in iter_bits(old_union & ~new_union))
         # Route groups and host groups never share ports, so a route group is in use exactly
         # while some class points at it.
-        gone = sorted({gid for gid in old.values() if gid not in classes})
-        created_live = [g for g in created if g in classes]
+        gone = sorted(gid for gid in old_hit if gid not in classes)
         for gid in gone:
             self._drop_group(x, gid)
-        if not (upserts or deletes or gone or created_live):
+        if not (upserts or deletes or gone or fresh or morphed):
             return None
         return SwitchDelta(
             t.names[x],
-            tuple(self.group(x, g) for g in created_live),
-            upserts,
+            tuple(self.group(x, g) for g in sorted(fresh + morphed)),
+            tuple(upserts),
             deletes,
             tuple(gone),
         )
+
+    def _morph(self, x: int, new_gid: int, old_gid: int) -> None:
+        """Give group `old_gid` the members of the just-created `new_gid`, and drop new_gid."""
+        ports = self.group_ports[x].pop(new_gid)
+        del self.group_by_ports[x][self.group_ports[x][old_gid]]
+        self.group_by_ports[x][ports] = old_gid
+        self.group_ports[x][old_gid] = ports
+        classes = self.classes[x]
+        classes[old_gid] = classes.pop(new_gid)
 
     def _host_change(self, x: int, k: int) -> SwitchDelta:
         t = self.topo
