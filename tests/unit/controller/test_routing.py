@@ -318,3 +318,44 @@ def test_any_single_failure_keeps_every_pair_reachable(lab: Fabric) -> None:
             for b in lab.nics:
                 if a is not b:
                     assert walk_all(routing, lab, a.ipv4, b.ipv4).delivered, link.key
+
+
+def test_group_ids_stay_stable_while_their_sets_exist(lab: Fabric) -> None:
+    routing = FabricRouting(lab)
+    before = {s.name: {g.ports: g.id for g in routing.groups(s.name)} for s in lab.switches}
+    routing.apply([LinkEvent("spine-p1-1", 1, up=False)])
+    for sw in lab.switches:
+        for group in routing.groups(sw.name):
+            if group.ports in before[sw.name]:
+                assert group.id == before[sw.name][group.ports], (sw.name, group)
+
+
+WEIGHTED = """\
+name: weighted
+rails: 1
+switches:
+  - {name: tor-a, role: tor, rail: 1, prefix: 10.1.0.0/24}
+  - {name: tor-b, role: tor, rail: 1, prefix: 10.2.0.0/24}
+  - {name: spine-1, role: spine}
+  - {name: spine-2, role: spine}
+links:
+  - {a: "tor-a:2", b: "spine-1:1", speed: 400G, length_m: 30}
+  - {a: "tor-a:3", b: "spine-2:1", speed: 800G, length_m: 30}
+  - {a: "tor-b:2", b: "spine-1:2", speed: 400G, length_m: 30}
+  - {a: "tor-b:3", b: "spine-2:2", speed: 800G, length_m: 30}
+hosts:
+  - name: h
+    nics: [{name: nic1, rail: 1, ipv4: 10.1.0.2, switch: tor-a, port: 1, speed: 400G, length_m: 3}]
+"""
+
+
+def test_unequal_links_get_weights_by_speed() -> None:
+    fabric = load_fabric_text(WEIGHTED, "weighted.yaml")
+    routing = FabricRouting(fabric)
+    group = routing.lookup("tor-a", 0x0A020005)
+    assert group is not None
+    assert [(h.port, h.weight) for h in group.next_hops] == [(2, 1), (3, 2)]
+    # A target limited to 2 entries cannot repeat members: equal weights instead.
+    small = FabricRouting(replace(fabric, max_ecmp_group_size=2))
+    group = small.lookup("tor-a", 0x0A020005)
+    assert group is not None and group.weights == ()
