@@ -7,6 +7,8 @@ applies. QoS objects depend only on the cabling plan, so link events never chang
 
 from __future__ import annotations
 
+import hashlib
+
 from controller import qos
 from controller.fabric import Prefix
 from controller.routing import FabricRouting, Group, Route, SwitchDelta
@@ -111,8 +113,20 @@ def desired_state(
     )
     state.pfc_watchdog.detect_ns = params.pfc_watchdog_detect_ns
     state.pfc_watchdog.restore_ns = params.pfc_watchdog_restore_ns
-    state.digest = state_digest(state)
+    state.digest = _digest_of_canonical(state)
     return state
+
+
+def _digest_of_canonical(state: state_pb2.DesiredState) -> str:
+    """railfabric.digest.state_digest for a state whose repeated fields are already in the
+    canonical order (as desired_state builds them), without its sorting copy: the digest of
+    a 100k-GPU ToR's state costs a tenth. Tests check both agree."""
+    generation = state.generation
+    state.generation = 0
+    state.digest = ""
+    data = state.SerializeToString(deterministic=True)
+    state.generation = generation
+    return hashlib.sha256(data).hexdigest()
 
 
 def state_delta(
