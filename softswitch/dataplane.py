@@ -1,7 +1,8 @@
 """Ports as raw AF_PACKET sockets on named Linux interfaces, driven by the asyncio loop.
 
 Each port's socket is bound to its interface (ETH_P_ALL), promiscuous, and ignores frames it
-sent itself (PACKET_IGNORE_OUTGOING, or the PACKET_OUTGOING packet type on older kernels).
+sent itself (PACKET_IGNORE_OUTGOING, or the PACKET_OUTGOING packet type on older kernels), and
+finishes checksums a sending host left to offload (PACKET_AUXDATA, see offload.py).
 Reading is batched: a readable socket is drained up to `RX_BUDGET` frames per callback (Python
 has no recvmmsg), which keeps packet rates up while the P4Runtime server stays responsive in
 the same loop. Carrier comes from /sys/class/net/IF/carrier, polled like bmv2 polls port
@@ -15,9 +16,11 @@ import errno
 import logging
 import socket
 import struct
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from softswitch import offload
 from softswitch.pipeline import Forward
 from softswitch.switch import Switch
 
@@ -33,6 +36,8 @@ RX_BUDGET = 256  # frames read per readable callback before yielding to the loop
 MAX_FRAME = 65536  # GSO super-frames from a veth peer can exceed the MTU
 SOCKET_BUFFER = 4 * 1024 * 1024
 CARRIER_POLL_S = 0.05
+ANCILLARY_SPACE = socket.CMSG_SPACE(offload.AUXDATA.size)
+STATUS_LOW_BYTE = 0 if sys.byteorder == "little" else 3  # of the native-endian tp_status
 
 
 class PortError(OSError):
@@ -53,6 +58,8 @@ def open_port_socket(ifname: str) -> tuple[socket.socket, bool]:
         sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, mreq)
         for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
             sock.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER)
+        # Tell us (auxdata) when a frame's checksum was left to offload or its tag stripped.
+        sock.setsockopt(SOL_PACKET, offload.PACKET_AUXDATA, 1)
         try:
             sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
             ignores_outgoing = True
@@ -141,49 +148,34 @@ class DataPlane:
         self._carrier_task = loop.create_task(self._poll_carrier(), name="softswitch-carrier")
 
     def _reader(self, port: Port) -> Callable[[], None]:
-        sock = port.sock
+        recvmsg_into = port.sock.recvmsg_into
+        buffers = [self._view]
         view = self._view
         number = port.number
         switch = self.switch
+        filter_outgoing = not port.ignores_outgoing
 
-        if port.ignores_outgoing:
-            recv_into = sock.recv_into
-
-            def on_readable() -> None:
-                count = 0
-                while count < RX_BUDGET:
-                    try:
-                        n = recv_into(view)
-                    except BlockingIOError:
-                        break
-                    except OSError as err:
-                        LOG.debug("port %d: recv failed: %s", number, err)
-                        break
-                    count += 1
-                    switch.receive(bytes(view[:n]), number)
-                self.rx_frames += count
-
-            return on_readable
-
-        recvfrom_into = sock.recvfrom_into
-
-        def on_readable_filtering() -> None:
+        def on_readable() -> None:
             count = 0
             while count < RX_BUDGET:
                 try:
-                    n, addr = recvfrom_into(view)
+                    n, ancdata, _flags, addr = recvmsg_into(buffers, ANCILLARY_SPACE)
                 except BlockingIOError:
                     break
                 except OSError as err:
                     LOG.debug("port %d: recv failed: %s", number, err)
                     break
                 count += 1
-                if addr[2] == PACKET_OUTGOING:
+                if filter_outgoing and addr[2] == PACKET_OUTGOING:
                     continue
-                switch.receive(bytes(view[:n]), number)
+                frame = bytes(view[:n])
+                # Only look closer when tp_status (low byte) has a flag offload.py handles.
+                if ancdata and ancdata[0][2][STATUS_LOW_BYTE] & offload.FIXABLE_STATUS:
+                    frame = offload.fix_received(frame, ancdata)
+                switch.receive(frame, number)
             self.rx_frames += count
 
-        return on_readable_filtering
+        return on_readable
 
     async def _poll_carrier(self) -> None:
         while True:
