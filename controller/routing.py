@@ -263,7 +263,12 @@ class FabricRouting:
         # Per switch: gid -> destination bitset; gid -> ports; ports -> gid; gid -> split total.
         self.classes: list[dict[int, int]] = [{} for _ in range(n)]
         self.group_ports: list[dict[int, tuple[int, ...]]] = [{} for _ in range(n)]
-        self.group_by_ports: list[dict[tuple[int, ...], int]] = [{} for _ in range(n)]
+        # Keyed by id() of the canonical (interned) port tuple: port sets are shared by many
+        # switches, and an id is hashed in constant time where a 64-port tuple is not.
+        self.group_by_ports: list[dict[int, int]] = [{} for _ in range(n)]
+        self._canon: dict[tuple[int, ...], tuple[int, ...]] = {(): ()}
+        # (id(old set), port, added?) -> canonical new set, for the remote-failure path.
+        self._edits: dict[tuple[int, int, bool], tuple[int, ...]] = {}
         self.group_split: list[dict[int, int]] = [{} for _ in range(n)]
         self.next_gid = [1] * n
         # ToRs: NIC index -> gid of its /32.
@@ -382,11 +387,12 @@ class FabricRouting:
     # --- groups -----------------------------------------------------------------------------
 
     def _gid(self, x: int, ports: tuple[int, ...], split_of: int, created: list[int] | None) -> int:
-        gid = self.group_by_ports[x].get(ports)
+        ports = self._canon.setdefault(ports, ports)
+        gid = self.group_by_ports[x].get(id(ports))
         if gid is None:
             gid = self.next_gid[x]
             self.next_gid[x] = gid + 1
-            self.group_by_ports[x][ports] = gid
+            self.group_by_ports[x][id(ports)] = gid
             self.group_ports[x][gid] = ports
             if split_of:
                 self.group_split[x][gid] = split_of
@@ -415,7 +421,7 @@ class FabricRouting:
 
     def _drop_group(self, x: int, gid: int) -> None:
         ports = self.group_ports[x].pop(gid)
-        del self.group_by_ports[x][ports]
+        del self.group_by_ports[x][id(ports)]
         self.group_split[x].pop(gid, None)
 
     # --- incremental ----------------------------------------------------------------------
@@ -557,18 +563,18 @@ class FabricRouting:
         ports_to = self.ports_to[x]
         reach = self.reach
         new_ports = old_ports
+        edits = self._edits
         for p in parents:
-            to_p = ports_to.get(p)
-            if to_p is None:
-                continue
-            if reach[p] & bit:
-                new_ports = tuple(sorted({*new_ports, *to_p}))
-            else:
-                kept = list(new_ports)
-                for port in to_p:
-                    if port in kept:
-                        kept.remove(port)
-                new_ports = tuple(kept)
+            for port in ports_to.get(p, ()):
+                added = bool(reach[p] & bit)
+                key = (id(new_ports), port, added)
+                edited = edits.get(key)
+                if edited is None:
+                    ports = set(new_ports)
+                    (ports.add if added else ports.discard)(port)
+                    fresh = tuple(sorted(ports))
+                    edited = edits[key] = self._canon.setdefault(fresh, fresh)
+                new_ports = edited
         if len(new_ports) > self.max_group_size:
             return _Fallback.GENERAL
         if self.is_tor[x]:
@@ -577,11 +583,11 @@ class FabricRouting:
             return None
         name = self.topo.names[x]
         group_by_ports = self.group_by_ports[x]
-        gid = group_by_ports.get(new_ports, 0) if new_ports else 0
+        gid = group_by_ports.get(id(new_ports), 0) if new_ports else 0
         if old_gid and new_ports and not gid and classes[old_gid] == bit:
             # The destination had a group of its own: change its members, keep its id.
-            del group_by_ports[old_ports]
-            group_by_ports[new_ports] = old_gid
+            del group_by_ports[id(old_ports)]
+            group_by_ports[id(new_ports)] = old_gid
             self.group_ports[x][old_gid] = new_ports
             return SwitchDelta(name, (self.group(x, old_gid),), (), (), ())
         if old_gid:
@@ -598,7 +604,7 @@ class FabricRouting:
             if not gid:
                 gid = self.next_gid[x]
                 self.next_gid[x] = gid + 1
-                group_by_ports[new_ports] = gid
+                group_by_ports[id(new_ports)] = gid
                 self.group_ports[x][gid] = new_ports
                 upsert_groups = (self.group(x, gid),)
             classes[gid] = classes.get(gid, 0) | bit
@@ -607,7 +613,7 @@ class FabricRouting:
             deletes = (prefix,)
         gone: tuple[int, ...] = ()
         if old_gid and old_gid not in classes:
-            del group_by_ports[old_ports]
+            del group_by_ports[id(old_ports)]
             del self.group_ports[x][old_gid]
             gone = (old_gid,)
         return SwitchDelta(name, upsert_groups, upserts, deletes, gone)
@@ -682,8 +688,8 @@ class FabricRouting:
     def _morph(self, x: int, new_gid: int, old_gid: int) -> None:
         """Give group `old_gid` the members of the just-created `new_gid`, and drop new_gid."""
         ports = self.group_ports[x].pop(new_gid)
-        del self.group_by_ports[x][self.group_ports[x][old_gid]]
-        self.group_by_ports[x][ports] = old_gid
+        del self.group_by_ports[x][id(self.group_ports[x][old_gid])]
+        self.group_by_ports[x][id(ports)] = old_gid
         self.group_ports[x][old_gid] = ports
         classes = self.classes[x]
         classes[old_gid] = classes.pop(new_gid)
