@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import sys
 from collections.abc import AsyncIterator, Callable
 
 import finsy as fy
@@ -15,7 +16,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from railfabric import ecmp
-from tests.conftest import Netns, Processes
+from tests.conftest import Netns, Processes, ip
 from tests.integration.softswitch.fabric_helpers import (
     ROUTER_MAC,
     Fabric,
@@ -208,3 +209,37 @@ async def test_malformed_frames_are_dropped_and_forwarding_continues(fabric: Fab
         assert [sport_of(f) for f in on2] == [4242]
         drops, _ = await read_counter(sw, "FabricIngress.drop_counter", 1)
         assert drops >= 5
+
+
+async def test_kernel_udp_between_namespaces(fabric: Fabric, netns: Netns) -> None:
+    """Hosts' own stacks (ping, a UDP socket) across softswitch: the UDP checksum the sender
+    left to veth offload is completed on the way."""
+    for port in (1, 2):
+        host = fabric.hosts[port]
+        ns = host.ns
+        ip("link", "set", host.ifname, "address", host_mac(port), netns=ns)
+        ip("addr", "add", f"10.0.{port}.1/24", "dev", host.ifname, netns=ns)
+        ip("route", "add", "default", "via", f"10.0.{port}.254", netns=ns)
+        ip("neigh", "add", f"10.0.{port}.254", "lladdr", ROUTER_MAC, "dev", host.ifname, netns=ns)
+    async with controller(fabric.address) as sw:
+        for port in (1, 2):
+            await add_member(sw, port, port)
+            await add_next_entry(sw, port, member_id=port)
+            await add_routing_v4_entry(sw, f"10.0.{port}.0/24", port)
+        ping = netns.exec(fabric.hosts[1].ns, "ping", "-c", "2", "-W", "2", "-i", "0.2", "10.0.2.1")
+        assert ping.returncode == 0, ping.stdout + ping.stderr
+        receiver = (
+            "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM);"
+            "s.bind(('0.0.0.0', 5000)); s.settimeout(5); print(s.recv(100).decode())"
+        )
+        sender = (
+            "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM);"
+            "s.sendto(b'over-softswitch', ('10.0.2.1', 5000))"
+        )
+        listening = asyncio.create_task(
+            asyncio.to_thread(netns.exec, fabric.hosts[2].ns, sys.executable, "-c", receiver)
+        )
+        await asyncio.sleep(0.5)
+        netns.exec(fabric.hosts[1].ns, sys.executable, "-c", sender)
+        done = await listening
+        assert done.stdout.strip() == "over-softswitch", done.stderr
