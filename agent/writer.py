@@ -63,7 +63,7 @@ LOST_PAUSE_S = 0.2
 
 # Updates per WriteRequest when programming a large state: big enough to amortise the RPC,
 # small enough that encoding the next chunk overlaps the target applying this one.
-WRITE_CHUNK = 1024
+WRITE_CHUNK = 512
 
 
 class Target(Protocol):
@@ -333,19 +333,18 @@ class Writer:
             control_pb2.ObjectError(object=p.object, code=3, message=p.message)  # INVALID_ARG.
             for p in self.problems
         ]
-        written = 0
         failed = False
-        for batch in diff(self.installed, wanted):
-            for update, err in await self._write_stage(batch):
-                failed = True
-                errors.append(
-                    control_pb2.ObjectError(
-                        object=object_name(update.entry),
-                        code=err.code,
-                        message=f"{update.op.value} {update.entry.key}: {err.message}",
-                    )
+        stages = diff(self.installed, wanted)
+        for update, err in await self._write_stages(stages):
+            failed = True
+            errors.append(
+                control_pb2.ObjectError(
+                    object=object_name(update.entry),
+                    code=err.code,
+                    message=f"{update.op.value} {update.entry.key}: {err.message}",
                 )
-            written += len(batch)
+            )
+        written = sum(len(stage) for stage in stages)
         if failed:
             await self._read_back()
         else:
@@ -366,14 +365,19 @@ class Writer:
             LOG.info("wrote %d updates (generation %d)", written, self.applied_generation)
         self.synced.set()
 
-    async def _write_stage(self, stage: list[Update]) -> list[tuple[Update, UpdateError]]:
-        """One stage of `diff` in Writes of at most WRITE_CHUNK updates, strictly in order
-        (members must be created in port order), the next chunk encoded while the previous
-        one is in flight."""
+    async def _write_stages(self, stages: list[list[Update]]) -> list[tuple[Update, UpdateError]]:
+        """The stages of `diff` in Writes of at most WRITE_CHUNK updates, strictly one after
+        the other (so a stage starts only when the previous one is committed, and members are
+        created in port order); the next chunk is encoded while the previous one is in flight.
+        Returns the updates the target refused."""
         failures: list[tuple[Update, UpdateError]] = []
         in_flight: tuple[list[Update], asyncio.Task[list[UpdateError]]] | None = None
-        for start in range(0, len(stage), WRITE_CHUNK):
-            chunk = stage[start : start + WRITE_CHUNK]
+        chunks = [
+            stage[start : start + WRITE_CHUNK]
+            for stage in stages
+            for start in range(0, len(stage), WRITE_CHUNK)
+        ]
+        for chunk in chunks:
             encoded = [self.codec.encode_update(u) for u in chunk]
             if in_flight is not None:
                 failures.extend((in_flight[0][e.index], e) for e in await in_flight[1])
