@@ -23,7 +23,7 @@ from agent.lldp import NeighborTable, build_lldp
 from agent.p4client import P4Target, PacketIn
 from agent.ports import PortEvent, PortMonitor, parse_port_map
 from agent.session import ControllerSession
-from agent.writer import Writer
+from agent.writer import TARGET_LOST, Writer
 from railfabric import __version__
 from railfabric.v1 import control_pb2
 
@@ -84,6 +84,7 @@ class Agent:
         self.device_id = args.device_id
         self.lldp_interval = args.lldp_interval
         self.lldp_ttl = args.lldp_ttl
+        build_lldp(self.switch, 1, 0, self.lldp_ttl)  # refuse a name or TTL LLDP cannot carry
         self.counters_interval = args.counters_interval
 
         self.monitor = PortMonitor(self.port_map, args.netns)
@@ -192,8 +193,8 @@ class Agent:
                     frame = build_lldp(self.switch, port, self._port_mac(port), self.lldp_ttl)
                     try:
                         await self.target.packet_out(frame, port)
-                    except ConnectionError:
-                        break
+                    except TARGET_LOST:
+                        break  # the P4 stream reconnects by itself
                 now = time.monotonic_ns()
                 for port in self.neighbors.expired(now):
                     if port in self.lldp_down or not self.carrier.get(port):

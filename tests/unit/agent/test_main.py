@@ -1,0 +1,51 @@
+"""The daemon's command line: bad input is refused with a message naming it, and a good one
+builds an agent whose first Hello describes the switch."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.main import Agent, build_parser, main
+from railfabric import __version__
+from railfabric.v1 import control_pb2
+from tests.unit.agent.conftest import P4INFO
+
+pytestmark = pytest.mark.unit
+
+BASE = [
+    "--switch", "tor-r0-b0",
+    "--controller", "127.0.0.1:50051",
+    "--target", "127.0.0.1:9559",
+    "--device-id", "3",
+    "--p4info", str(P4INFO),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--port-map", "1=a,1=b"], "--port-map: port 1 is mapped twice"),
+        (["--port-map", "1=a", "--p4info", "/nonexistent.txt"], "/nonexistent.txt: cannot read"),
+        (["--port-map", "1=a", "--lldp-ttl", "0"], "LLDP TTL 0 s"),
+        (["--port-map", "1=a", "--election-id", "0"], "election id must be > 0"),
+    ],
+)
+def test_bad_arguments_exit_2_naming_the_problem(
+    extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*BASE, *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_hello_describes_the_switch_before_anything_is_applied() -> None:
+    agent = Agent(build_parser().parse_args([*BASE, "--port-map", "2=eth2,1=eth1"]))
+    hello = agent.hello()
+    assert hello.switch_name == "tor-r0-b0"
+    assert hello.agent_version == __version__
+    assert hello.target == control_pb2.TARGET_KIND_SOFTSWITCH
+    assert hello.device_id == 3
+    assert (hello.applied_generation, hello.applied_digest) == (0, "")
+    assert [(p.port, p.ifname, p.oper_up) for p in hello.ports] == [
+        (1, "eth1", False),
+        (2, "eth2", False),
+    ]
