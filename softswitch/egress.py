@@ -55,11 +55,16 @@ class TmEgress:
         self._seen: dict[int, tuple[int, ...]] = {}
         switch.transmit = self.transmit
         switch.mac_control = self.on_mac_control
+        switch.on_commit.append(self._on_commit)
+
+    def _on_commit(self) -> None:
+        if self.switch.pipeline is not None:
+            self._sync_config(self.switch.pipeline)
 
     # ---- configuration from the pipeline ----------------------------------------------
 
     def _sync_config(self, pipeline: Pipeline) -> None:
-        key = (id(pipeline), pipeline.tm_generation)
+        key = (self.switch.commits, pipeline.tm_generation)
         if key == self._config_key:
             return
         self._config_key = key

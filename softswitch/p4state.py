@@ -646,8 +646,14 @@ class P4State:
             probe = p4r.TableEntry()
             probe.CopyFrom(query)
             key = self._decode_key(table, probe)
-            for (ekey, prio), state in self.entries[table.id].items():
-                if ekey == key and (not query.priority or prio == query.priority):
+            entries = self.entries[table.id]
+            if query.priority or not table.needs_priority:
+                hit = entries.get((key, query.priority))
+                if hit is not None:
+                    yield p4r.Entity(table_entry=hit.message)
+                return
+            for (ekey, _prio), state in entries.items():
+                if ekey == key:
                     yield p4r.Entity(table_entry=state.message)
             return
         for table_id in table_ids:

@@ -215,17 +215,15 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                 context, Code.FAILED_PRECONDITION, "No forwarding pipeline config set"
             )
             return
-        batch: list[p4r.Entity] = []
+        # Collect before the first yield: a Write may run while the client consumes the
+        # stream, and the tables must not change under the iteration.
         try:
-            for query in request.entities:
-                for entity in pipeline.state.read(query):
-                    batch.append(entity)
-                    if len(batch) >= READ_BATCH:
-                        yield p4r.ReadResponse(entities=batch)
-                        batch = []
+            found = [entity for query in request.entities for entity in pipeline.state.read(query)]
         except P4Error as err:
             await self._abort(context, err.code, err.message)
-        yield p4r.ReadResponse(entities=batch)
+            return
+        for start in range(0, max(len(found), 1), READ_BATCH):
+            yield p4r.ReadResponse(entities=found[start : start + READ_BATCH])
 
     # ---- StreamChannel ------------------------------------------------------------------
 

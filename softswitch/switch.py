@@ -39,6 +39,8 @@ class Switch:
         self.pipeline: Pipeline | None = None
         self.config = p4r.ForwardingPipelineConfig()
         self.saved_config: p4r.ForwardingPipelineConfig | None = None
+        self.commits = 0  # bumped whenever a new Pipeline object replaces the old one
+        self.on_commit: list[Callable[[], None]] = []
         self.carrier: dict[int, bool] = dict.fromkeys(ports, True)
         self.transmit: Transmit = _no_transmit
         self.packet_in: PacketInSink = _no_packet_in
@@ -61,6 +63,7 @@ class Switch:
             for port, up in self.carrier.items():
                 pipeline.set_carrier(port, up)
             self.pipeline = pipeline
+            self.commits += 1
         stored = p4r.ForwardingPipelineConfig()
         stored.CopyFrom(config)
         self.config = stored
@@ -70,6 +73,8 @@ class Switch:
             config.cookie.cookie,
             " (state kept)" if keep_state and same_program else "",
         )
+        for callback in self.on_commit:
+            callback()
 
     # ---- data plane ---------------------------------------------------------------------
 

@@ -174,6 +174,16 @@ def test_wildcard_reads(apply: Apply, pipeline: Pipeline) -> None:
     assert defaults[0].table_entry.action.action.action_id == drop_id
 
 
+def test_read_one_entry_by_match(apply: Apply, pipeline: Pipeline, fy_schema: fy.P4Schema) -> None:
+    assert apply(+route("10.0.0.0/8", 1), +route("10.1.0.0/16", 2)) == [Code.OK] * 2
+    query = route("10.1.0.0/16", 0).encode_entry(fy_schema)
+    query.ClearField("action")
+    [entity] = pipeline.state.read(p4r.Entity(table_entry=query))
+    assert entity.table_entry.action.action.params[0].value == b"\x02"
+    missing = route("10.2.0.0/16", 0).encode_entry(fy_schema)
+    assert list(pipeline.state.read(p4r.Entity(table_entry=missing))) == []
+
+
 def test_counter_write_resets(apply: Apply, pipeline: Pipeline, fy_schema: fy.P4Schema) -> None:
     pipeline.process(b"\x00" * 60, 2)
     counter_id = pipeline.schema.counter_ids["FabricIngress.ingress_port_counter"]
