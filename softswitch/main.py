@@ -112,7 +112,9 @@ async def run(options: Options) -> None:
     )
     try:
         await stop.wait()
-        LOG.info("stopping")
+        pipeline = switch.pipeline
+        drops = {r.value: n for r, n in pipeline.drops.items() if n} if pipeline else {}
+        LOG.info("stopping: %d frames received, pipeline drops %s", dataplane.rx_frames, drops)
     finally:
         egress.close()
         dataplane.close()

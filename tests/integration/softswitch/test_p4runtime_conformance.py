@@ -306,3 +306,61 @@ async def test_get_pipeline_before_any_is_failed_precondition(target: Target) ->
                 p4r.GetForwardingPipelineConfigRequest(device_id=9)
             )
         assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_pipeline_config_actions(target: Target) -> None:
+    p4info = text_format.Parse(P4INFO_PATH.read_text(), p4i.P4Info())
+    R = p4r.SetForwardingPipelineConfigRequest
+    G = p4r.GetForwardingPipelineConfigRequest
+    async with grpc.aio.insecure_channel(target.address) as channel:
+        stub: Any = p4r_grpc.P4RuntimeStub(channel)
+        stream, _ = await _arbitrate(stub, 3)
+        backup, reply = await _arbitrate(stub, 2)
+        assert reply.arbitration.status.code == grpc.StatusCode.ALREADY_EXISTS.value[0]
+
+        def request(
+            action: int, cookie: int, election_id: int = 3
+        ) -> p4r.SetForwardingPipelineConfigRequest:
+            return R(
+                device_id=DEVICE_ID,
+                election_id=U128.encode(election_id),
+                action=action,  # type: ignore[arg-type]
+                config=p4r.ForwardingPipelineConfig(
+                    p4info=p4info, cookie=p4r.ForwardingPipelineConfig.Cookie(cookie=cookie)
+                ),
+            )
+
+        async def cookie() -> int:
+            got = await stub.GetForwardingPipelineConfig(
+                G(device_id=DEVICE_ID, response_type=G.COOKIE_ONLY)
+            )
+            return int(got.config.cookie.cookie)
+
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.SetForwardingPipelineConfig(request(R.VERIFY_AND_COMMIT, 1, election_id=2))
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        await stub.SetForwardingPipelineConfig(request(R.VERIFY, 1))
+        with pytest.raises(grpc.aio.AioRpcError) as err:  # VERIFY changes nothing
+            await cookie()
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        await stub.SetForwardingPipelineConfig(request(R.VERIFY_AND_SAVE, 2))
+        await stub.SetForwardingPipelineConfig(
+            R(device_id=DEVICE_ID, election_id=U128.encode(3), action=R.COMMIT)
+        )
+        assert await cookie() == 2
+        # RECONCILE_AND_COMMIT with the same program keeps the entries.
+        async with fy.Switch("sw", target.address, options(10)) as sw:
+            await sw.write([+route("10.0.0.0/8", 1)])
+        stream.cancel()
+        stream, _ = await _arbitrate(stub, 30)
+        await stub.SetForwardingPipelineConfig(request(R.RECONCILE_AND_COMMIT, 3, election_id=30))
+        assert await cookie() == 3
+        pipeline = target.switch.pipeline
+        assert pipeline is not None
+        routing = pipeline.schema.table_ids["FabricIngress.routing_v4"]
+        assert len(pipeline.state.entries[routing]) == 1
+        await stub.SetForwardingPipelineConfig(request(R.VERIFY_AND_COMMIT, 4, election_id=30))
+        assert target.switch.pipeline is not None
+        assert len(target.switch.pipeline.state.entries[routing]) == 0
+        stream.cancel()
+        backup.cancel()
