@@ -52,15 +52,16 @@ def desired_state(
     params = qos_params or _qos_params(routing)
     state = state_pb2.DesiredState(switch_name=switch, generation=generation)
     mac_base = topo.mac_base[x]
-    for port in sorted(topo.port_speed[x]):
-        speed = topo.port_speed[x][port]
-        length = topo.port_length[x][port]
+    for port in topo.ports(x):
+        speed, length = topo.port_cable(x, port)
         state.ports.append(
             state_pb2.PortConfig(
                 port=port, mac=mac_base | port, speed_mbps=speed, cable_length_m=length
             )
         )
-        is_nic, ident = topo.port_owner[(x, port)]
+        owner = topo.owner(x, port)
+        assert owner is not None
+        is_nic, ident = owner
         if is_nic:
             nic = fabric.nics[ident]
             state.neighbors.append(

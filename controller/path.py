@@ -123,7 +123,9 @@ def predict_path(
 
         port, index, count = choose_next_hop(order, live, h)
         hops.append(Hop(name, ingress, port, group.id, count, index, h))
-        is_nic, ident = topo.port_owner[(x, port)]
+        owner = topo.owner(x, port)
+        assert owner is not None  # groups only hold cabled ports
+        is_nic, ident = owner
         if is_nic:
             nic = topo.fabric.nics[ident]
             if nic.ipv4 == flow.dst_ip:

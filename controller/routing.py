@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import reduce
 from itertools import compress
@@ -162,49 +162,71 @@ class _Topo:
         self.prefix_lookup = sorted(by_len.items(), reverse=True)
         # Links: lower end a, upper end b.
         n = len(sws)
-        self.up: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]  # port, link, parent
-        self.down: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]  # port, link, child
-        self.link_ends: list[tuple[int, int, int, int]] = []
-        self.port_speed: list[dict[int, int]] = [{} for _ in range(n)]
-        self.port_length: list[dict[int, float]] = [{} for _ in range(n)]
-        self.port_peer_mac: list[dict[int, int]] = [{} for _ in range(n)]
-        self.port_owner: dict[tuple[int, int], tuple[bool, int]] = {}  # (is_nic, id)
+        index = self.index
+        mac_base = self.mac_base
+        up: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]  # port, link, parent
+        down: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]  # port, link, child
+        link_ends: list[tuple[int, int, int, int]] = []
+        # Per switch: port -> neighbour MAC, and port -> owner code (link id << 1, or
+        # NIC index << 1 | 1).
+        peer_mac: list[dict[int, int]] = [{} for _ in range(n)]
+        owner: list[dict[int, int]] = [{} for _ in range(n)]
         for lid, ln in enumerate(fabric.links):
-            a, b = self.index[ln.a], self.index[ln.b]
-            self.link_ends.append((a, ln.a_port, b, ln.b_port))
-            self.up[a].append((ln.a_port, lid, b))
-            self.down[b].append((ln.b_port, lid, a))
-            self.port_speed[a][ln.a_port] = ln.speed_mbps
-            self.port_speed[b][ln.b_port] = ln.speed_mbps
-            self.port_length[a][ln.a_port] = ln.length_m
-            self.port_length[b][ln.b_port] = ln.length_m
-            self.port_peer_mac[a][ln.a_port] = self.mac_base[b] | ln.b_port
-            self.port_peer_mac[b][ln.b_port] = self.mac_base[a] | ln.a_port
-            self.port_owner[(a, ln.a_port)] = (False, lid)
-            self.port_owner[(b, ln.b_port)] = (False, lid)
-        for lst in self.up + self.down:
+            a = index[ln.a]
+            b = index[ln.b]
+            ap = ln.a_port
+            bp = ln.b_port
+            link_ends.append((a, ap, b, bp))
+            up[a].append((ap, lid, b))
+            down[b].append((bp, lid, a))
+            peer_mac[a][ap] = mac_base[b] | bp
+            peer_mac[b][bp] = mac_base[a] | ap
+            owner[a][ap] = owner[b][bp] = lid << 1
+        for lst in up:
             lst.sort()
+        for lst in down:
+            lst.sort()
+        self.up = up
+        self.down = down
+        self.link_ends = link_ends
+        self.port_peer_mac = peer_mac
+        self.port_owner = owner
         # Every child of a switch, live or not, once (links join adjacent tiers only).
-        self.children = [sorted({c for _, _, c in d}) for d in self.down]
-        self.nic_switch: list[int] = []
-        self.nic_port: list[int] = []
-        self.nic_ip: list[int] = []
-        self.nic_by_ip: dict[int, int] = {}
-        for k, nic in enumerate(fabric.nics):
-            tor = self.index[nic.switch]
-            self.nic_switch.append(tor)
-            self.nic_port.append(nic.port)
-            self.nic_ip.append(nic.ipv4)
-            self.nic_by_ip[nic.ipv4] = k
-            self.port_speed[tor][nic.port] = nic.speed_mbps
-            self.port_length[tor][nic.port] = nic.length_m
-            self.port_peer_mac[tor][nic.port] = nic.mac
-            self.port_owner[(tor, nic.port)] = (True, k)
-        self.mixed_speeds = [len(set(sp.values())) > 1 for sp in self.port_speed]
+        self.children = [sorted({c for _, _, c in d}) for d in down]
+        nics = fabric.nics
+        self.nic_switch = nic_switch = [index[nic.switch] for nic in nics]
+        self.nic_port = [nic.port for nic in nics]
+        self.nic_ip = [nic.ipv4 for nic in nics]
+        self.nic_by_ip = {nic.ipv4: k for k, nic in enumerate(nics)}
         self.host_nics: list[list[int]] = [[] for _ in range(n)]
-        for k, tor in enumerate(self.nic_switch):
+        for k, nic in enumerate(nics):
+            tor = nic_switch[k]
+            peer_mac[tor][nic.port] = nic.mac
+            owner[tor][nic.port] = k << 1 | 1
             self.host_nics[tor].append(k)
+        self._mixed: dict[int, bool] = {}
         self._masks: dict[tuple[int, int], int] = {}
+
+    def owner(self, x: int, port: int) -> tuple[bool, int] | None:
+        """(True, NIC index) or (False, link index) for what is cabled to x:port."""
+        code = self.port_owner[x].get(port)
+        return None if code is None else (bool(code & 1), code >> 1)
+
+    def ports(self, x: int) -> list[int]:
+        return sorted(self.port_owner[x])
+
+    def port_cable(self, x: int, port: int) -> tuple[int, float]:
+        """(speed in Mb/s, cable length in m) of x:port."""
+        code = self.port_owner[x][port]
+        cable = self.fabric.nics[code >> 1] if code & 1 else self.fabric.links[code >> 1]
+        return cable.speed_mbps, cable.length_m
+
+    def mixed_speeds(self, x: int) -> bool:
+        mixed = self._mixed.get(x)
+        if mixed is None:
+            speeds = {self.port_cable(x, p)[0] for p in self.port_owner[x]}
+            mixed = self._mixed[x] = len(speeds) > 1
+        return mixed
 
     def dest_for_ip(self, address: int) -> int | None:
         for length, table in self.prefix_lookup:
@@ -248,12 +270,13 @@ class FabricRouting:
             is_nic, ident = self._resolve(ev)
             (self.nic_live if is_nic else self.link_live)[ident] = 1 if ev.up else 0
         # Live adjacency (kept in port order).
-        self.live_up: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-        self.live_down: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        # Live adjacency as parallel lists (ports, neighbour indexes), in port order.
         self.up_ports: list[list[int]] = [[] for _ in range(n)]
         self.up_nbrs: list[list[int]] = [[] for _ in range(n)]
-        self.ports_to: list[dict[int, list[int]]] = [{} for _ in range(n)]
+        self.down_ports: list[list[int]] = [[] for _ in range(n)]
         self.down_nbrs: list[list[int]] = [[] for _ in range(n)]
+        # parent -> live ports to it; built when first needed.
+        self._ports_to: dict[int, dict[int, list[int]]] = {}
         for x in range(n):
             self._refresh_adjacency(x)
         self.own_bit = [1 << d if d >= 0 else 0 for d in t.dest_of]
@@ -281,22 +304,29 @@ class FabricRouting:
         x = self.topo.index.get(ev.switch)
         if x is None:
             raise RoutingError(f"unknown switch {ev.switch!r}")
-        owner = self.topo.port_owner.get((x, ev.port))
+        owner = self.topo.owner(x, ev.port)
         if owner is None:
             raise RoutingError(f"{ev.switch}:{ev.port} has no cable in the fabric")
         return owner
 
     def _refresh_adjacency(self, x: int) -> None:
         live = self.link_live
-        self.live_up[x] = ups = [(port, p) for port, lid, p in self.topo.up[x] if live[lid]]
-        self.live_down[x] = downs = [(port, c) for port, lid, c in self.topo.down[x] if live[lid]]
-        self.up_ports[x] = [port for port, _ in ups]
-        ports_to: dict[int, list[int]] = {}
-        for port, p in ups:
-            ports_to.setdefault(p, []).append(port)
-        self.ports_to[x] = ports_to
-        self.up_nbrs[x] = [p for _, p in ups]
-        self.down_nbrs[x] = [c for _, c in downs]
+        up = self.topo.up[x]
+        down = self.topo.down[x]
+        self.up_ports[x] = [port for port, lid, _ in up if live[lid]]
+        self.up_nbrs[x] = [p for _, lid, p in up if live[lid]]
+        self.down_ports[x] = [port for port, lid, _ in down if live[lid]]
+        self.down_nbrs[x] = [c for _, lid, c in down if live[lid]]
+        self._ports_to.pop(x, None)
+
+    def ports_to(self, x: int) -> dict[int, list[int]]:
+        """Parent -> the live ports of x cabled to it."""
+        table = self._ports_to.get(x)
+        if table is None:
+            table = self._ports_to[x] = {}
+            for port, p in zip(self.up_ports[x], self.up_nbrs[x], strict=True):
+                table.setdefault(p, []).append(port)
+        return table
 
     def _own_down(self, x: int) -> int:
         return self.own_bit[x]
@@ -306,20 +336,42 @@ class FabricRouting:
         order = sorted(range(len(t.names)), key=lambda i: t.tier[i])
         for x in order:
             bits = self._own_down(x)
-            for _, c in self.live_down[x]:
+            for c in self.down_nbrs[x]:
                 bits |= self.down_set[c]
             self.down_set[x] = bits
         for x in reversed(order):
             bits = self.down_set[x]
-            for _, p in self.live_up[x]:
+            for p in self.up_nbrs[x]:
                 bits |= self.reach[p]
             self.reach[x] = bits
+        canon = self._canon
+        limit = self.max_group_size
         for x in order:
-            for bits, ports in self._classify(x, t.all_dests):
-                self._assign(x, bits, ports, None)
-            for k in t.host_nics[x]:
-                if self.nic_live[k]:
-                    self.host_routes[x][k] = self._gid(x, (t.nic_port[k],), 0, None)
+            classes = self.classes[x]
+            by_ports = self.group_by_ports[x]
+            for bits, found in self._classify(x, t.all_dests):
+                if len(found) > limit:
+                    self._assign(x, bits, found, None)
+                    continue
+                # _assign, inlined: a 100k-GPU fabric has 140k classes.
+                ports = canon.setdefault(found, found)
+                gid = by_ports.get(id(ports))
+                if gid is None:
+                    gid = self.next_gid[x]
+                    self.next_gid[x] = gid + 1
+                    by_ports[id(ports)] = gid
+                    self.group_ports[x][gid] = ports
+                classes[gid] = classes.get(gid, 0) | bits
+            nics = [k for k in t.host_nics[x] if self.nic_live[k]]
+            if nics:
+                # One single-member group per NIC, made in bulk (100k of them at 100k GPUs).
+                start = self.next_gid[x]
+                gids = range(start, start + len(nics))
+                self.next_gid[x] = start + len(nics)
+                singles = [canon.setdefault((t.nic_port[k],), (t.nic_port[k],)) for k in nics]
+                self.group_ports[x].update(zip(gids, singles, strict=True))
+                self.group_by_ports[x].update(zip(map(id, singles), gids, strict=True))
+                self.host_routes[x].update(zip(nics, gids, strict=True))
 
     # --- classification -------------------------------------------------------------------
 
@@ -331,7 +383,14 @@ class FabricRouting:
         if down_bits:
             down_set = self.down_set
             out.extend(
-                self._partition(down_bits, [(port, down_set[c]) for port, c in self.live_down[x]])
+                self._partition(
+                    down_bits,
+                    zip(
+                        self.down_ports[x],
+                        map(down_set.__getitem__, self.down_nbrs[x]),
+                        strict=True,
+                    ),
+                )
             )
         # Not narrowed by reach[x]: ToRs learn their reach from this (see apply).
         up_bits = mask & ~down_m if down_m else mask
@@ -344,13 +403,16 @@ class FabricRouting:
                     out.append((up_bits, ports))
             else:
                 out.extend(
-                    self._partition(up_bits, [(port, reach[p]) for port, p in self.live_up[x]])
+                    self._partition(
+                        up_bits,
+                        zip(self.up_ports[x], map(reach.__getitem__, self.up_nbrs[x]), strict=True),
+                    )
                 )
         return out
 
     @staticmethod
     def _partition(
-        bits: int, neighbours: Sequence[tuple[int, int]]
+        bits: int, neighbours: Iterable[tuple[int, int]]
     ) -> list[tuple[int, tuple[int, ...]]]:
         """Split `bits` into classes by which neighbours' sets hold them; bits no neighbour
         holds are unreachable and left out."""
@@ -560,7 +622,7 @@ class FabricRouting:
             if old_gid in self.group_split[x]:
                 return _Fallback.GENERAL
             old_ports = self.group_ports[x][old_gid]
-        ports_to = self.ports_to[x]
+        ports_to = self.ports_to(x)
         reach = self.reach
         new_ports = old_ports
         edits = self._edits
@@ -719,8 +781,8 @@ class FabricRouting:
     def group(self, x: int, gid: int) -> Group:
         ports = self.group_ports[x][gid]
         weights: tuple[int, ...] = ()
-        if self.topo.mixed_speeds[x] and len(ports) > 1:
-            speeds = [self.topo.port_speed[x][p] for p in ports]
+        if len(ports) > 1 and self.topo.mixed_speeds(x):
+            speeds = [self.topo.port_cable(x, p)[0] for p in ports]
             if min(speeds) != max(speeds):
                 g = math.gcd(*speeds)
                 scaled = tuple(s // g for s in speeds)
