@@ -333,11 +333,18 @@ def _hosts(value: Value, ports: _Ports, rails: int) -> list[Nic]:
             raise hm["name"].error(f"duplicate host name {host!r} (first at line {hosts[host]})")
         hosts[host] = item.line
         names: set[str] = set()
+        rails_used: dict[int, str] = {}
         for n_ordinal, nic_item in enumerate(hm["nics"].items(), start=1):
             nic = _nic(nic_item, host, h_ordinal, n_ordinal, ports, rails)
             if nic.name in names:
                 raise nic_item.error(f"duplicate NIC name {nic.name!r} on host {host!r}")
             names.add(nic.name)
+            if nic.rail in rails_used:
+                raise nic_item.error(
+                    f"host {host!r} has two NICs on rail {nic.rail} "
+                    f"({rails_used[nic.rail]} and {nic.name}); one NIC per rail"
+                )
+            rails_used[nic.rail] = nic.name
             if nic.ipv4 in addresses:
                 raise nic_item.error(
                     f"address {ipv4_str(nic.ipv4)} is also {addresses[nic.ipv4]}'s"

@@ -240,12 +240,18 @@ NEGATIVE = [
     ),
     (
         "duplicate NIC address",
-        _sub("ipv4: 10.2.0.2, switch: tor-b", "ipv4: 10.2.0.2, switch: tor-b").replace(
-            "      - {name: nic2",
-            "      - {name: nic3, rail: 2, ipv4: 10.2.0.2, switch: tor-b,"
-            " port: 3, speed: 400G, length_m: 3}\n      - {name: nic2",
+        EXPLICIT + "  - name: srv-2\n    nics:\n      - {name: nic1, rail: 2, ipv4: 10.2.0.2, "
+        "switch: tor-b, port: 3, speed: 400G, length_m: 3}\n",
+        r"^f\.yaml:17: hosts\[1\]\.nics\[0\]: address 10\.2\.0\.2 is also srv-1/nic2's$",
+    ),
+    (
+        "two NICs of a host on one rail",
+        _sub(
+            "rail: 2, ipv4: 10.2.0.2, switch: tor-b, port: 1",
+            "rail: 1, ipv4: 10.1.0.3, switch: tor-a, port: 3",
         ),
-        r"^f\.yaml:15: hosts\[0\]\.nics\[2\]: address 10\.2\.0\.2 is also srv-1/nic3's$",
+        r"^f\.yaml:14: hosts\[0\]\.nics\[1\]: host 'srv-1' has two NICs on rail 1 \(nic1 "
+        r"and nic2\); one NIC per rail$",
     ),
     (
         "bad link end",
