@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,13 +13,20 @@ import pytest
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
+PACKAGES = ("railfabric", "agent", "controller", "softswitch", "mininet_labs")
 
 
 def test_railfabric_v1_imports_from_the_installed_wheel(tmp_path: Path) -> None:
-    wheels, target = tmp_path / "wheels", tmp_path / "site"
+    wheels, target, src = tmp_path / "wheels", tmp_path / "site", tmp_path / "src"
+    # Build from a copy: setuptools writes build/ and *.egg-info beside the sources.
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
+    for package in PACKAGES:
+        shutil.copytree(REPO / package, src / package, ignore=ignore)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     subprocess.run(
-        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(REPO)],
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(src)],
         check=True,
         timeout=300,
     )
