@@ -359,3 +359,32 @@ def test_unequal_links_get_weights_by_speed() -> None:
     small = FabricRouting(replace(fabric, max_ecmp_group_size=2))
     group = small.lookup("tor-a", 0x0A020005)
     assert group is not None and group.weights == ()
+
+
+PODS_SHARED_SPINES = """\
+name: pods
+rails: 2
+pods: 3
+blocks_per_pod: 2
+servers_per_block: 1
+spines: {per: pod, count: 2}
+cores: {per_group: 2}
+links:
+  host: {speed: 100G, length_m: 2}
+  tor_spine: {speed: 100G, length_m: 10}
+  spine_core: {speed: 100G, length_m: 50}
+"""
+
+
+def test_pods_joined_by_cores_reach_each_other_and_survive_a_core_loss() -> None:
+    fabric = load_fabric_text(PODS_SHARED_SPINES, "pods.yaml")
+    assert fabric.tiers()[Role.CORE] == 4
+    cut = [LinkEvent(ln.a, ln.a_port, up=False) for ln in fabric.links if ln.b == "core-g1-1"]
+    for routing in (FabricRouting(fabric), FabricRouting(fabric, down=cut)):
+        for a in fabric.nics:
+            for b in fabric.nics:
+                if a is not b:
+                    walk = walk_all(routing, fabric, a.ipv4, b.ipv4)
+                    assert walk.delivered, (a.full_name, b.full_name)
+                    if fabric.switch_by_name[a.switch].pod != fabric.switch_by_name[b.switch].pod:
+                        assert all(len(p) == 5 for p in walk.switches_per_path)
