@@ -72,7 +72,22 @@ class GroupRef:
     group_id: int
 
 
-TableAction = ActionCall | MemberRef | GroupRef
+@dataclass(frozen=True, slots=True)
+class OneShotAction:
+    action: ActionCall
+    weight: int
+    watch_port: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class OneShot:
+    """A one-shot action set: the selector group the target builds for one entry. Its hidden
+    members are created in list order, so list order is their handle order (bmv2/PI)."""
+
+    actions: tuple[OneShotAction, ...]
+
+
+TableAction = ActionCall | MemberRef | GroupRef | OneShot
 # One element per match field in P4Info order: None (don't care), (value,) exact,
 # (value, prefix_len) lpm, (value, mask) ternary.
 Key = tuple[tuple[int, ...] | None, ...]
@@ -422,8 +437,46 @@ class P4State:
                 raise P4Error(Code.NOT_FOUND, f"{table.name}: no group {group_id}")
             return GroupRef(group_id)
         if which == "action_profile_action_set":
-            raise P4Error(Code.UNIMPLEMENTED, "one-shot action selector programming")
+            return self._decode_one_shot(table, te.action.action_profile_action_set)
         raise P4Error(Code.INVALID_ARGUMENT, f"{table.name}: entry has no action")
+
+    def _decode_one_shot(self, table: TableInfo, action_set: p4r.ActionProfileActionSet) -> OneShot:
+        profile = self.schema.profiles[table.implementation_id]
+        actions: list[OneShotAction] = []
+        total = 0
+        for item in action_set.action_profile_actions:
+            call = self._decode_action(item.action, table.entry_actions, f"{table.name} one-shot")
+            if item.weight < 0:
+                raise P4Error(Code.INVALID_ARGUMENT, f"{table.name} one-shot: weight < 0")
+            weight = item.weight or 1
+            total += weight
+            watch_port = self._watch_port(item, f"{table.name} one-shot")
+            actions.append(OneShotAction(call, weight, watch_port))
+        if not actions:
+            raise P4Error(Code.INVALID_ARGUMENT, f"{table.name}: empty one-shot action set")
+        if profile.max_group_size and total > profile.max_group_size:
+            raise P4Error(
+                Code.RESOURCE_EXHAUSTED,
+                f"{table.name} one-shot: {total} weighted actions exceed {profile.max_group_size}",
+            )
+        return OneShot(tuple(actions))
+
+    def _watch_port(
+        self, holder: p4r.ActionProfileAction | p4r.ActionProfileGroup.Member, where: str
+    ) -> int | None:
+        """The port a member watches (`watch_port` bytes, or the deprecated int `watch`)."""
+        kind = holder.WhichOneof("watch_kind")
+        if kind == "watch_port":
+            try:
+                value = codec.decode(holder.watch_port, 9, f"{where} watch_port")
+            except codec.ValueWidthError as err:
+                raise P4Error(Code.INVALID_ARGUMENT, str(err)) from None
+            if not codec.is_canonical(holder.watch_port):
+                holder.watch_port = codec.canonical(holder.watch_port)
+            return value
+        if kind == "watch":
+            return holder.watch
+        return None
 
     def _decode_action(self, action: p4r.Action, allowed: frozenset[int], where: str) -> ActionCall:
         info: ActionInfo | None = self.schema.actions.get(action.action_id)
@@ -562,17 +615,7 @@ class P4State:
                 raise P4Error(Code.INVALID_ARGUMENT, f"{where}: member {m.member_id} weight < 0")
             weight = m.weight or 1  # clients that leave weight unset mean 1
             total += weight
-            watch_port: int | None = None
-            kind = m.WhichOneof("watch_kind")
-            if kind == "watch_port":
-                try:
-                    watch_port = codec.decode(m.watch_port, 9, f"{where} watch_port")
-                except codec.ValueWidthError as err:
-                    raise P4Error(Code.INVALID_ARGUMENT, str(err)) from None
-                if not codec.is_canonical(m.watch_port):
-                    m.watch_port = codec.canonical(m.watch_port)
-            elif kind == "watch":
-                watch_port = m.watch
+            watch_port = self._watch_port(m, where)
             members.append(GroupMemberState(m.member_id, weight, watch_port))
         if limit and total > limit:
             raise P4Error(

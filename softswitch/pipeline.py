@@ -23,6 +23,7 @@ from softswitch.p4state import (
     GroupRef,
     Key,
     MemberRef,
+    OneShot,
     P4State,
     TableAction,
 )
@@ -121,6 +122,7 @@ class Pipeline:
         self.carrier: dict[int, bool] = {}
         self._generation = 0  # bumped on any member/group/carrier change
         self._group_cache: dict[int, tuple[int, tuple[_Hop, ...]]] = {}
+        self._one_shot_cache: dict[int, tuple[int, tuple[_Hop, ...]]] = {}  # by next_id
         self.state = P4State(schema, self)
 
     # ---- hooks from P4State ------------------------------------------------------------
@@ -138,7 +140,9 @@ class Pipeline:
                 self._rebuild_lpm_order()
             self._lpm[plen][value] = next_id
         elif table_id == self._t_next:
-            self._next[(key[0] or (0,))[0]] = action
+            next_id = (key[0] or (0,))[0]
+            self._next[next_id] = action
+            self._one_shot_cache.pop(next_id, None)
         elif table_id == self._t_acl:
             assert isinstance(action, ActionCall)
             self._acl_entries[(key, priority)] = action.action_id
@@ -178,6 +182,7 @@ class Pipeline:
                     self._rebuild_lpm_order()
         elif table_id == self._t_next:
             self._next.pop((key[0] or (0,))[0], None)
+            self._one_shot_cache.pop((key[0] or (0,))[0], None)
         elif table_id == self._t_acl:
             self._acl_entries.pop((key, priority), None)
             self._rebuild_acl()
@@ -233,6 +238,7 @@ class Pipeline:
             self.carrier[port] = up
             self._generation += 1
             self._group_cache.clear()
+            self._one_shot_cache.clear()
 
     def live_hops(self, group_id: int) -> tuple[_Hop, ...]:
         """The group's members whose watch_port has carrier, in member-handle order."""
@@ -254,6 +260,20 @@ class Pipeline:
         hops.sort(key=lambda h: h[0])
         result = tuple(h for _, h in hops)
         self._group_cache[group_id] = (self._generation, result)
+        return result
+
+    def one_shot_hops(self, next_id: int, one_shot: OneShot) -> tuple[_Hop, ...]:
+        """A one-shot set's actions whose watch_port has carrier, in list (handle) order."""
+        cached = self._one_shot_cache.get(next_id)
+        if cached is not None and cached[0] == self._generation:
+            return cached[1]
+        carrier = self.carrier
+        hops: list[_Hop] = []
+        for item in one_shot.actions:
+            if item.watch_port is None or carrier.get(item.watch_port, True):
+                hops.extend([self._hop(item.action)] * item.weight)
+        result = tuple(hops)
+        self._one_shot_cache[next_id] = (self._generation, result)
         return result
 
     def _hop(self, action: ActionCall) -> _Hop:
@@ -347,8 +367,11 @@ class Pipeline:
         if nxt is None:
             self._drop(DropReason.NEXT_MISS, in_port, n)
             return None
-        if isinstance(nxt, GroupRef):
-            hops = self.live_hops(nxt.group_id)
+        if isinstance(nxt, GroupRef | OneShot):
+            if isinstance(nxt, GroupRef):
+                hops = self.live_hops(nxt.group_id)
+            else:
+                hops = self.one_shot_hops(next_id, nxt)
             if not hops:
                 self._drop(DropReason.NO_LIVE_MEMBER, in_port, n)
                 return None

@@ -129,3 +129,38 @@ def test_forwarded_frame_is_rewritten_with_valid_checksum(pipeline: Pipeline, ap
     checksum = pkt[IP].chksum
     del pkt[IP].chksum
     assert Ether(bytes(pkt))[IP].chksum == checksum
+
+
+def test_every_vector_through_a_one_shot_action_set(pipeline: Pipeline, apply: Apply) -> None:
+    """The same choices from a one-shot set listing the actions in creation order, with
+    watch_port on each action (P4Runtime ActionProfileAction.watch_port)."""
+    action_set = [
+        (
+            (1, m["port"]),
+            fy.P4TableAction(
+                "FabricIngress.set_nexthop",
+                port=m["port"],
+                smac=ROUTER_MAC,
+                dmac=_hop_mac(m["port"]),
+            ),
+        )
+        for m in VECTORS["members_in_creation_order"]
+    ]
+    route = fy.P4TableEntry(
+        "FabricIngress.routing_v4",
+        match=fy.P4TableMatch(ipv4_dst="10.0.0.0/8"),
+        action=fy.P4TableAction("FabricIngress.set_next_id", next_id=100),
+    )
+    nxt = fy.P4TableEntry(
+        "FabricIngress.next",
+        match=fy.P4TableMatch(next_id=100),
+        action=fy.P4IndirectAction(action_set),
+    )
+    assert apply(+route, +nxt) == [0, 0]
+    for flow in VECTORS["flows"]:
+        out = pipeline.process(_frame(flow), 1)
+        assert out is not None and out.port == flow["egress_port_all_live"], flow
+    pipeline.set_carrier(3, False)
+    for flow in VECTORS["flows"]:
+        out = pipeline.process(_frame(flow), 1)
+        assert out is not None and out.port == flow["egress_port_with_port3_down"], flow
