@@ -149,7 +149,7 @@ def _cmd_path(args: argparse.Namespace) -> int:
     for hop in path.hops:
         lines.append(
             f"  {hop.switch:<22} in {hop.ingress_port:>3} -> out {hop.egress_port:>3}  "
-            f"group {hop.group_id} member {hop.member_index}/{hop.live_members}"
+            f"group {hop.group_id} member {hop.member_index} of {hop.live_members} live"
         )
     lines.append(f"  delivered to {path.delivered_to}" if path.delivered_to else f"  {path.error}")
     _emit(args, data, "\n".join(lines))

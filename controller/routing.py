@@ -38,6 +38,10 @@ from controller.fabric import Fabric, Prefix, Role
 _NO_MACS: Mapping[int, int] = MappingProxyType({})
 
 
+# Bound on the memo of next-hop set edits (entries of three small ints and a shared tuple).
+_EDIT_MEMO_LIMIT = 1_000_000
+
+
 class _Fallback(enum.Enum):
     GENERAL = "use the general re-classification"
 
@@ -491,6 +495,8 @@ class FabricRouting:
     def apply(self, events: Iterable[LinkEvent]) -> dict[str, SwitchDelta]:
         """Apply link state changes; return the deltas of the switches that changed."""
         t = self.topo
+        if len(self._edits) > _EDIT_MEMO_LIMIT:  # a memo: safe to drop
+            self._edits.clear()
         changed_links: list[int] = []
         changed_nics: list[int] = []
         for ev in events:
