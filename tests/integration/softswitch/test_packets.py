@@ -9,6 +9,7 @@ import asyncio
 import ipaddress
 import sys
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import finsy as fy
 import pytest
@@ -243,3 +244,47 @@ async def test_kernel_udp_between_namespaces(fabric: Fabric, netns: Netns) -> No
         netns.exec(fabric.hosts[1].ns, sys.executable, "-c", sender)
         done = await listening
         assert done.stdout.strip() == "over-softswitch", done.stderr
+
+
+FLOOD = """
+import socket, sys, time
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+s.bind((sys.argv[1], 0))
+frame = bytes.fromhex(sys.argv[2]); end = time.monotonic() + float(sys.argv[3])
+while time.monotonic() < end:
+    for _ in range(64):
+        try:
+            s.send(frame)
+        except OSError:
+            pass
+"""
+
+
+async def test_p4runtime_answers_while_forwarding_a_flood(fabric: Fabric, netns: Netns) -> None:
+    async with controller(fabric.address) as sw:
+        await add_member(sw, 2, 2)
+        await add_next_entry(sw, 20, member_id=2)
+        await add_routing_v4_entry(sw, "10.0.0.0/8", 20)
+        host = fabric.hosts[1]
+        flood = asyncio.create_task(
+            asyncio.to_thread(
+                netns.exec,
+                host.ns,
+                sys.executable,
+                "-c",
+                FLOOD,
+                host.ifname,
+                udp_frame("10.5.5.5", 7).hex(),
+                "3",
+            )
+        )
+        await asyncio.sleep(0.5)
+        before, _ = await read_counter(sw, "FabricIngress.ingress_port_counter", 1)
+        for i in range(100):
+            await add_routing_v4_entry(sw, f"11.{i}.0.0/16", 20)
+        after, _ = await read_counter(sw, "FabricIngress.ingress_port_counter", 1)
+        reader: Any = sw.read  # finsy types read() as a coroutine; it is an async generator
+        routes = [e async for e in reader(fy.P4TableEntry("FabricIngress.routing_v4"))]
+        await flood
+        assert len(routes) == 101
+        assert after > before  # the flood was being forwarded while the writes were served
