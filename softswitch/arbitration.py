@@ -89,15 +89,12 @@ class Arbiter:
 
     def remove(self, client: Hashable) -> list[ArbitrationAnswer]:
         """`client`'s stream closed; the answers to send when that changed the primary."""
-        gone = self._clients.pop(client, None)
+        gone = self._clients.get(client)
         if gone is None:
             return []
-        was_primary = gone.election_id is not None and self.primary(gone.role) is None
-        if self.primary(gone.role) is not None and gone.election_id is not None:
-            # The leaver was primary iff its id beat the remaining best.
-            best = self.primary_election_id(gone.role) or 0
-            was_primary = gone.election_id > best
-        return self._answers(gone.role) if was_primary else []
+        before = self.primary(gone.role)
+        del self._clients[client]
+        return self._answers(gone.role) if before == client else []
 
     def _answers(self, role: str) -> list[ArbitrationAnswer]:
         primary = self.primary(role)
