@@ -1,29 +1,135 @@
-"""`python -m mininet_labs demo|list`: the lab entry point.
+"""`python -m mininet_labs run FABRIC --scenario NAME|all [--target softswitch|bmv2] [--json OUT]`,
+`list`, `clean`, and `demo` (= `run examples/lab-2rail.yaml --scenario all`).
 
-The labs grow with the system: `demo` runs every scenario that exists at this commit and
-prints a report; a scenario that fails makes the command exit non-zero."""
+Exit status: 0 when every scenario passed, 1 when one failed, 2 when the lab could not run."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
-from mininet_labs.scenarios import SCENARIOS, run_scenarios
+from controller.yamlnodes import IntentError
+from mininet_labs.clean import clean
+from mininet_labs.lab import DEFAULT_PORT_RATE_MBPS, Interrupted, Lab, LabOptions
+from mininet_labs.netlinks import LabError
+from mininet_labs.processes import REPO, make_target
+from mininet_labs.report import Result, render, summary, write_json
+from mininet_labs.scenarios import SCENARIOS, Budget
+
+DEMO_FABRIC = REPO / "examples" / "lab-2rail.yaml"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m mininet_labs",
+        description="railfabric end to end: a real fabric of namespaces, switches, agents and "
+        "a controller, with failures measured.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="list the scenarios")
+    sub.add_parser("clean", help="remove every namespace, veth and process a lab left")
+    for name, text in (
+        ("run", "run scenarios on a fabric"),
+        ("demo", "run every scenario on examples/lab-2rail.yaml"),
+    ):
+        p = sub.add_parser(name, help=text)
+        if name == "run":
+            p.add_argument("fabric", type=Path, help="fabric YAML (intent or explicit form)")
+            p.add_argument(
+                "--scenario",
+                action="append",
+                required=True,
+                choices=[*SCENARIOS, "all"],
+                help="scenario to run (repeatable); all = every one in order",
+            )
+        p.add_argument("--target", choices=["softswitch", "bmv2"], default="softswitch")
+        p.add_argument("--json", type=Path, help="write the results as JSON here")
+        p.add_argument(
+            "--port-rate-mbps",
+            type=float,
+            default=DEFAULT_PORT_RATE_MBPS,
+            help=f"softswitch egress rate of every port (default {DEFAULT_PORT_RATE_MBPS:g})",
+        )
+        p.add_argument("--quick", action="store_true", help="smaller budget (fewer repetitions)")
+        p.add_argument("--keep-logs", action="store_true", help="keep /tmp/rfl<tag>/ logs")
+    return parser
+
+
+def run(  # noqa: PLR0917 - the CLI's options, one call site
+    fabric: Path,
+    names: list[str],
+    target_kind: str,
+    options: LabOptions,
+    budget: Budget,
+    json_out: Path | None,
+) -> int:
+    if os.geteuid() != 0:
+        print("mininet_labs: needs root (network namespaces)", file=sys.stderr)
+        return 2
+    target = make_target(target_kind, options.port_rate_mbps)
+    results: list[Result] = []
+    started = time.monotonic()
+    try:
+        lab = Lab(fabric, target, options)
+        print(
+            f"lab {lab.names.tag}: fabric {lab.fabric.name} ({len(lab.fabric.switches)} switches, "
+            f"{len(lab.topology.hosts)} servers, {len(lab.fabric.nics)} NICs), target "
+            f"{target.kind}, ports at {options.port_rate_mbps:g} Mb/s",
+            flush=True,
+        )
+        with lab:
+            print(f"fabric converged in {time.monotonic() - started:.1f} s\n", flush=True)
+            for name in names:
+                t0 = time.monotonic()
+                try:
+                    result = SCENARIOS[name].run(lab, budget)
+                except LabError as err:
+                    result = Result(name, False, f"could not run: {err}")
+                results.append(result)
+                print(render(result), flush=True)
+                print(f"({name}: {time.monotonic() - t0:.1f} s)\n", flush=True)
+                lab.failed = lab.failed or not result.passed
+    except Interrupted as sig:
+        print(f"mininet_labs: interrupted ({sig}); everything was torn down", file=sys.stderr)
+        return 2
+    except (LabError, IntentError) as err:
+        print(f"mininet_labs: {err}", file=sys.stderr)
+        if json_out:
+            write_json(json_out, str(fabric), target_kind, results)
+        return 2
+    if results:
+        print(summary(results))
+        print(f"\n{len(results)} scenarios in {time.monotonic() - started:.0f} s")
+    if json_out:
+        write_json(json_out, str(fabric), target_kind, results)
+        print(f"results written to {json_out}")
+    if any(not r.passed for r in results):
+        print(f"logs kept in {lab.run_dir}")
+        return 1
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mininet_labs")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="list the scenarios")
-    sub.add_parser("demo", help="run every scenario and print the report")
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.command == "list":
         for name, scenario in SCENARIOS.items():
-            print(f"{name:16} {scenario.description}")
+            print(f"{name:13} {scenario.description}")
+        print(f"{'all':13} every scenario above, in this order")
         return 0
-    results = run_scenarios(list(SCENARIOS))
-    return 0 if all(r.passed for r in results) else 1
+    if args.command == "clean":
+        removed = clean()
+        print("\n".join(removed) if removed else "nothing to clean")
+        return 0
+    fabric = DEMO_FABRIC if args.command == "demo" else args.fabric
+    chosen = ["all"] if args.command == "demo" else args.scenario
+    names = list(SCENARIOS) if "all" in chosen else list(dict.fromkeys(chosen))
+    options = LabOptions(port_rate_mbps=args.port_rate_mbps, keep_logs=args.keep_logs)
+    budget = Budget.quick() if args.quick else Budget()
+    return run(fabric, names, args.target, options, budget, args.json)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,66 @@
+"""`python -m mininet_labs clean`: remove whatever any lab run could have left behind, found
+by the `rfl` + 4-hex-digit prefix: processes (by their command line), namespaces, veths."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+
+from mininet_labs.netlinks import TAG_RE, ip
+
+OUR_PROGRAMS = ("railfabric-", "simple_switch_grpc", "mininet_labs", "python")
+
+
+def _lab_processes() -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        text = [a.decode(errors="replace") for a in argv if a]
+        if not text or not any(p in " ".join(text[:3]) for p in OUR_PROGRAMS):
+            continue
+        if any(TAG_RE.search(a) for a in text) or any(
+            a.startswith("/tmp/rfl") and TAG_RE.search(a) for a in text
+        ):
+            pids.append(int(entry.name))
+    return pids
+
+
+def clean() -> list[str]:
+    """Kill, delete; return what was removed."""
+    removed = []
+    pids = _lab_processes()
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+            removed.append(f"process {pid}")
+    deadline = time.monotonic() + 3
+    while pids and time.monotonic() < deadline:
+        pids = [p for p in pids if Path(f"/proc/{p}").exists()]
+        time.sleep(0.05)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    for line in ip("netns", "list", check=False).splitlines():
+        name = line.split()[0] if line.split() else ""
+        if TAG_RE.match(name):
+            for pid_text in ip("netns", "pids", name, check=False).split():
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(pid_text), signal.SIGKILL)
+            ip("netns", "del", name, check=False)
+            removed.append(f"netns {name}")
+    for line in ip("-o", "link", "show", check=False).splitlines():
+        parts = line.split(":")
+        if len(parts) > 1:
+            name = parts[1].strip().split("@")[0]
+            if TAG_RE.match(name):
+                ip("link", "del", name, check=False)
+                removed.append(f"link {name}")
+    return removed

@@ -1,0 +1,405 @@
+"""A running lab: topology, controller, switches, agents, and the handles scenarios use
+(admin API, switch counters, traffic tools). `with Lab(...) as lab:` tears everything down
+whatever happens, SIGINT/SIGTERM included."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import shutil
+import signal
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any
+
+import grpc
+from finsy.proto import p4i, p4r, p4r_grpc
+from google.protobuf import text_format
+
+from controller.fabric import Fabric
+from controller.intent import load_fabric, to_explicit_yaml
+from mininet_labs.netlinks import LabError, Names, new_tag
+from mininet_labs.processes import (
+    BIN,
+    P4INFO,
+    Child,
+    Processes,
+    SwitchTarget,
+    free_port,
+    tail,
+    wait_listening,
+)
+from mininet_labs.topology import LabTopology
+from mininet_labs.traffic import FlowSpec, Packet, read_records
+from railfabric.v1 import admin_pb2, admin_pb2_grpc
+
+# The QoS formulas know speeds from 1G up; the lab's fabric declares 1G links and the
+# softswitch serializes every port at `port_rate_mbps`, slow enough for a Python data plane
+# to congest a port. Byte thresholds (ECN Kmin/Kmax, PFC xoff/xon) are what the switch applies.
+LAB_LINK_SPEED_MBPS = 1000
+DEFAULT_PORT_RATE_MBPS = 20.0
+LAB_PORT = 4791  # receivers listen on the RoCEv2 port
+
+COUNTERS = {
+    "tx_packets": "FabricEgress.egress_port_counter",
+    "rx_packets": "FabricIngress.ingress_port_counter",
+    "drops": "FabricIngress.drop_counter",
+    "ecn_marks": "FabricEgress.ecn_mark_counter",
+    "pfc_pause_tx": "FabricEgress.pfc_pause_tx_counter",
+    "pfc_pause_rx": "FabricEgress.pfc_pause_rx_counter",
+}
+
+
+@dataclass(frozen=True)
+class LabOptions:
+    port_rate_mbps: float = DEFAULT_PORT_RATE_MBPS
+    hold_down_s: float = 2.0
+    # The lab cuts the same link every few seconds on purpose: a short damping half-life
+    # keeps those deliberate cuts from being damped (damping has its own controller tests).
+    damping_half_life_s: float = 1.0
+    lldp_interval_s: float = 0.5
+    keep_logs: bool = False
+
+
+class Interrupted(BaseException):
+    """SIGTERM/SIGINT while the lab runs: unwinds through every `finally`."""
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise Interrupted(signal.Signals(signum).name)
+
+
+def lab_fabric(fabric: Fabric) -> Fabric:
+    """The same fabric with every cable at the lab's declared speed."""
+    links = tuple(dataclasses.replace(x, speed_mbps=LAB_LINK_SPEED_MBPS) for x in fabric.links)
+    nics = tuple(dataclasses.replace(n, speed_mbps=LAB_LINK_SPEED_MBPS) for n in fabric.nics)
+    return dataclasses.replace(fabric, links=links, nics=nics)
+
+
+@dataclass
+class Sender:
+    child: Child
+    flows: list[FlowSpec]
+
+
+class Burster:
+    """A `traffic burst` process: sends one flow's datagrams on request."""
+
+    def __init__(self, child: Child) -> None:
+        self.child = child
+
+    def send(self, flow: FlowSpec, count: int) -> int:
+        stdin, stdout = self.child.proc.stdin, self.child.proc.stdout
+        assert stdin is not None and stdout is not None
+        stdin.write(f"{flow} {count}\n".encode())
+        stdin.flush()
+        line = stdout.readline().decode().split()
+        if len(line) != 2 or line[0] != "sent":
+            log = tail(self.child.log) if self.child.log else ""
+            raise LabError(f"{self.child.name} stopped answering:\n{log}")
+        return int(line[1])
+
+
+class Lab:
+    def __init__(
+        self, fabric_path: Path, target: SwitchTarget, options: LabOptions | None = None
+    ) -> None:
+        self.fabric_path = fabric_path
+        self.target = target
+        self.options = options or LabOptions()
+        self.names = Names(new_tag())
+        self.run_dir = Path("/tmp") / self.names.tag
+        self.fabric = lab_fabric(load_fabric(fabric_path))
+        self.topology = LabTopology(self.fabric, self.names)
+        self.processes = Processes(self.run_dir)
+        self.controller_addr = ""
+        self.switch_addr: dict[str, str] = {}
+        self.agents: dict[str, Child] = {}
+        self._channels: list[grpc.Channel] = []
+        self._admin: admin_pb2_grpc.FabricAdminStub | None = None
+        self._p4: dict[str, p4r_grpc.P4RuntimeStub] = {}
+        self._counter_ids: dict[str, int] = {}
+        self._old_handlers: dict[int, Any] = {}
+        self.failed = False
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    def __enter__(self) -> Lab:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._old_handlers[sig] = signal.signal(sig, _interrupt)
+        try:
+            self.start()
+        except BaseException:
+            self.failed = True
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is not None:
+            self.failed = True
+        self.close()
+
+    def start(self) -> None:
+        reason = self.target.unavailable()
+        if reason is not None:
+            raise LabError(f"--target {self.target.kind}: {reason}")
+        self.run_dir.mkdir(parents=True)
+        fabric_file = self.run_dir / "fabric.yaml"
+        fabric_file.write_text(
+            f"# {self.fabric_path} with every cable at {LAB_LINK_SPEED_MBPS} Mb/s (lab)\n"
+            + to_explicit_yaml(self.fabric)
+        )
+        self.topology.build()
+        self.controller_addr = f"127.0.0.1:{free_port()}"
+        o = self.options
+        controller = self.processes.start(
+            "controller",
+            [
+                str(BIN / "railfabric-controller"),
+                "--fabric", str(fabric_file),
+                "--listen", self.controller_addr,
+                "--state-dir", str(self.run_dir / "state"),
+                "--hold-down-s", f"{o.hold_down_s:g}",
+                "--damping-half-life-s", f"{o.damping_half_life_s:g}",
+            ],
+        )  # fmt: skip
+        assert controller.log is not None
+        wait_listening(self.controller_addr, 20, controller.proc, controller.log)
+        switches = []
+        for sw in self.fabric.switches:
+            addr = f"127.0.0.1:{free_port()}"
+            ports = self.topology.switch_ports(sw.name)
+            device_id = self.topology.ordinal[sw.name]
+            child = self.processes.start(
+                f"switch-{sw.name}", self.target.argv(device_id, addr, ports)
+            )
+            self.switch_addr[sw.name] = addr
+            switches.append((sw.name, child, addr, ports, device_id))
+        for name, child, addr, ports, device_id in switches:
+            assert child.log is not None
+            wait_listening(addr, 20, child.proc, child.log)
+            self.agents[name] = self.processes.start(
+                f"agent-{name}",
+                [
+                    str(BIN / "railfabric-agent"),
+                    "--switch", name,
+                    "--controller", self.controller_addr,
+                    "--target", addr,
+                    "--device-id", str(device_id),
+                    "--port-map", ",".join(f"{p}={i}" for p, i in ports.items()),
+                    "--p4info", str(P4INFO),
+                    "--election-id", "10",
+                    "--lldp-interval", f"{o.lldp_interval_s:g}",
+                    "--counters-interval", "1",
+                    *self.target.agent_args(),
+                ],
+            )  # fmt: skip
+        channel = grpc.insecure_channel(self.controller_addr)
+        self._channels.append(channel)
+        self._admin = admin_pb2_grpc.FabricAdminStub(channel)
+        self.wait_converged(timeout_s=60)
+
+    def close(self) -> None:
+        for channel in self._channels:
+            channel.close()
+        self._channels.clear()
+        self.processes.stop_all()
+        self.topology.teardown()
+        for sig, handler in self._old_handlers.items():
+            signal.signal(sig, handler)
+        self._old_handlers.clear()
+        if self.run_dir.exists() and not self.failed and not self.options.keep_logs:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    # -- controller ----------------------------------------------------------------------
+
+    @property
+    def admin(self) -> admin_pb2_grpc.FabricAdminStub:
+        if self._admin is None:
+            raise LabError("the lab is not running")
+        return self._admin
+
+    def wait_converged(self, timeout_s: float) -> None:
+        """Every agent connected and applied its state, every link up."""
+        deadline = time.monotonic() + timeout_s
+        why = ""
+        while time.monotonic() < deadline:
+            self._check_alive()
+            try:
+                switches = self.admin.ListSwitches(admin_pb2.ListSwitchesRequest(), timeout=5)
+                links = self.admin.ListLinks(admin_pb2.ListLinksRequest(only_down=True), timeout=5)
+            except grpc.RpcError as err:
+                why = f"admin API: {err.code().name} {err.details()}"
+            else:
+                waiting = [s.info.name for s in switches.switches if not s.converged]
+                down = [
+                    f"{x.a.switch_name}:{x.a.port}--{x.b.switch_name}:{x.b.port}"
+                    for x in links.links
+                ]
+                if not waiting and not down:
+                    return
+                why = f"not converged: {waiting}; links not up: {down}"
+            time.sleep(0.1)
+        raise LabError(f"the fabric did not converge in {timeout_s:.0f} s ({why})")
+
+    def _check_alive(self) -> None:
+        for child in self.processes.children:
+            if child.name.startswith(("controller", "switch-", "agent-")) and (
+                child.proc.poll() is not None
+            ):
+                log = tail(child.log) if child.log else ""
+                raise LabError(f"{child.name} exited with {child.proc.returncode}:\n{log}")
+
+    def events(self, limit: int = 1000) -> list[admin_pb2.Event]:
+        return list(self.admin.ListEvents(admin_pb2.ListEventsRequest(limit=limit)).events)
+
+    def link_state(self, key: str) -> int:
+        for x in self.admin.ListLinks(admin_pb2.ListLinksRequest()).links:
+            if f"{x.a.switch_name}:{x.a.port}--{x.b.switch_name}:{x.b.port}" == key:
+                return int(x.state)
+        raise LabError(f"the controller knows no link {key}")
+
+    def predict(self, flow: FlowSpec) -> admin_pb2.PredictPathResponse:
+        return self.admin.PredictPath(
+            admin_pb2.PredictPathRequest(
+                src_ip=flow.src, dst_ip=flow.dst, protocol=17, sport=flow.sport, dport=flow.dport
+            )
+        )
+
+    # -- switch counters (P4Runtime Read, works on softswitch and bmv2 alike) ------------
+
+    def counters(self, switch: str, ports: Sequence[int]) -> dict[int, dict[str, int]]:
+        if not self._counter_ids:
+            info = text_format.Parse(P4INFO.read_text(), p4i.P4Info())
+            by_name = {c.preamble.name: c.preamble.id for c in info.counters}
+            self._counter_ids = {key: by_name[name] for key, name in COUNTERS.items()}
+        stub = self._p4.get(switch)
+        if stub is None:
+            channel = grpc.insecure_channel(self.switch_addr[switch])
+            self._channels.append(channel)
+            stub = self._p4[switch] = p4r_grpc.P4RuntimeStub(channel)
+        device_id = self.topology.ordinal[switch]
+        out: dict[int, dict[str, int]] = {p: {} for p in ports}
+        request = p4r.ReadRequest(device_id=device_id)
+        for counter_id in self._counter_ids.values():
+            for port in ports:
+                request.entities.add().counter_entry.CopyFrom(
+                    p4r.CounterEntry(counter_id=counter_id, index=p4r.Index(index=port))
+                )
+        names = {v: k for k, v in self._counter_ids.items()}
+        for response in stub.Read(request, timeout=10):
+            for entity in response.entities:
+                entry = entity.counter_entry
+                key = names[entry.counter_id]
+                data = entry.data
+                out[entry.index.index][key] = int(data.packet_count)
+        return out
+
+    # -- traffic -------------------------------------------------------------------------
+
+    def _python(self, *args: str) -> list[str]:
+        return [str(BIN / "python"), "-m", "mininet_labs.traffic", "--lab", self.names.tag, *args]
+
+    @contextlib.contextmanager
+    def receiver(self, host: str, name: str) -> Iterator[Path]:
+        """A recording receiver in `host`'s namespace for the block; its file afterwards."""
+        out = self.run_dir / f"{name}.bin"
+        child = self.processes.start(
+            name,
+            self._python("recv", "--port", str(LAB_PORT), "--out", str(out)),
+            netns=self.names.host_ns(host),
+            stdout_pipe=True,
+        )
+        try:
+            self._wait_ready(child)
+            yield out
+        finally:
+            self.processes.stop(child)
+
+    def records(self, path: Path) -> list[Packet]:
+        return read_records(path)
+
+    def start_sender(
+        self,
+        host: str,
+        name: str,
+        flows: Sequence[FlowSpec],
+        *,
+        rate_pps: float,
+        count: int = 0,
+        duration_s: float = 0.0,
+        size: int = 64,
+        pfc_iface: str | None = None,
+    ) -> Sender:
+        args = ["send", "--rate", f"{rate_pps:g}", "--size", str(size)]
+        args += ["--count", str(count), "--duration", f"{duration_s:g}"]
+        if pfc_iface:
+            args += [
+                "--pfc-iface",
+                pfc_iface,
+                "--pfc-rate-mbps",
+                f"{self.options.port_rate_mbps:g}",
+            ]
+        for f in flows:
+            args += ["--flow", str(f)]
+        child = self.processes.start(
+            name, self._python(*args), netns=self.names.host_ns(host), stdout_pipe=True
+        )
+        self._wait_ready(child)
+        return Sender(child, list(flows))
+
+    def finish_sender(self, sender: Sender, timeout_s: float = 120) -> dict[str, Any]:
+        """Wait for the sender to end (or stop it) and return its summary."""
+        proc = sender.child.proc
+        try:
+            proc.wait(timeout=timeout_s)
+        except Exception:
+            proc.terminate()
+        assert proc.stdout is not None
+        out = proc.stdout.read().decode(errors="replace").strip().splitlines()
+        self.processes.stop(sender.child)
+        if not out:
+            log = tail(sender.child.log) if sender.child.log else ""
+            raise LabError(f"{sender.child.name} printed no summary:\n{log}")
+        summary: dict[str, Any] = json.loads(out[-1])
+        return summary
+
+    def stop_sender(self, sender: Sender) -> dict[str, Any]:
+        sender.child.proc.terminate()
+        return self.finish_sender(sender, timeout_s=10)
+
+    def _wait_ready(self, child: Child) -> None:
+        assert child.proc.stdout is not None
+        line = child.proc.stdout.readline()
+        if line.strip() != b"ready":
+            log = tail(child.log) if child.log else ""
+            raise LabError(f"{child.name} did not start:\n{log}")
+
+    @contextlib.contextmanager
+    def burster(self, host: str, name: str, rate_pps: float = 2000) -> Iterator[Burster]:
+        child = self.processes.start(
+            name,
+            self._python("burst", "--rate", f"{rate_pps:g}"),
+            netns=self.names.host_ns(host),
+            stdout_pipe=True,
+            stdin_pipe=True,
+        )
+        try:
+            self._wait_ready(child)
+            yield Burster(child)
+        finally:
+            self.processes.stop(child)
+
+    def agent_log(self, switch: str) -> str:
+        log = self.agents[switch].log
+        return log.read_text(errors="replace") if log else ""

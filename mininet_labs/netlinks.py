@@ -1,0 +1,87 @@
+"""Names the labs give to what they create, and the `ip`/`tc` calls that create it.
+
+Everything a lab creates carries the prefix `rfl` plus a 4-hex-digit run tag: namespaces
+`rfl<tag>-...`, root-namespace veths `rfl<tag>s<switch>p<port>`, processes whose command line
+holds the tag. `python -m mininet_labs clean` removes all of it by that prefix."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+PREFIX = "rfl"
+TAG_RE = re.compile(rf"{PREFIX}[0-9a-f]{{4}}")
+
+
+class LabError(RuntimeError):
+    """The lab could not be built or driven; the message says which step and why."""
+
+
+def new_tag() -> str:
+    return f"{PREFIX}{secrets.token_hex(2)}"
+
+
+@dataclass(frozen=True)
+class Names:
+    tag: str  # 'rfl' + 4 hex digits
+
+    def host_ns(self, host: str) -> str:
+        return f"{self.tag}-{host}"
+
+    @property
+    def wire_ns(self) -> str:
+        return f"{self.tag}-wire"
+
+    def switch_if(self, ordinal: int, port: int) -> str:
+        """Root-namespace name of a switch port (<= 15 characters)."""
+        return f"{self.tag}s{ordinal}p{port}"
+
+
+def run(argv: Sequence[str], *, check: bool = True, timeout: float = 30) -> str:
+    """Run a command; raise LabError with its stderr when it fails and `check`."""
+    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
+    if check and done.returncode != 0:
+        raise LabError(f"{' '.join(argv)}: {done.stderr.strip() or done.stdout.strip()}")
+    return done.stdout
+
+
+def ip(*args: str, netns: str | None = None, check: bool = True) -> str:
+    return run(["ip", *(["-n", netns] if netns else []), *args], check=check)
+
+
+def ip_batch(lines: Sequence[str], netns: str | None = None) -> None:
+    """Several `ip` commands in one process (a cable cut must be one quick step)."""
+    done = subprocess.run(
+        ["ip", *(["-n", netns] if netns else []), "-batch", "-"],
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise LabError(f"ip -batch ({'; '.join(lines)}): {done.stderr.strip()}")
+
+
+def sysctl(settings: dict[str, str], netns: str | None = None) -> None:
+    argv = ["sysctl", "-q", "-w", *(f"{k}={v}" for k, v in settings.items())]
+    run(["ip", "netns", "exec", netns, *argv] if netns else argv)
+
+
+def patch(wire_ns: str, a: str, b: str) -> None:
+    """Join two interfaces of the wire namespace like a patch cable: every frame in on one
+    leaves the other, including LLDP and 802.1Qbb PAUSE frames (a Linux bridge filters
+    01:80:c2:00:00:01, so it would swallow PFC)."""
+    for src, dst in ((a, b), (b, a)):
+        run(["tc", "-n", wire_ns, "qdisc", "replace", "dev", src, "ingress"])
+        run(["tc", "-n", wire_ns, "filter", "del", "dev", src, "parent", "ffff:"], check=False)
+        run(
+            [
+                "tc", "-n", wire_ns, "filter", "add", "dev", src, "parent", "ffff:",
+                "protocol", "all", "u32", "match", "u32", "0", "0",
+                "action", "mirred", "egress", "redirect", "dev", dst,
+            ]
+        )  # fmt: skip

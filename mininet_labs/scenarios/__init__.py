@@ -1,0 +1,48 @@
+"""The lab scenarios (ARCHITECTURE §8), in the order `all` runs them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mininet_labs.lab import Lab
+from mininet_labs.report import Result
+from mininet_labs.scenarios import ecmp, failover, miswire, qos, reachability
+from mininet_labs.scenarios.common import Budget
+
+
+@dataclass(frozen=True)
+class Scenario:
+    description: str
+    run: Callable[[Lab, Budget], Result]
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "reachability": Scenario(
+        "every NIC pair, same rail and across rails, with the loss rate", reachability.run
+    ),
+    "ecmp": Scenario(
+        "flows with distinct UDP source ports between two blocks: uplink counters vs the "
+        "controller's path prediction, flow by flow",
+        ecmp.run,
+    ),
+    "failover": Scenario(
+        "1,000 pps probe; cut the link it uses (local, then remote), measure loss window and "
+        "convergence, restore; repeated",
+        failover.run,
+    ),
+    "ecn": Scenario(
+        "2->1 incast on the lossless class: CE marks at the receiver, ECN counter on the port",
+        qos.run_ecn,
+    ),
+    "pfc": Scenario(
+        "the same incast with PFC (lossless class): no drops, pauses counted; without: drops",
+        qos.run_pfc,
+    ),
+    "miswire": Scenario(
+        "two cables swapped: the controller's alarms name both ends; diagnose shows it",
+        miswire.run,
+    ),
+}
+
+__all__ = ["SCENARIOS", "Budget", "Scenario"]

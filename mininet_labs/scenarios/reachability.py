@@ -1,0 +1,94 @@
+"""Every NIC sends to every NIC of every other server (same rail and across rails); the
+receivers count what arrives. A NIC's own server is left out: the kernel delivers that
+locally, no fabric involved."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+from mininet_labs.lab import Lab
+from mininet_labs.report import Result, Table
+from mininet_labs.scenarios.common import Budget, flow
+from mininet_labs.traffic import FlowSpec
+
+RATE_PPS_PER_HOST = 500
+
+
+def run(lab: Lab, budget: Budget) -> Result:
+    nics = list(lab.fabric.nics)
+    pairs: dict[int, tuple[int, int]] = {}
+    flows_by_host: dict[str, list[FlowSpec]] = {}
+    for i, src in enumerate(nics):
+        for j, dst in enumerate(nics):
+            if src.host == dst.host:
+                continue
+            fid = len(pairs)
+            pairs[fid] = (i, j)
+            flows_by_host.setdefault(src.host, []).append(flow(fid, src, dst, 20000 + fid))
+    received: dict[int, set[int]] = {fid: set() for fid in pairs}
+    sent: dict[int, int] = {}
+    with contextlib.ExitStack() as stack:
+        files = [
+            stack.enter_context(lab.receiver(host, f"reach-recv-{host}"))
+            for host in lab.topology.hosts
+        ]
+        senders = [
+            lab.start_sender(
+                host,
+                f"reach-send-{host}",
+                flows,
+                rate_pps=RATE_PPS_PER_HOST,
+                count=budget.reach_packets,
+            )
+            for host, flows in flows_by_host.items()
+        ]
+        for s in senders:
+            for fid, n in lab.finish_sender(s)["sent"].items():
+                sent[int(fid)] = n
+        time.sleep(0.3)  # the last datagrams in flight
+    for path in files:
+        for p in lab.records(path):
+            if p.flow in received:
+                received[p.flow].add(p.seq)
+
+    def loss(fids: list[int]) -> float:
+        total = sum(sent.get(f, 0) for f in fids)
+        got = sum(len(received[f]) for f in fids)
+        return 100.0 * (total - got) / total if total else 100.0
+
+    same = [f for f, (i, j) in pairs.items() if nics[i].rail == nics[j].rail]
+    cross = [f for f in pairs if f not in same]
+    unreachable = [f for f in pairs if not received[f]]
+    names = [n.full_name for n in nics]
+    cells = {(i, j): f"{100.0 * (1 - len(received[f]) / max(1, sent.get(f, 0))):.0f}%"
+             for f, (i, j) in pairs.items()}  # fmt: skip
+    matrix = Table(
+        ("loss: src \\ dst", *names),
+        tuple(
+            (names[i], *(cells.get((i, j), "·") for j in range(len(nics))))
+            for i in range(len(nics))
+        ),
+    )
+    metrics: dict[str, float | int | str] = {
+        "pairs": len(pairs),
+        "pairs_reachable": len(pairs) - len(unreachable),
+        "packets_per_pair": budget.reach_packets,
+        "same_rail_pairs": len(same),
+        "cross_rail_pairs": len(cross),
+        "same_rail_loss_pct": round(loss(same), 3),
+        "cross_rail_loss_pct": round(loss(cross), 3),
+        "loss_pct": round(loss(list(pairs)), 3),
+    }
+    total_loss = loss(list(pairs))
+    if unreachable:
+        bad = ", ".join(f"{names[pairs[f][0]]}->{names[pairs[f][1]]}" for f in unreachable[:5])
+        reason = f"{len(unreachable)}/{len(pairs)} pairs unreachable: {bad}"
+        passed = False
+    else:
+        passed = total_loss <= 1.0
+        reason = (
+            f"all {len(pairs)} NIC pairs reachable ({len(same)} same rail, {len(cross)} across "
+            f"rails), loss {total_loss:.2f}%" + ("" if passed else " (> 1%)")
+        )
+    return Result("reachability", passed, reason, metrics, (matrix,))
