@@ -1,18 +1,23 @@
 """`railctl`: the operator CLI.
 
-Offline commands work on a fabric file and need no controller: `check`, `expand`, `path`.
-Controller-backed commands (topology, links, switches, routes, events, alarms, diagnose) talk
-to `--controller` over the admin API; each command is one `Command` in `COMMANDS`, so adding
-one is: write `def _cmd_x(args) -> int`, register it with its argument builder.
+Offline commands work on a fabric file and need no controller: `check`, `expand`,
+`path FABRIC SRC DST`. Controller-backed commands (topology, links, switches, routes, events,
+alarms, diagnose, and `path SRC DST` without a file) talk to `--controller` over the admin API;
+they live in controller/railctl_admin.py as ADMIN_COMMANDS and are registered here when that
+module is present. A command is one `Command`: a name, a help line, an argument builder and
+`run(args) -> exit code`.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import json
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from controller.fabric import Fabric, Role, ipv4_str, parse_ipv4
@@ -99,9 +104,13 @@ def _cmd_expand(args: argparse.Namespace) -> int:
 
 
 def _args_path(p: argparse.ArgumentParser) -> None:
-    _args_fabric(p)
-    p.add_argument("src", help="source NIC IPv4 address")
-    p.add_argument("dst", help="destination NIC IPv4 address")
+    p.add_argument(
+        "where",
+        nargs="+",
+        metavar="[FABRIC] SRC DST",
+        help="fabric YAML (offline prediction; without it the controller answers), "
+        "source and destination NIC IPv4 addresses",
+    )
     p.add_argument("--sport", type=int, required=True, help="L4 source port")
     p.add_argument("--dport", type=int, default=4791, help="L4 destination port (RoCEv2 4791)")
     p.add_argument("--proto", type=int, default=17, help="IP protocol (17 UDP)")
@@ -119,6 +128,18 @@ def _cmd_path(args: argparse.Namespace) -> int:
     from controller.path import Flow, PathError, predict_path  # noqa: PLC0415
     from controller.routing import FabricRouting, LinkEvent  # noqa: PLC0415
 
+    if len(args.where) not in (2, 3):
+        print("railctl path: expected [FABRIC] SRC DST", file=sys.stderr)
+        return 2
+    *fabric_file, args.src, args.dst = args.where
+    if not fabric_file:
+        admin = _admin_module()
+        if admin is None:
+            print("railctl path: give a fabric file (no controller commands here)", file=sys.stderr)
+            return 2
+        run_path: Callable[[argparse.Namespace], int] = admin.run_path
+        return run_path(args)
+    args.fabric = fabric_file[0]
     fabric = _load(args)
     if fabric is None:
         return 1
@@ -163,12 +184,26 @@ COMMANDS: list[Command] = [
 ]
 
 
+def _admin_module() -> ModuleType | None:
+    """controller/railctl_admin.py: the controller-backed commands (the daemon's side), when
+    present. It provides ADMIN_COMMANDS as (name, help, add_arguments, run) and run_path."""
+    if importlib.util.find_spec("controller.railctl_admin") is None:
+        return None
+    return importlib.import_module("controller.railctl_admin")
+
+
+def all_commands() -> list[Command]:
+    admin = _admin_module()
+    extra = [Command(*entry) for entry in getattr(admin, "ADMIN_COMMANDS", [])]
+    return COMMANDS + extra
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="railctl", description="Operate a railfabric fabric.")
     parser.add_argument("--controller", default="127.0.0.1:50051", help="controller HOST:PORT")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     sub = parser.add_subparsers(dest="command", required=True)
-    for cmd in COMMANDS:
+    for cmd in all_commands():
         p = sub.add_parser(cmd.name, help=cmd.help)
         cmd.add_arguments(p)
         p.set_defaults(run=cmd.run)

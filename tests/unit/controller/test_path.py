@@ -146,3 +146,9 @@ def test_railctl_path_prints_hops(capsys: pytest.CaptureFixture[str]) -> None:
     rc = railctl.main(["path", lab, "10.0.0.2", "10.0.0.18", "--sport", "1", "--down", "nope:1"])
     assert rc == 1
     assert "unknown switch 'nope'" in capsys.readouterr().err
+
+
+def test_railctl_path_wants_fabric_src_dst(capsys: pytest.CaptureFixture[str]) -> None:
+    lab = str(REPO / "examples/lab-2rail.yaml")
+    assert railctl.main(["path", lab, "10.0.0.2", "10.0.0.3", "extra", "--sport", "1"]) == 2
+    assert "expected [FABRIC] SRC DST" in capsys.readouterr().err
