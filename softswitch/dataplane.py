@@ -128,6 +128,7 @@ class DataPlane:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._carrier_task: asyncio.Task[None] | None = None
         self.rx_frames = 0
+        self.internal_errors = 0
 
     def transmit_direct(self, fwd: Forward, in_port: int | None) -> None:
         """Send a frame out of its port now (no traffic manager)."""
@@ -170,9 +171,19 @@ class DataPlane:
                     continue
                 frame = bytes(view[:n])
                 # Only look closer when tp_status (low byte) has a flag offload.py handles.
-                if ancdata and ancdata[0][2][STATUS_LOW_BYTE] & offload.FIXABLE_STATUS:
-                    frame = offload.fix_received(frame, ancdata)
-                switch.receive(frame, number)
+                try:
+                    if ancdata and ancdata[0][2][STATUS_LOW_BYTE] & offload.FIXABLE_STATUS:
+                        frame = offload.fix_received(frame, ancdata)
+                    switch.receive(frame, number)
+                except Exception:  # a model bug must cost one frame, never the switch
+                    self.internal_errors += 1
+                    if self.internal_errors & (self.internal_errors - 1) == 0:  # 1, 2, 4, ...
+                        LOG.exception(
+                            "port %d: frame dropped by an internal error (%d so far): %s",
+                            number,
+                            self.internal_errors,
+                            frame[:64].hex(),
+                        )
             self.rx_frames += count
 
         return on_readable

@@ -119,3 +119,47 @@ def test_member_handle_is_lowest_free(
             del model[member_id]
         handles = {m: s.handle for m, s in pipeline.state.members[profile].items()}
         assert handles == model
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    data=st.binary(max_size=120),
+    ethertype=st.sampled_from([b"\x08\x00", b"\x88\xcc", b"\x88\x08", b"\x86\xdd", b""]),
+    in_port=st.integers(0, 511),
+)
+def test_arbitrary_frames_never_raise(
+    p4info: p4i.P4Info, fy_schema: fy.P4Schema, data: bytes, ethertype: bytes, in_port: int
+) -> None:
+    """Truncated, garbage or hostile frames are dropped or forwarded, never an exception."""
+    pipeline = Pipeline(FabricSchema.build(p4info), CPU_PORT, DATA_PORTS)
+    for update in (
+        +fy.P4ActionProfileMember(
+            SELECTOR,
+            member_id=1,
+            action=fy.P4TableAction("FabricIngress.set_nexthop", port=2, smac=1, dmac=2),
+        ),
+        +fy.P4ActionProfileGroup(SELECTOR, group_id=1, members=[fy.P4Member(1, weight=(1, 2))]),
+        +fy.P4TableEntry(
+            "FabricIngress.next",
+            match=fy.P4TableMatch(next_id=1),
+            action=fy.P4IndirectAction(group_id=1),
+        ),
+        +fy.P4TableEntry(
+            "FabricIngress.routing_v4",
+            match=fy.P4TableMatch(ipv4_dst="0.0.0.0/1"),
+            action=fy.P4TableAction("FabricIngress.set_next_id", next_id=1),
+        ),
+        +fy.P4TableEntry(
+            "FabricIngress.acl",
+            match=fy.P4TableMatch(eth_type=0x88CC),
+            action=fy.P4TableAction("FabricIngress.punt_to_cpu"),
+            priority=1,
+        ),
+    ):
+        pipeline.state.apply(update.encode_update(fy_schema))
+    frame = data[:12] + ethertype + data[12:] if len(data) >= 12 else data
+    out = pipeline.process(frame, in_port)
+    if out is None:
+        assert sum(pipeline.drops.values()) == 1
+    else:
+        assert out.port in (2, CPU_PORT)
