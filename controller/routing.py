@@ -497,18 +497,16 @@ class FabricRouting:
         t = self.topo
         if len(self._edits) > _EDIT_MEMO_LIMIT:  # a memo: safe to drop
             self._edits.clear()
-        changed_links: list[int] = []
-        changed_nics: list[int] = []
+        # State before the batch of every cable it names; the last event for a cable wins.
+        link_before: dict[int, int] = {}
+        nic_before: dict[int, int] = {}
         for ev in events:
             is_nic, ident = self._resolve(ev)
-            flag = 1 if ev.up else 0
-            if is_nic:
-                if self.nic_live[ident] != flag:
-                    self.nic_live[ident] = flag
-                    changed_nics.append(ident)
-            elif self.link_live[ident] != flag:
-                self.link_live[ident] = flag
-                changed_links.append(ident)
+            live, before = (self.nic_live, nic_before) if is_nic else (self.link_live, link_before)
+            before.setdefault(ident, live[ident])
+            live[ident] = 1 if ev.up else 0
+        changed_links = [lid for lid, was in link_before.items() if self.link_live[lid] != was]
+        changed_nics = [k for k, was in nic_before.items() if self.nic_live[k] != was]
         for lid in changed_links:
             a, _, b, _ = t.link_ends[lid]
             self._refresh_adjacency(a)

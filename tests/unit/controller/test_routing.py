@@ -275,21 +275,34 @@ def test_incremental_equals_full_under_random_failures(
     fabric = replace(three, max_ecmp_group_size=max_group)
     n = len(fabric.links)
     # Upper-tier links are few; draw them as often as the rest so that whole spines and
-    # cores get cut off, not just single uplinks.
+    # cores get cut off, not just single uplinks. Host links too, and batches of events.
     upper = [i for i, ln in enumerate(fabric.links) if ln.a.startswith("spine")]
-    link_index = st.one_of(st.integers(0, n - 1), st.sampled_from(upper))
-    steps = data.draw(st.lists(st.tuples(link_index, st.booleans()), min_size=1, max_size=12))
+    link_event = st.tuples(
+        st.just("link"), st.one_of(st.integers(0, n - 1), st.sampled_from(upper)), st.booleans()
+    )
+    nic_event = st.tuples(st.just("nic"), st.integers(0, len(fabric.nics) - 1), st.booleans())
+    batch = st.lists(st.one_of(link_event, link_event, nic_event), min_size=1, max_size=3)
+    batches = data.draw(st.lists(batch, min_size=1, max_size=8))
     routing = FabricRouting(fabric)
     tables = snapshot(routing, fabric)
     down: set[int] = set()
-    for index, up in steps:
-        link = fabric.links[index]
-        # Either end of the cable may report it.
-        end = (link.a, link.a_port) if index % 2 else (link.b, link.b_port)
-        deltas = routing.apply([LinkEvent(end[0], end[1], up=up)])
-        replay(tables, deltas)
-        (down.discard if up else down.add)(index)
+    nics_down: set[int] = set()
+    for events in batches:
+        lost: list[LinkEvent] = []
+        for kind, index, up in events:
+            if kind == "nic":
+                nic = fabric.nics[index]
+                lost.append(LinkEvent(nic.switch, nic.port, up=up))
+                (nics_down.discard if up else nics_down.add)(index)
+                continue
+            link = fabric.links[index]
+            # Either end of the cable may report it.
+            end = (link.a, link.a_port) if index % 2 else (link.b, link.b_port)
+            lost.append(LinkEvent(end[0], end[1], up=up))
+            (down.discard if up else down.add)(index)
+        replay(tables, routing.apply(lost))
     events = [LinkEvent(fabric.links[i].a, fabric.links[i].a_port, up=False) for i in down]
+    events += [LinkEvent(fabric.nics[k].switch, fabric.nics[k].port, up=False) for k in nics_down]
     full = FabricRouting(fabric, down=events)
     for sw in fabric.switches:
         assert routing.next_hops_by_prefix(sw.name) == full.next_hops_by_prefix(sw.name), sw.name
@@ -299,11 +312,13 @@ def test_incremental_equals_full_under_random_failures(
             routing.reach[routing.switch_index(sw.name)] == full.reach[full.switch_index(sw.name)]
         )
     # Reachability against the oracle, and no failed link on any path (walk_all asserts it).
-    for a in fabric.nics[::3]:
-        for b in fabric.nics[1::2]:
-            if a.switch == b.switch:
+    for i, a in enumerate(fabric.nics):
+        for j, b in enumerate(fabric.nics):
+            if a.switch == b.switch or i in nics_down or (i + j) % 3:
                 continue
-            expected = valley_free_connected(fabric, down, a.switch, b.switch)
+            expected = j not in nics_down and valley_free_connected(
+                fabric, down, a.switch, b.switch
+            )
             assert walk_all(routing, fabric, a.ipv4, b.ipv4).delivered == expected, (
                 a.full_name,
                 b.full_name,
@@ -388,3 +403,18 @@ def test_pods_joined_by_cores_reach_each_other_and_survive_a_core_loss() -> None
                     assert walk.delivered, (a.full_name, b.full_name)
                     if fabric.switch_by_name[a.switch].pod != fabric.switch_by_name[b.switch].pod:
                         assert all(len(p) == 5 for p in walk.switches_per_path)
+
+
+def test_a_batch_that_flaps_a_cable_nets_out(lab: Fabric) -> None:
+    routing = FabricRouting(lab)
+    nic = lab.nics[0]
+    flap = [
+        LinkEvent(nic.switch, nic.port, up=False),
+        LinkEvent(nic.switch, nic.port, up=True),
+        LinkEvent("spine-p1-1", 1, up=False),
+        LinkEvent("tor-r1-b1", 3, up=True),  # the same cable, from its other end
+    ]
+    assert routing.apply(flap) == {}
+    deltas = routing.apply([*flap, LinkEvent(nic.switch, nic.port, up=False)])
+    assert list(deltas) == [nic.switch]
+    assert deltas[nic.switch].delete_routes == (Prefix(nic.ipv4, 32),)
