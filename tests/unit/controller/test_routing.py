@@ -287,9 +287,9 @@ def test_incremental_equals_full_under_random_failures(
     tables = snapshot(routing, fabric)
     down: set[int] = set()
     nics_down: set[int] = set()
-    for events in batches:
+    for batch_events in batches:
         lost: list[LinkEvent] = []
-        for kind, index, up in events:
+        for kind, index, up in batch_events:
             if kind == "nic":
                 nic = fabric.nics[index]
                 lost.append(LinkEvent(nic.switch, nic.port, up=up))
