@@ -6,7 +6,9 @@ client costs little), then:
 - forwarding: a sender in the first namespace offers frames as fast as a raw socket allows for
   a few seconds; a receiver in the second counts what arrives; packets/s = received / seconds,
   for 64-byte and 1500-byte frames;
-- writes: routing_v4 inserts, 1,000 updates per WriteRequest, and one update per request.
+- writes: routing_v4 inserts, 1,000 updates per WriteRequest, and one update per request,
+  best of `--trials` runs (the entries are deleted between runs); forwarding is the best of
+  `--trials - 1` runs.
 Needs root. Removes its namespaces and stops its process whatever happens.
 """
 
@@ -36,21 +38,29 @@ P4INFO_PATH = Path(__file__).resolve().parent.parent / "p4" / "fabric.p4info.txt
 DEVICE_ID = 1
 ELECTION_ID = 1
 MARK = b"softswitch-bench!"
+OFFERED_PPS = 200_000
 
+# Offers at most `rate` frames/s in bursts of 256: enough to saturate softswitch, without the
+# sender burning a whole core the switch needs (two shared cores).
 _SENDER = """
 import socket, sys, time
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
 s.bind((sys.argv[1], 0))
 s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
-frame = bytes.fromhex(sys.argv[2]); end = time.monotonic() + float(sys.argv[3]); n = 0
+frame = bytes.fromhex(sys.argv[2]); seconds = float(sys.argv[3]); rate = float(sys.argv[4])
+burst = 256; slot = burst / rate; n = 0
+start = time.monotonic(); end = start + seconds
 send = s.send
-while time.monotonic() < end:
-    for _ in range(64):
+while (now := time.monotonic()) < end:
+    for _ in range(burst):
         try:
             send(frame)
         except OSError:
             pass
-    n += 64
+    n += burst
+    ahead = start + n / rate - time.monotonic()
+    if ahead > 0:
+        time.sleep(ahead)
 print(n)
 """
 
@@ -267,6 +277,7 @@ def _forwarding_rate(ns1: str, if1: str, ns2: str, if2: str, *, size: int, secon
                 if1,
                 _frame(size).hex(),
                 str(seconds),
+                str(OFFERED_PPS),
             ],
             capture_output=True,
             check=True,
@@ -280,27 +291,41 @@ def _forwarding_rate(ns1: str, if1: str, ns2: str, if2: str, *, size: int, secon
             receiver.wait()
 
 
-async def _write_rates(client: _Client) -> tuple[float, float]:
-    """Entries/s the server accepts; requests are built before the clock starts."""
-    batches, batch_size = 10, 1000
-    base = 0x0B000000
-    requests = [
-        [client.route(base + (b * batch_size + i) * 256, 24, 1) for i in range(batch_size)]
-        for b in range(batches)
-    ]
+async def _timed_inserts(client: _Client, requests: list[list[p4r.Update]]) -> float:
+    """Entries/s for these insert requests, sent one after the other; then removes them."""
     start = time.perf_counter()
     for updates in requests:
         await client.write(updates)
-    batched = batches * batch_size / (time.perf_counter() - start)
-    singles = [[client.route(0x0C000000 + i * 256, 24, 1)] for i in range(1000)]
-    start = time.perf_counter()
-    for updates in singles:
-        await client.write(updates)
-    single = len(singles) / (time.perf_counter() - start)
-    return batched, single
+    rate = sum(len(u) for u in requests) / (time.perf_counter() - start)
+    for updates in requests:
+        deletes = []
+        for update in updates:
+            delete = p4r.Update()
+            delete.CopyFrom(update)
+            delete.type = p4r.Update.DELETE
+            deletes.append(delete)
+        await client.write(deletes)
+    return rate
 
 
-async def measure(seconds: float) -> dict[str, float]:
+async def _write_rates(client: _Client, trials: int) -> tuple[float, float]:
+    """Best of `trials` (the machine is shared: the best run is the closest to capacity).
+    Requests are built before the clock starts, so the figures are the server's."""
+    batches, batch_size = 10, 1000
+    batched_rates, single_rates = [], []
+    for _ in range(trials):
+        base = 0x0B000000
+        batched = [
+            [client.route(base + (b * batch_size + i) * 256, 24, 1) for i in range(batch_size)]
+            for b in range(batches)
+        ]
+        batched_rates.append(await _timed_inserts(client, batched))
+        singles = [[client.route(0x0C000000 + i * 256, 24, 1)] for i in range(1000)]
+        single_rates.append(await _timed_inserts(client, singles))
+    return max(batched_rates), max(single_rates)
+
+
+async def measure(seconds: float, trials: int = 3) -> dict[str, float]:
     with _topology() as (ns1, host_if1, sw_if1, ns2, host_if2, sw_if2):
         address = f"127.0.0.1:{_free_port()}"
         with _softswitch(address, sw_if1, sw_if2):
@@ -309,14 +334,13 @@ async def measure(seconds: float) -> dict[str, float]:
                 await client.connect()
                 await client.program_forwarding(2, 0x020000000002)
                 results = {
-                    "fwd_pps_64": _forwarding_rate(
-                        ns1, host_if1, ns2, host_if2, size=64, seconds=seconds
-                    ),
-                    "fwd_pps_1500": _forwarding_rate(
-                        ns1, host_if1, ns2, host_if2, size=1500, seconds=seconds
-                    ),
+                    f"fwd_pps_{size}": max(
+                        _forwarding_rate(ns1, host_if1, ns2, host_if2, size=size, seconds=seconds)
+                        for _ in range(max(1, trials - 1))
+                    )
+                    for size in (64, 1500)
                 }
-                batched, single = await _write_rates(client)
+                batched, single = await _write_rates(client, trials)
                 results["write_entries_per_s_batched"] = batched
                 results["write_entries_per_s_single"] = single
             finally:
@@ -328,11 +352,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m softswitch.bench", description=__doc__)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--seconds", type=float, default=3.0, help="duration of each rate test")
+    parser.add_argument("--trials", type=int, default=3, help="write-rate runs (best is kept)")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("softswitch.bench: needs root (network namespaces, raw sockets)", file=sys.stderr)
         return 2
-    results = asyncio.run(measure(args.seconds))
+    results = asyncio.run(measure(args.seconds, args.trials))
     if args.json:
         print(json.dumps({k: round(v, 1) for k, v in results.items()}))
     else:
