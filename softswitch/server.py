@@ -271,7 +271,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                     except P4Error as err:
                         failure.append(err)
                         break
-                    self._deliver(answers, arb)
+                    self._deliver(answers, stream, arb)
                 elif kind == "packet":
                     self._packet_out(stream, request.packet)
                 else:
@@ -283,8 +283,12 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                 stream.queue.put_nowait(None)
 
     def _deliver(
-        self, answers: list[ArbitrationAnswer], request: p4r.MasterArbitrationUpdate | None = None
+        self,
+        answers: list[ArbitrationAnswer],
+        requester: _Stream | None = None,
+        request: p4r.MasterArbitrationUpdate | None = None,
     ) -> None:
+        """Send arbitration answers; the requester gets its own Role message echoed back."""
         for answer in answers:
             stream = answer.client
             assert isinstance(stream, _Stream)
@@ -293,46 +297,43 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                 election_id=U128.encode(answer.election_id),
                 status=rpc_status.Status(code=int(answer.code), message=_status_text(answer.code)),
             )
-            if request is not None and request.HasField("role") and stream is answer.client:
+            if stream is requester and request is not None and request.HasField("role"):
                 msg.role.CopyFrom(request.role)
             elif answer.role:
                 msg.role.name = answer.role
             stream.send(p4r.StreamMessageResponse(arbitration=msg))
 
     def _packet_out(self, stream: _Stream, packet: p4r.PacketOut) -> None:
-        error: str | None = None
+        refusal: tuple[Code, str] | None = None
         pipeline = self.switch.pipeline
         if not self.arbiter.is_primary(stream):
-            error = "PacketOut from a client that is not the primary"
+            refusal = (Code.PERMISSION_DENIED, "PacketOut from a client that is not the primary")
         elif pipeline is None:
-            error = "No forwarding pipeline config set"
+            refusal = (Code.FAILED_PRECONDITION, "No forwarding pipeline config set")
         else:
-            info = pipeline.schema.packet_out
-            port_field = info.field_named("egress_port")
+            port_field = pipeline.schema.packet_out.field_named("egress_port")
             port: int | None = None
             for md in packet.metadata:
                 if md.metadata_id == port_field.id:
                     try:
                         port = codec.decode(md.value, port_field.bitwidth, "packet_out.egress_port")
                     except codec.ValueWidthError as err:
-                        error = str(err)
-            if error is None and port is None:
-                error = "PacketOut without egress_port metadata"
-            elif (
-                error is None
-                and port is not None
-                and not self.switch.packet_out(packet.payload, port)
-            ):
-                error = f"PacketOut to port {port}, which this switch does not have"
-        if error is not None:
-            LOG.info("packet-out refused: %s", error)
+                        refusal = (Code.INVALID_ARGUMENT, str(err))
+            if refusal is None:
+                if port is None:
+                    refusal = (Code.INVALID_ARGUMENT, "PacketOut without egress_port metadata")
+                elif not self.switch.packet_out(packet.payload, port):
+                    refusal = (
+                        Code.INVALID_ARGUMENT,
+                        f"PacketOut to port {port}, which this switch does not have",
+                    )
+        if refusal is not None:
+            LOG.info("packet-out refused: %s", refusal[1])
             stream.send(
                 p4r.StreamMessageResponse(
                     error=p4r.StreamError(
-                        canonical_code=int(
-                            Code.INVALID_ARGUMENT if pipeline else Code.FAILED_PRECONDITION
-                        ),
-                        message=error,
+                        canonical_code=int(refusal[0]),
+                        message=refusal[1],
                         packet_out=p4r.PacketOutError(packet_out=packet),
                     )
                 )

@@ -364,3 +364,21 @@ async def test_pipeline_config_actions(target: Target) -> None:
         assert len(target.switch.pipeline.state.entries[routing]) == 0
         stream.cancel()
         backup.cancel()
+
+
+async def test_refused_packet_out_is_answered_with_a_stream_error(target: Target) -> None:
+    async with fy.Switch("sw", target.address, options()) as sw:
+        assert sw.is_primary
+    async with grpc.aio.insecure_channel(target.address) as channel:
+        stub: Any = p4r_grpc.P4RuntimeStub(channel)
+        stream, _ = await _arbitrate(stub, 50)
+        port_out = p4r.PacketOut(
+            payload=b"\x00" * 20, metadata=[p4r.PacketMetadata(metadata_id=1, value=b"\x09")]
+        )
+        await stream.write(p4r.StreamMessageRequest(packet=port_out))
+        reply = await asyncio.wait_for(stream.read(), 5)
+        assert reply.error.canonical_code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+        assert "port 9" in reply.error.message
+        assert reply.error.packet_out.packet_out == port_out
+        assert target.sent == []
+        stream.cancel()
