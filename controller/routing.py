@@ -720,7 +720,9 @@ class FabricRouting:
             if gid not in classes:
                 continue
             old_gid = vacated.pop(classes[gid], 0) if gid not in split else 0
-            if old_gid:
+            # Only a group whose set is gone may take the new set (its set may instead have
+            # been re-used for other destinations in this same pass).
+            if old_gid and old_gid not in classes:
                 self._morph(x, gid, old_gid)
                 morphed.append(old_gid)
             else:

@@ -418,3 +418,88 @@ def test_a_batch_that_flaps_a_cable_nets_out(lab: Fabric) -> None:
     deltas = routing.apply([*flap, LinkEvent(nic.switch, nic.port, up=False)])
     assert list(deltas) == [nic.switch]
     assert deltas[nic.switch].delete_routes == (Prefix(nic.ipv4, 32),)
+
+
+WIDER = """\
+name: wider
+rails: 3
+pods: 2
+blocks_per_pod: 3
+servers_per_block: 2
+spines: {per: rail, count: 3}
+cores: {per_group: 2}
+links:
+  host: {speed: 100G, length_m: 2}
+  tor_spine: {speed: 100G, length_m: 10}
+  spine_core: {speed: 100G, length_m: 50}
+"""
+
+
+def _assert_same_as_full(routing: FabricRouting, fabric: Fabric, links: set[int]) -> None:
+    full = FabricRouting(
+        fabric, down=[LinkEvent(fabric.links[i].a, fabric.links[i].a_port, up=False) for i in links]
+    )
+    for sw in fabric.switches:
+        assert routing.next_hops_by_prefix(sw.name) == full.next_hops_by_prefix(sw.name), sw.name
+
+
+def test_regression_group_reused_in_the_same_pass_is_not_renamed() -> None:
+    # Found by fuzzing: a destination moved into a group whose old class had just been
+    # vacated, and that group was then also given another class's new next-hop set.
+    fabric = load_fabric_text(WIDER, "wider.yaml")
+    routing = FabricRouting(fabric)
+    batches = [
+        [
+            ("core-g2-2", 4, True),
+            ("spine-p2-r2-1", 4, False),
+            ("spine-p1-r1-3", 2, False),
+            ("core-g3-1", 4, False),
+        ],
+        [("spine-p1-r3-1", 5, True), ("spine-p2-r1-3", 4, True)],
+        [
+            ("spine-p1-r3-2", 3, False),
+            ("core-g1-1", 6, True),
+            ("core-g3-1", 3, False),
+            ("spine-p2-r2-2", 2, False),
+        ],
+        [("tor-r1-b1", 5, False), ("spine-p1-r3-1", 1, False), ("tor-r1-b2", 3, False)],
+    ]
+    ends = {(ln.a, ln.a_port): i for i, ln in enumerate(fabric.links)}
+    ends.update({(ln.b, ln.b_port): i for i, ln in enumerate(fabric.links)})
+    down: set[int] = set()
+    for batch in batches:
+        routing.apply([LinkEvent(s, p, up=u) for s, p, u in batch])
+        for s, p, u in batch:
+            (down.discard if u else down.add)(ends[(s, p)])
+        _assert_same_as_full(routing, fabric, down)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed_batches=st.lists(
+        st.lists(st.tuples(st.integers(0, 10_000), st.booleans()), min_size=1, max_size=4),
+        min_size=1,
+        max_size=10,
+    ),
+    max_group=st.sampled_from([2, 3, 64]),
+)
+def test_incremental_equals_full_on_a_wider_fabric(
+    seed_batches: list[list[tuple[int, bool]]], max_group: int
+) -> None:
+    fabric = replace(load_fabric_text(WIDER, "wider.yaml"), max_ecmp_group_size=max_group)
+    routing = FabricRouting(fabric)
+    tables = snapshot(routing, fabric)
+    down: set[int] = set()
+    for batch in seed_batches:
+        events = []
+        for pick, up in batch:
+            i = pick % len(fabric.links)
+            link = fabric.links[i]
+            end = (link.a, link.a_port) if pick % 2 else (link.b, link.b_port)
+            events.append(LinkEvent(end[0], end[1], up=up))
+            (down.discard if up else down.add)(i)
+        replay(tables, routing.apply(events))
+    _assert_same_as_full(routing, fabric, down)
+    for sw in fabric.switches:
+        routes, groups = tables[sw.name]
+        assert {p: groups[g] for p, g in routes.items()} == routing.next_hops_by_prefix(sw.name)
