@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml scripts/setup.sh
 
 # The main job: the most complete real thing railfabric runs today.
 demo: setup
-	$(PY) -m mininet_labs demo
+	mkdir -p build && $(PY) -m mininet_labs run examples/lab-2rail.yaml --scenario all --json build/lab-report.json
 
 test: setup proto-check lint typecheck pytest
 

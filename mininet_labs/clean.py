@@ -14,7 +14,13 @@ from mininet_labs.netlinks import TAG_RE, ip
 OUR_PROGRAMS = ("railfabric-", "simple_switch_grpc", "mininet_labs", "python")
 
 
-def _lab_processes() -> list[int]:
+def _ours(text: str, tag: str | None) -> bool:
+    """Does this name/argument belong to a lab (to lab `tag`, when given)?"""
+    m = TAG_RE.search(text)
+    return m is not None and (tag is None or m.group(0) == tag)
+
+
+def _lab_processes(tag: str | None) -> list[int]:
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -26,17 +32,15 @@ def _lab_processes() -> list[int]:
         text = [a.decode(errors="replace") for a in argv if a]
         if not text or not any(p in " ".join(text[:3]) for p in OUR_PROGRAMS):
             continue
-        if any(TAG_RE.search(a) for a in text) or any(
-            a.startswith("/tmp/rfl") and TAG_RE.search(a) for a in text
-        ):
+        if any(_ours(a, tag) for a in text):
             pids.append(int(entry.name))
     return pids
 
 
-def clean() -> list[str]:
-    """Kill, delete; return what was removed."""
+def clean(tag: str | None = None) -> list[str]:
+    """Kill, delete; return what was removed. `tag`: only that lab run's leftovers."""
     removed = []
-    pids = _lab_processes()
+    pids = _lab_processes(tag)
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
@@ -50,7 +54,7 @@ def clean() -> list[str]:
             os.kill(pid, signal.SIGKILL)
     for line in ip("netns", "list", check=False).splitlines():
         name = line.split()[0] if line.split() else ""
-        if TAG_RE.match(name):
+        if TAG_RE.match(name) and _ours(name, tag):
             for pid_text in ip("netns", "pids", name, check=False).split():
                 with contextlib.suppress(ProcessLookupError, ValueError):
                     os.kill(int(pid_text), signal.SIGKILL)
@@ -60,7 +64,7 @@ def clean() -> list[str]:
         parts = line.split(":")
         if len(parts) > 1:
             name = parts[1].strip().split("@")[0]
-            if TAG_RE.match(name):
+            if TAG_RE.match(name) and _ours(name, tag):
                 ip("link", "del", name, check=False)
                 removed.append(f"link {name}")
     return removed

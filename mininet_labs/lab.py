@@ -61,7 +61,7 @@ class LabOptions:
     # The lab cuts the same link every few seconds on purpose: a short damping half-life
     # keeps those deliberate cuts from being damped (damping has its own controller tests).
     damping_half_life_s: float = 1.0
-    lldp_interval_s: float = 0.5
+    lldp_interval_s: float = 1.0
     keep_logs: bool = False
 
 
@@ -200,7 +200,6 @@ class Lab:
                     "--p4info", str(P4INFO),
                     "--election-id", "10",
                     "--lldp-interval", f"{o.lldp_interval_s:g}",
-                    "--counters-interval", "1",
                     *self.target.agent_args(),
                 ],
             )  # fmt: skip

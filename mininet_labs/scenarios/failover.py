@@ -71,7 +71,7 @@ class Cut:
 
 
 def _converged_after(lab: Lab, link: str, after_wall_ns: int) -> Convergence | None:
-    for e in lab.events(limit=300):
+    for e in lab.events(limit=60):
         if e.kind != "converged" or e.wall_ns < after_wall_ns:
             continue
         m = CONVERGED_RE.search(e.message)

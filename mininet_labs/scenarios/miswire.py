@@ -80,10 +80,13 @@ def run(lab: Lab, budget: Budget) -> Result:
     # railctl's controller-backed commands land separately; until then say so, and judge by
     # the admin API's Diagnose (which `railctl diagnose` prints).
     cli_missing = cli.returncode == 2 and "invalid choice" in cli.stderr
-    cli_shows = (
-        cli.returncode in (0, 1)
-        and all(f"{sw}" in cli.stdout for sw, _ in expect)
-        and "miswire" in cli.stdout.lower()
+    cli_lines = cli.stdout.splitlines()
+    cli_shows = all(
+        any(
+            "miswire" in line and f"{sw} port {port}" in line and f"{far[0]} port {far[1]}" in line
+            for line in cli_lines
+        )
+        for (sw, port), far in expect.items()
     )
     table = Table(
         ("port", "hears", "alarm"),
@@ -125,4 +128,8 @@ def run(lab: Lab, budget: Budget) -> Result:
         reason += "; `railctl diagnose` shows it"
     if problems:
         reason += " — " + "; ".join(problems)
-    return Result("miswire", not problems, reason, metrics, (table, diag))
+    tables = [table, diag]
+    if not cli_missing:
+        shown = f"railctl --controller {lab.controller_addr} diagnose"
+        tables.append(Table((shown,), tuple((line,) for line in cli_lines or ["(no output)"])))
+    return Result("miswire", not problems, reason, metrics, tuple(tables))

@@ -1,0 +1,97 @@
+"""Clean-up is total: a lab that ends, one interrupted by SIGINT/SIGTERM, and `clean` after
+a crash leave no namespace, veth or process behind."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mininet_labs.clean import clean
+from mininet_labs.lab import Lab
+from mininet_labs.netlinks import ip, new_tag
+from mininet_labs.processes import REPO, make_target
+
+pytestmark = pytest.mark.lab
+
+LAB_FABRIC = REPO / "examples" / "lab-2rail.yaml"
+
+
+def leftovers(tag: str) -> list[str]:
+    found = [f"netns {n}" for n in ip("netns", "list").split() if n.startswith(tag)]
+    for line in ip("-o", "link", "show").splitlines():
+        name = line.split(":")[1].strip().split("@")[0]
+        if name.startswith(tag):
+            found.append(f"link {name}")
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if tag in text and "pytest" not in text:
+            found.append(f"process {cmdline.parent.name}: {text[:80]}")
+    return found
+
+
+def test_a_lab_that_ends_leaves_nothing() -> None:
+    with Lab(LAB_FABRIC, make_target("softswitch", 20.0)) as lab:
+        tag = lab.names.tag
+        assert len(ip("netns", "list").split()) > 0
+        assert any(n.startswith(tag) for n in ip("netns", "list").split())
+        assert len(lab.processes.children) == 13  # controller + 6 switches + 6 agents
+    assert leftovers(tag) == []
+    assert not lab.run_dir.exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_run_tears_everything_down(sig: signal.Signals) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mininet_labs", "run", str(LAB_FABRIC), "--scenario", "failover"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert first.startswith("lab rfl"), first
+        tag = first.split()[1].rstrip(":")
+        converged = proc.stdout.readline()
+        assert "converged" in converged, converged
+        time.sleep(2)  # in the middle of the failover scenario: traffic running, links cut
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 2, err
+    assert "interrupted" in err
+    assert leftovers(tag) == []
+
+
+def test_clean_removes_what_a_killed_lab_left() -> None:
+    tag = new_tag()
+    ns = f"{tag}-srv-x"
+    ip("netns", "add", ns)
+    ip("link", "add", "name", f"{tag}s1p1", "type", "veth", "peer", "name", "nic1", "netns", ns)
+    stray = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", f"--lab={tag}"],
+        start_new_session=True,
+    )
+    try:
+        assert len(leftovers(tag)) == 3
+        removed = clean(tag)
+        # Deleting the namespace deletes the veth pair with it.
+        assert f"netns {ns}" in removed and f"process {stray.pid}" in removed
+        assert stray.wait(timeout=5) != 0
+        assert leftovers(tag) == []
+    finally:
+        if stray.poll() is None:
+            stray.kill()
+        ip("netns", "del", ns, check=False)
+        ip("link", "del", f"{tag}s1p1", check=False)
