@@ -204,3 +204,20 @@ def test_malformed_frames_are_counted_and_dropped(pipeline: Pipeline) -> None:
     for frame in (b"", b"\x00" * 5, truncated_ipv4, bad_version):
         assert pipeline.process(frame, 1) is None
     assert pipeline.c_drop[0][1] == 4
+
+
+def test_full_table_is_resource_exhausted(apply: Apply, pipeline: Pipeline) -> None:
+    table = pipeline.schema.tables[pipeline.schema.table_ids["FabricIngress.acl"]]
+    drop = pipeline.schema.action_ids["FabricIngress.drop"]
+
+    def acl(priority: int) -> p4r.Update:
+        te = p4r.TableEntry(table_id=table.id, priority=priority)
+        te.match.add(
+            field_id=3, ternary=p4r.FieldMatch.Ternary(value=b"\x08\x00", mask=b"\xff\xff")
+        )
+        te.action.action.action_id = drop
+        return p4r.Update(type=p4r.Update.INSERT, entity=p4r.Entity(table_entry=te))
+
+    codes = apply(*(acl(p) for p in range(1, table.size + 2)))
+    assert codes[:-1] == [Code.OK] * table.size
+    assert codes[-1] == Code.RESOURCE_EXHAUSTED
