@@ -452,13 +452,21 @@ class FabricRouting:
 
     # --- groups -----------------------------------------------------------------------------
 
+    @staticmethod
+    def _group_key(ports: tuple[int, ...], split_of: int) -> int:
+        """Key of a group in group_by_ports: the canonical set's id; a part of a split set
+        gets its own (negative) key, so it is never shared with a group that really is that
+        set (re-routing one destination assumes a plain group is all its next hops)."""
+        return ~(id(ports) << 12 | split_of) if split_of else id(ports)
+
     def _gid(self, x: int, ports: tuple[int, ...], split_of: int, created: list[int] | None) -> int:
         ports = self._canon.setdefault(ports, ports)
-        gid = self.group_by_ports[x].get(id(ports))
+        key = self._group_key(ports, split_of)
+        gid = self.group_by_ports[x].get(key)
         if gid is None:
             gid = self.next_gid[x]
             self.next_gid[x] = gid + 1
-            self.group_by_ports[x][id(ports)] = gid
+            self.group_by_ports[x][key] = gid
             self.group_ports[x][gid] = ports
             if split_of:
                 self.group_split[x][gid] = split_of
@@ -487,8 +495,7 @@ class FabricRouting:
 
     def _drop_group(self, x: int, gid: int) -> None:
         ports = self.group_ports[x].pop(gid)
-        del self.group_by_ports[x][id(ports)]
-        self.group_split[x].pop(gid, None)
+        del self.group_by_ports[x][self._group_key(ports, self.group_split[x].pop(gid, 0))]
 
     # --- incremental ----------------------------------------------------------------------
 

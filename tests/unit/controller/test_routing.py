@@ -4,6 +4,7 @@ everything valley-free-connected is reachable)."""
 
 from __future__ import annotations
 
+import random
 from collections import deque
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -503,3 +504,48 @@ def test_incremental_equals_full_on_a_wider_fabric(
     for sw in fabric.switches:
         routes, groups = tables[sw.name]
         assert {p: groups[g] for p, g in routes.items()} == routing.next_hops_by_prefix(sw.name)
+
+
+TWO_TIER_FOUR_SPINES = """\
+name: c
+rails: 2
+blocks_per_pod: 3
+servers_per_block: 2
+spines: {per: pod, count: 4}
+links:
+  host: {speed: 100G, length_m: 2}
+  tor_spine: {speed: 100G, length_m: 10}
+"""
+
+
+def test_regression_split_part_is_not_mistaken_for_a_whole_set() -> None:
+    # Found by fuzzing (seed 122): with a maximum group size of 2, the part (6,) of a split
+    # 3-port set was the same group as a genuine one-port set, and the one-destination
+    # re-route then took it for all of the destination's next hops and lost a spine.
+    fabric = replace(load_fabric_text(TWO_TIER_FOUR_SPINES, "c.yaml"), max_ecmp_group_size=2)
+    rng = random.Random(122)
+    rng.choice([1, 2, 3, 64])  # the fuzzer's draw of the group size
+    routing = FabricRouting(fabric)
+    down: set[int] = set()
+    nics_down: set[int] = set()
+    for _ in range(rng.randint(1, 20)):
+        events = []
+        for _ in range(rng.randint(1, 5)):
+            if rng.random() < 0.15:
+                k = rng.randrange(len(fabric.nics))
+                up = rng.random() < 0.4
+                events.append(LinkEvent(fabric.nics[k].switch, fabric.nics[k].port, up=up))
+                (nics_down.discard if up else nics_down.add)(k)
+            else:
+                i = rng.randrange(len(fabric.links))
+                up = rng.random() < 0.45
+                link = fabric.links[i]
+                end = (link.a, link.a_port) if rng.random() < 0.5 else (link.b, link.b_port)
+                events.append(LinkEvent(end[0], end[1], up=up))
+                (down.discard if up else down.add)(i)
+        routing.apply(events)
+        gone = [LinkEvent(fabric.nics[k].switch, fabric.nics[k].port, up=False) for k in nics_down]
+        gone += [LinkEvent(fabric.links[i].a, fabric.links[i].a_port, up=False) for i in down]
+        full = FabricRouting(fabric, down=gone)
+        for sw in fabric.switches:
+            assert routing.next_hops_by_prefix(sw.name) == full.next_hops_by_prefix(sw.name)
