@@ -421,6 +421,18 @@ def test_a_batch_that_flaps_a_cable_nets_out(lab: Fabric) -> None:
     assert deltas[nic.switch].delete_routes == (Prefix(nic.ipv4, 32),)
 
 
+TWO_TIER_FOUR_SPINES = """\
+name: c
+rails: 2
+blocks_per_pod: 3
+servers_per_block: 2
+spines: {per: pod, count: 4}
+links:
+  host: {speed: 100G, length_m: 2}
+  tor_spine: {speed: 100G, length_m: 10}
+"""
+
+
 WIDER = """\
 name: wider
 rails: 3
@@ -475,7 +487,7 @@ def test_regression_group_reused_in_the_same_pass_is_not_renamed() -> None:
         _assert_same_as_full(routing, fabric, down)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
     seed_batches=st.lists(
         st.lists(st.tuples(st.integers(0, 10_000), st.booleans()), min_size=1, max_size=4),
@@ -483,11 +495,13 @@ def test_regression_group_reused_in_the_same_pass_is_not_renamed() -> None:
         max_size=10,
     ),
     max_group=st.sampled_from([2, 3, 64]),
+    text=st.sampled_from(["WIDER", "TWO_TIER_FOUR_SPINES"]),
 )
-def test_incremental_equals_full_on_a_wider_fabric(
-    seed_batches: list[list[tuple[int, bool]]], max_group: int
+def test_incremental_equals_full_on_wider_fabrics(
+    seed_batches: list[list[tuple[int, bool]]], max_group: int, text: str
 ) -> None:
-    fabric = replace(load_fabric_text(WIDER, "wider.yaml"), max_ecmp_group_size=max_group)
+    texts = {"WIDER": WIDER, "TWO_TIER_FOUR_SPINES": TWO_TIER_FOUR_SPINES}
+    fabric = replace(load_fabric_text(texts[text], "f.yaml"), max_ecmp_group_size=max_group)
     routing = FabricRouting(fabric)
     tables = snapshot(routing, fabric)
     down: set[int] = set()
@@ -504,18 +518,6 @@ def test_incremental_equals_full_on_a_wider_fabric(
     for sw in fabric.switches:
         routes, groups = tables[sw.name]
         assert {p: groups[g] for p, g in routes.items()} == routing.next_hops_by_prefix(sw.name)
-
-
-TWO_TIER_FOUR_SPINES = """\
-name: c
-rails: 2
-blocks_per_pod: 3
-servers_per_block: 2
-spines: {per: pod, count: 4}
-links:
-  host: {speed: 100G, length_m: 2}
-  tor_spine: {speed: 100G, length_m: 10}
-"""
 
 
 def test_regression_split_part_is_not_mistaken_for_a_whole_set() -> None:
