@@ -67,9 +67,23 @@ def load_fabric_text(text: str, file: str = "<string>") -> Fabric:
     if not isinstance(root.node, yaml.MappingNode):
         raise root.error("expected a mapping of fabric fields at the top level")
     keys = {str(k.value) for k, _ in root.node.value}
-    if "switches" in keys:
-        return _explicit(root)
-    return generate(_parametric(root))
+    fabric = _explicit(root) if "switches" in keys else generate(_parametric(root))
+    _check_qos(fabric, root)
+    return fabric
+
+
+def _check_qos(fabric: Fabric, root: Value) -> None:
+    """Compute the QoS settings of every kind of cable once, so that overrides that cannot
+    work (Kmin above Kmax, xon above xoff...) fail here and not when a switch is served."""
+    where = next((Value(v, "qos", root.file) for k, v in root.node.value if k.value == "qos"), root)
+    try:
+        params = qos.resolve(fabric.qos)
+        cables = {(ln.speed_mbps, ln.length_m) for ln in fabric.links}
+        cables |= {(nic.speed_mbps, nic.length_m) for nic in fabric.nics}
+        for speed, length in sorted(cables):
+            qos.pfc_thresholds(speed, length, params)
+    except qos.QosError as exc:
+        raise IntentError(root.file, where.line, "qos", str(exc)) from None
 
 
 # --- shared pieces -----------------------------------------------------------------------
@@ -103,6 +117,11 @@ def _link_class(value: Value) -> LinkClass:
 
 def _speed_length(m: Mapping) -> LinkClass:
     speed = m["speed"].parsed(parse_speed_mbps)
+    if speed not in qos.PAUSE_QUANTA_BY_SPEED_MBPS:
+        known = ", ".join(speed_str(s) for s in sorted(qos.PAUSE_QUANTA_BY_SPEED_MBPS))
+        raise m["speed"].error(
+            f"{speed_str(speed)} has no PFC pause quanta for the headroom; known speeds: {known}"
+        )
     length = m["length_m"].number()
     if length < 0:
         raise m["length_m"].error(f"cable length must be >= 0 metres, got {length:g}")

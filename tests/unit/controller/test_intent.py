@@ -269,6 +269,20 @@ NEGATIVE = [
         _sub("rails: 2", "rails: 2\nqos: {overrides: {ecn_kmin: 5}}"),
         r"^f\.yaml:3: qos\.overrides\.ecn_kmin: unknown key \(did you mean 'ecn_kmin_bytes'\?\)$",
     ),
+    (
+        "speed without pause quanta",
+        _sub("speed: 400G, length_m: 30}", "speed: 300G, length_m: 30}"),
+        r"^f\.yaml:8: links\[0\]\.speed: 300G has no PFC pause quanta for the headroom; known "
+        r"speeds: 1G, 10G, 25G, 40G, 50G, 100G, 200G, 400G, 800G$",
+    ),
+    (
+        "QoS overrides that cannot work",
+        _sub(
+            "rails: 2",
+            "rails: 2\nqos: {overrides: {ecn_kmin_bytes: 900000, ecn_kmax_bytes: 1000}}",
+        ),
+        r"^f\.yaml:3: qos: ECN Kmin 900000 bytes is above Kmax 1000 bytes$",
+    ),
     ("YAML syntax", "name: [oops\n", r"^f\.yaml:2: YAML syntax error: "),
     ("empty file", "", r"^f\.yaml:1: the file is empty"),
     (
