@@ -71,6 +71,10 @@ def run(  # noqa: PLR0917 - the CLI's options, one call site
         print("mininet_labs: needs root (network namespaces)", file=sys.stderr)
         return 2
     target = make_target(target_kind, options.port_rate_mbps)
+    unavailable = target.unavailable()
+    if unavailable is not None:
+        print(f"mininet_labs: --target {target_kind}: {unavailable}", file=sys.stderr)
+        return 2
     results: list[Result] = []
     started = time.monotonic()
     try:
@@ -78,7 +82,11 @@ def run(  # noqa: PLR0917 - the CLI's options, one call site
         print(
             f"lab {lab.names.tag}: fabric {lab.fabric.name} ({len(lab.fabric.switches)} switches, "
             f"{len(lab.topology.hosts)} servers, {len(lab.fabric.nics)} NICs), target "
-            f"{target.kind}, ports at {options.port_rate_mbps:g} Mb/s",
+            + (
+                f"softswitch, ports at {options.port_rate_mbps:g} Mb/s"
+                if target.kind == "softswitch"
+                else target.kind
+            ),
             flush=True,
         )
         with lab:

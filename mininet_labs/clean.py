@@ -1,15 +1,17 @@
 """`python -m mininet_labs clean`: remove whatever any lab run could have left behind, found
-by the `rfl` + 4-hex-digit prefix: processes (by their command line), namespaces, veths."""
+by the `rfl` + 4-hex-digit prefix: processes (by their command line), namespaces, veths, and
+the /tmp/rfl<tag>/ logs that failed runs keep."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
 
-from mininet_labs.netlinks import TAG_RE, ip
+from mininet_labs.netlinks import PREFIX, TAG_RE, ip
 
 OUR_PROGRAMS = ("railfabric-", "simple_switch_grpc", "mininet_labs", "python")
 
@@ -60,6 +62,10 @@ def clean(tag: str | None = None) -> list[str]:
                     os.kill(int(pid_text), signal.SIGKILL)
             ip("netns", "del", name, check=False)
             removed.append(f"netns {name}")
+    for run_dir in Path("/tmp").glob(f"{PREFIX}*"):
+        if run_dir.is_dir() and TAG_RE.fullmatch(run_dir.name) and _ours(run_dir.name, tag):
+            shutil.rmtree(run_dir, ignore_errors=True)
+            removed.append(f"logs {run_dir}")
     for line in ip("-o", "link", "show", check=False).splitlines():
         parts = line.split(":")
         if len(parts) > 1:

@@ -145,8 +145,8 @@ class Lab:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if exc is not None:
-            self.failed = True
+        if exc is not None and not isinstance(exc, Interrupted):
+            self.failed = True  # keep the logs of a lab that broke, not of one stopped
         self.close()
 
     def start(self) -> None:
@@ -209,14 +209,17 @@ class Lab:
         self.wait_converged(timeout_s=60)
 
     def close(self) -> None:
+        # A second Ctrl-C must not cut the teardown short.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
         for channel in self._channels:
             channel.close()
         self._channels.clear()
         self.processes.stop_all()
         self.topology.teardown()
-        for sig, handler in self._old_handlers.items():
-            signal.signal(sig, handler)
-        self._old_handlers.clear()
+        defaults = {signal.SIGTERM: signal.SIG_DFL, signal.SIGINT: signal.default_int_handler}
+        for sig, default in defaults.items():
+            signal.signal(sig, self._old_handlers.pop(sig, default))
         if self.run_dir.exists() and not self.failed and not self.options.keep_logs:
             shutil.rmtree(self.run_dir, ignore_errors=True)
 

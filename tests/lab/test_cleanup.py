@@ -72,6 +72,7 @@ def test_an_interrupted_run_tears_everything_down(sig: signal.Signals) -> None:
     assert proc.returncode == 2, err
     assert "interrupted" in err
     assert leftovers(tag) == []
+    assert not Path("/tmp", tag).exists()  # a run stopped on purpose keeps no logs
 
 
 def test_clean_removes_what_a_killed_lab_left() -> None:
