@@ -44,32 +44,44 @@ class PortError(OSError):
     """A port's interface is missing or cannot be opened."""
 
 
-def open_port_socket(ifname: str) -> tuple[socket.socket, bool]:
-    """A non-blocking raw socket on `ifname`; True when the kernel drops our own frames."""
+def open_port_socket(ifname: str) -> tuple[socket.socket, socket.socket, bool, bool]:
+    """Non-blocking raw sockets on `ifname`: (receive, transmit, the kernel drops our own
+    frames, received frames carry a virtio_net_hdr)."""
     try:
         ifindex = socket.if_nametoindex(ifname)
     except OSError:
         raise PortError(f"interface {ifname!r} does not exist") from None
     # Protocol 0 receives nothing until bind names the protocol: no frames from other ports.
-    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+    rx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+    # Transmit on a socket of its own (protocol 0: it never receives), without the
+    # virtio_net_hdr that the receive socket asks for.
+    tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
     try:
-        sock.bind((ifname, ETH_P_ALL))
-        mreq = struct.pack("iHH8s", ifindex, PACKET_MR_PROMISC, 0, b"")
-        sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, mreq)
-        for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
-            sock.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER)
-        # Tell us (auxdata) when a frame's checksum was left to offload or its tag stripped.
-        sock.setsockopt(SOL_PACKET, offload.PACKET_AUXDATA, 1)
+        tx.bind((ifname, 0))
+        tx.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
+        tx.setblocking(False)
+        # Tell us what offload left undone: virtio_net_hdr (checksum, GSO) and auxdata (VLAN).
         try:
-            sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+            rx.setsockopt(SOL_PACKET, offload.PACKET_VNET_HDR, 1)
+            vnet = True
+        except OSError:
+            vnet = False
+        rx.setsockopt(SOL_PACKET, offload.PACKET_AUXDATA, 1)
+        rx.bind((ifname, ETH_P_ALL))
+        mreq = struct.pack("iHH8s", ifindex, PACKET_MR_PROMISC, 0, b"")
+        rx.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, mreq)
+        rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
+        try:
+            rx.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
             ignores_outgoing = True
         except OSError:
             ignores_outgoing = False
-        sock.setblocking(False)
+        rx.setblocking(False)
     except OSError as err:
-        sock.close()
+        rx.close()
+        tx.close()
         raise PortError(f"cannot open interface {ifname!r}: {err}") from err
-    return sock, ignores_outgoing
+    return rx, tx, ignores_outgoing, vnet
 
 
 def read_carrier(ifname: str) -> bool:
@@ -86,12 +98,12 @@ class Port:
     def __init__(self, number: int, ifname: str) -> None:
         self.number = number
         self.ifname = ifname
-        self.sock, self.ignores_outgoing = open_port_socket(ifname)
+        self.sock, self.tx, self.ignores_outgoing, self.vnet = open_port_socket(ifname)
         self.tx_errors = 0
 
     def send(self, frame: bytes | bytearray) -> bool:
         try:
-            self.sock.send(frame)
+            self.tx.send(frame)
             return True
         except OSError as err:
             # ENOBUFS/EAGAIN: the kernel queue is full; ENETDOWN/ENXIO: no carrier or gone.
@@ -109,6 +121,7 @@ class Port:
 
     def close(self) -> None:
         self.sock.close()
+        self.tx.close()
 
 
 class DataPlane:
@@ -155,6 +168,11 @@ class DataPlane:
         number = port.number
         switch = self.switch
         filter_outgoing = not port.ignores_outgoing
+        vnet = port.vnet
+        skip = offload.VNET_HDR_LEN if vnet else 0
+        # What the auxdata must make us look at: a stripped VLAN tag, and without the
+        # virtio_net_hdr also a partial checksum.
+        aux_flags = offload.TP_STATUS_VLAN_VALID if vnet else offload.FIXABLE_STATUS
 
         def on_readable() -> None:
             count = 0
@@ -169,12 +187,15 @@ class DataPlane:
                 count += 1
                 if filter_outgoing and addr[2] == PACKET_OUTGOING:
                     continue
-                frame = bytes(view[:n])
-                # Only look closer when tp_status (low byte) has a flag offload.py handles.
                 try:
-                    if ancdata and ancdata[0][2][STATUS_LOW_BYTE] & offload.FIXABLE_STATUS:
-                        frame = offload.fix_received(frame, ancdata)
-                    switch.receive(frame, number)
+                    if vnet and (view[0] or view[1]):  # checksum or segmentation left to do
+                        frames = offload.finish_vnet(bytes(view[:n]))
+                    else:
+                        frames = [bytes(view[skip:n])]
+                    for received in frames:
+                        if ancdata and ancdata[0][2][STATUS_LOW_BYTE] & aux_flags:
+                            received = offload.fix_received(received, ancdata, vnet)  # noqa: PLW2901
+                        switch.receive(received, number)
                 except Exception:  # a model bug must cost one frame, never the switch
                     self.internal_errors += 1
                     if self.internal_errors & (self.internal_errors - 1) == 0:  # 1, 2, 4, ...
@@ -182,7 +203,7 @@ class DataPlane:
                             "port %d: frame dropped by an internal error (%d so far): %s",
                             number,
                             self.internal_errors,
-                            frame[:64].hex(),
+                            bytes(view[: min(n, 64)]).hex(),
                         )
             self.rx_frames += count
 

@@ -213,8 +213,8 @@ async def test_malformed_frames_are_dropped_and_forwarding_continues(fabric: Fab
 
 
 async def test_kernel_udp_between_namespaces(fabric: Fabric, netns: Netns) -> None:
-    """Hosts' own stacks (ping, a UDP socket) across softswitch: the UDP checksum the sender
-    left to veth offload is completed on the way."""
+    """Hosts' own stacks (ping, UDP, a 1 MB TCP transfer) across softswitch with the veths'
+    offloads on: checksums left to offload are completed, GSO super-frames segmented."""
     for port in (1, 2):
         host = fabric.hosts[port]
         ns = host.ns
@@ -244,6 +244,27 @@ async def test_kernel_udp_between_namespaces(fabric: Fabric, netns: Netns) -> No
         netns.exec(fabric.hosts[1].ns, sys.executable, "-c", sender)
         done = await listening
         assert done.stdout.strip() == "over-softswitch", done.stderr
+        # TCP: the sender's GSO super-frames are cut into MTU-sized segments on the way.
+        tcp_receiver = (
+            "import hashlib, socket\n"
+            "s = socket.socket(); s.bind(('0.0.0.0', 5001)); s.listen(); s.settimeout(10)\n"
+            "c, _ = s.accept(); c.settimeout(10); h = hashlib.sha256(); n = 0\n"
+            "while (d := c.recv(65536)):\n    h.update(d); n += len(d)\n"
+            "print(n, h.hexdigest())"
+        )
+        tcp_sender = (
+            "import hashlib, socket\n"
+            "d = bytes(range(256)) * 4096\n"
+            "s = socket.create_connection(('10.0.2.1', 5001)); s.sendall(d); s.close()\n"
+            "print(len(d), hashlib.sha256(d).hexdigest())"
+        )
+        listening = asyncio.create_task(
+            asyncio.to_thread(netns.exec, fabric.hosts[2].ns, sys.executable, "-c", tcp_receiver)
+        )
+        await asyncio.sleep(0.5)
+        sent = netns.exec(fabric.hosts[1].ns, sys.executable, "-c", tcp_sender)
+        got = await listening
+        assert sent.stdout.strip() == got.stdout.strip() != "", (sent.stderr, got.stderr)
 
 
 FLOOD = """

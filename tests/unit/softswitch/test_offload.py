@@ -1,4 +1,5 @@
-"""Completing checksums left to offload and re-inserting stripped VLAN tags."""
+"""Finishing what offload left undone: partial checksums, GSO super-frames cut into segments,
+stripped VLAN tags re-inserted."""
 
 from __future__ import annotations
 
@@ -10,11 +11,15 @@ from scapy.layers.l2 import Dot1Q, Ether
 
 from softswitch.offload import (
     AUXDATA,
+    GSO_TCPV4,
     PACKET_AUXDATA,
     SOL_PACKET,
     TP_STATUS_CSUMNOTREADY,
     TP_STATUS_VLAN_VALID,
+    VNET_F_NEEDS_CSUM,
+    VNET_HDR,
     complete_l4_checksum,
+    finish_vnet,
     fix_received,
 )
 
@@ -64,3 +69,36 @@ def test_auxdata_without_flags_changes_nothing() -> None:
     assert fix_received(frame, [(SOL_PACKET, PACKET_AUXDATA, aux)]) == frame
     aux = AUXDATA.pack(TP_STATUS_CSUMNOTREADY, len(frame), len(frame), 0, 0, 0, 0)
     assert Ether(fix_received(frame, [(SOL_PACKET, PACKET_AUXDATA, aux)]))[UDP].chksum
+
+
+def test_gso_super_frame_is_cut_like_a_nic() -> None:
+    payload = bytes(range(256)) * 20  # 5120 bytes
+    pkt = (
+        Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
+        / IP(src="10.0.1.1", dst="10.0.2.1", id=100, flags="DF")
+        / TCP(sport=40000, dport=5001, seq=1000, ack=5, flags="PA")
+        / payload
+    )
+    super_frame = Ether(bytes(pkt))
+    super_frame[TCP].chksum = _pseudo_sum(super_frame)  # left to offload, like the kernel
+    hdr = VNET_HDR.pack(VNET_F_NEEDS_CSUM, GSO_TCPV4, 66, 1448, 34, 16)
+    segments = [Ether(s) for s in finish_vnet(hdr + bytes(super_frame))]
+    assert [len(s[TCP].payload) for s in segments] == [1448, 1448, 1448, 776]
+    assert b"".join(bytes(s[TCP].payload) for s in segments) == payload
+    assert [s[TCP].seq for s in segments] == [1000, 2448, 3896, 5344]
+    assert [s[IP].id for s in segments] == [100, 101, 102, 103]
+    assert [str(s[TCP].flags) for s in segments] == ["A", "A", "A", "PA"]
+    for seg in segments:
+        ip_sum, tcp_sum = seg[IP].chksum, seg[TCP].chksum
+        del seg[IP].chksum, seg[TCP].chksum, seg[IP].len
+        rebuilt = Ether(bytes(seg))
+        assert (rebuilt[IP].chksum, rebuilt[TCP].chksum) == (ip_sum, tcp_sum)
+
+
+def test_vnet_partial_checksum_and_plain_frames() -> None:
+    good = bytes(Ether() / IP(src="10.0.0.1", dst="10.0.0.2") / UDP(sport=7, dport=9) / b"data")
+    partial = Ether(good)
+    partial[UDP].chksum = _pseudo_sum(partial)
+    hdr = VNET_HDR.pack(VNET_F_NEEDS_CSUM, 0, 0, 0, 34, 6)
+    assert finish_vnet(hdr + bytes(partial)) == [good]
+    assert finish_vnet(VNET_HDR.pack(0, 0, 0, 0, 0, 0) + good) == [good]
