@@ -23,7 +23,6 @@ deltas. Full computation (a fresh `FabricRouting`) gives the same routes; tests 
 
 from __future__ import annotations
 
-import enum
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -40,10 +39,6 @@ _NO_MACS: Mapping[int, int] = MappingProxyType({})
 
 # Bound on the memo of next-hop set edits (entries of three small ints and a shared tuple).
 _EDIT_MEMO_LIMIT = 1_000_000
-
-
-class _Fallback(enum.Enum):
-    GENERAL = "use the general re-classification"
 
 
 class RoutingError(ValueError):
@@ -598,14 +593,18 @@ class FabricRouting:
             hints.pop(a, None)
             hints.pop(b, None)
         deltas: dict[str, SwitchDelta] = {}
+        lean: list[tuple[int, int, list[int]]] = []
+        general: list[int] = []
         for x in sorted(dirty):
             mask = dirty[x]
             hint = hints.get(x)
-            delta: SwitchDelta | _Fallback | None = _Fallback.GENERAL
             if hint is not None and not mask & (mask - 1) and not mask & down_set[x]:
-                delta = self._reclassify_one(x, mask, hint)
-            if delta is _Fallback.GENERAL:
-                delta = self._reclassify(x, mask)
+                lean.append((x, mask, hint))
+            else:
+                general.append(x)
+        general.extend(self._reroute_one_each(lean, deltas))
+        for x in sorted(general):
+            delta = self._reclassify(x, dirty[x])
             if delta is not None:
                 deltas[t.names[x]] = delta
         for k in changed_nics:
@@ -616,80 +615,98 @@ class FabricRouting:
             deltas[t.names[x]] = delta
         return deltas
 
-    def _reclassify_one(
-        self, x: int, bit: int, parents: list[int]
-    ) -> SwitchDelta | _Fallback | None:
-        """Re-route one destination (`bit`) of x when only some parents' reach changed: the old
+    def _reroute_one_each(
+        self, items: list[tuple[int, int, list[int]]], deltas: dict[str, SwitchDelta]
+    ) -> list[int]:
+        """Re-route one destination per switch when only some parents' reach changed: the old
         next hops plus or minus the ports to those parents. This is the remote failure, which
-        touches every ToR of the fabric, so it is kept lean."""
-        classes = self.classes[x]
-        old_gid = 0
-        for gid, bits in classes.items():
-            if bits & bit:
-                old_gid = gid
-                break
-        old_ports: tuple[int, ...] = ()
-        if old_gid:
-            if old_gid in self.group_split[x]:
-                return _Fallback.GENERAL
-            old_ports = self.group_ports[x][old_gid]
-        ports_to = self.ports_to(x)
+        touches every ToR of the fabric, so it is one tight loop with everything it reads bound
+        once. Puts the deltas in `deltas`; returns the switches it cannot handle (split
+        groups), for the general path."""
+        fallback: list[int] = []
+        all_classes = self.classes
+        all_split = self.group_split
+        all_ports = self.group_ports
+        all_by_ports = self.group_by_ports
+        next_gid = self.next_gid
+        is_tor = self.is_tor
         reach = self.reach
-        new_ports = old_ports
         edits = self._edits
-        for p in parents:
-            for port in ports_to.get(p, ()):
+        canon = self._canon
+        names = self.topo.names
+        prefixes = self.topo.dest_prefix
+        limit = self.max_group_size
+        group = self.group
+        for x, bit, parents in items:
+            classes = all_classes[x]
+            old_gid = 0
+            for gid, bits in classes.items():
+                if bits & bit:
+                    old_gid = gid
+                    break
+            old_ports: tuple[int, ...] = ()
+            if old_gid:
+                if old_gid in all_split[x]:
+                    fallback.append(x)
+                    continue
+                old_ports = all_ports[x][old_gid]
+            ports_to = self._ports_to.get(x) or self.ports_to(x)
+            new_ports = old_ports
+            for p in parents:
                 added = bool(reach[p] & bit)
-                key = (id(new_ports), port, added)
-                edited = edits.get(key)
-                if edited is None:
-                    ports = set(new_ports)
-                    (ports.add if added else ports.discard)(port)
-                    fresh = tuple(sorted(ports))
-                    edited = edits[key] = self._canon.setdefault(fresh, fresh)
-                new_ports = edited
-        if len(new_ports) > self.max_group_size:
-            return _Fallback.GENERAL
-        if self.is_tor[x]:
-            self.reach[x] = reach[x] | bit if new_ports else reach[x] & ~bit
-        if new_ports == old_ports:
-            return None
-        name = self.topo.names[x]
-        group_by_ports = self.group_by_ports[x]
-        gid = group_by_ports.get(id(new_ports), 0) if new_ports else 0
-        if old_gid and new_ports and not gid and classes[old_gid] == bit:
-            # The destination had a group of its own: change its members, keep its id.
-            del group_by_ports[id(old_ports)]
-            group_by_ports[id(new_ports)] = old_gid
-            self.group_ports[x][old_gid] = new_ports
-            return SwitchDelta(name, (self.group(x, old_gid),), (), (), ())
-        if old_gid:
-            rest = classes[old_gid] ^ bit
-            if rest:
-                classes[old_gid] = rest
+                for port in ports_to.get(p, ()):
+                    key = (id(new_ports), port, added)
+                    edited = edits.get(key)
+                    if edited is None:
+                        ports = set(new_ports)
+                        (ports.add if added else ports.discard)(port)
+                        fresh = tuple(sorted(ports))
+                        edited = edits[key] = canon.setdefault(fresh, fresh)
+                    new_ports = edited
+            if len(new_ports) > limit:
+                fallback.append(x)
+                continue
+            if is_tor[x]:
+                reach[x] = reach[x] | bit if new_ports else reach[x] & ~bit
+            if new_ports is old_ports:
+                continue
+            by_ports = all_by_ports[x]
+            gid = by_ports.get(id(new_ports), 0) if new_ports else 0
+            if old_gid and new_ports and not gid and classes[old_gid] == bit:
+                # The destination had a group of its own: change its members, keep its id.
+                del by_ports[id(old_ports)]
+                by_ports[id(new_ports)] = old_gid
+                all_ports[x][old_gid] = new_ports
+                deltas[names[x]] = SwitchDelta(names[x], (group(x, old_gid),), (), (), ())
+                continue
+            if old_gid:
+                rest = classes[old_gid] ^ bit
+                if rest:
+                    classes[old_gid] = rest
+                else:
+                    del classes[old_gid]
+            upsert_groups: tuple[Group, ...] = ()
+            upserts: tuple[Route, ...] = ()
+            deletes: tuple[Prefix, ...] = ()
+            prefix = prefixes[bit.bit_length() - 1]
+            if new_ports:
+                if not gid:
+                    gid = next_gid[x]
+                    next_gid[x] = gid + 1
+                    by_ports[id(new_ports)] = gid
+                    all_ports[x][gid] = new_ports
+                    upsert_groups = (group(x, gid),)
+                classes[gid] = classes.get(gid, 0) | bit
+                upserts = (Route(prefix, gid),)
             else:
-                del classes[old_gid]
-        upsert_groups: tuple[Group, ...] = ()
-        upserts: tuple[Route, ...] = ()
-        deletes: tuple[Prefix, ...] = ()
-        prefix = self.topo.dest_prefix[bit.bit_length() - 1]
-        if new_ports:
-            if not gid:
-                gid = self.next_gid[x]
-                self.next_gid[x] = gid + 1
-                group_by_ports[id(new_ports)] = gid
-                self.group_ports[x][gid] = new_ports
-                upsert_groups = (self.group(x, gid),)
-            classes[gid] = classes.get(gid, 0) | bit
-            upserts = (Route(prefix, gid),)
-        else:
-            deletes = (prefix,)
-        gone: tuple[int, ...] = ()
-        if old_gid and old_gid not in classes:
-            del group_by_ports[id(old_ports)]
-            del self.group_ports[x][old_gid]
-            gone = (old_gid,)
-        return SwitchDelta(name, upsert_groups, upserts, deletes, gone)
+                deletes = (prefix,)
+            gone: tuple[int, ...] = ()
+            if old_gid and old_gid not in classes:
+                del by_ports[id(old_ports)]
+                del all_ports[x][old_gid]
+                gone = (old_gid,)
+            deltas[names[x]] = SwitchDelta(names[x], upsert_groups, upserts, deletes, gone)
+        return fallback
 
     def _reclassify(self, x: int, mask: int) -> SwitchDelta | None:
         """Re-route the destinations `mask` of x; the delta, or None when nothing changed.
