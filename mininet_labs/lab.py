@@ -22,7 +22,7 @@ from google.protobuf import text_format
 
 from controller.fabric import Fabric
 from controller.intent import load_fabric, to_explicit_yaml
-from mininet_labs.netlinks import LabError, Names, new_tag
+from mininet_labs.netlinks import PREFIX, LabError, Names, new_tag
 from mininet_labs.processes import (
     BIN,
     P4INFO,
@@ -179,7 +179,7 @@ class Lab:
         for sw in self.fabric.switches:
             addr = f"127.0.0.1:{free_port()}"
             ports = self.topology.switch_ports(sw.name)
-            device_id = self.topology.ordinal[sw.name]
+            device_id = self.device_id(sw.name)
             child = self.processes.start(
                 f"switch-{sw.name}", self.target.argv(device_id, addr, ports)
             )
@@ -222,6 +222,13 @@ class Lab:
             signal.signal(sig, self._old_handlers.pop(sig, default))
         if self.run_dir.exists() and not self.failed and not self.options.keep_logs:
             shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def device_id(self, switch: str) -> int:
+        """P4Runtime device id, distinct across concurrent labs: bmv2's notification socket
+        (/tmp/bmv2-<device-id>-notifications.ipc) is shared by every switch on the machine."""
+        return (int(self.names.tag[len(PREFIX) :], 16) % 1000) * 1000 + self.topology.ordinal[
+            switch
+        ]
 
     # -- controller ----------------------------------------------------------------------
 
@@ -290,7 +297,7 @@ class Lab:
             channel = grpc.insecure_channel(self.switch_addr[switch])
             self._channels.append(channel)
             stub = self._p4[switch] = p4r_grpc.P4RuntimeStub(channel)
-        device_id = self.topology.ordinal[switch]
+        device_id = self.device_id(switch)
         out: dict[int, dict[str, int]] = {p: {} for p in ports}
         request = p4r.ReadRequest(device_id=device_id)
         for counter_id in self._counter_ids.values():
