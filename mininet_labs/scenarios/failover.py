@@ -255,7 +255,8 @@ def _result(
     reason = (
         f"{len(cuts)} cuts at {budget.probe_pps} pps: loss p99 local {fmt(lp99)} ms "
         f"(<= {LOCAL_TARGET_MS:g}), remote {fmt(rp99)} ms (<= {REMOTE_TARGET_MS:g}); "
-        f"convergence p99 {fmt(percentile(conv, 99))} ms"
+        f"convergence p99 {fmt(percentile(conv, 99))} ms; loss when links return p99 "
+        f"{fmt(percentile([c.restore_loss_ms for c in cuts], 99))} ms"
     )
     if problems:
         reason += "; " + "; ".join(problems)
