@@ -184,7 +184,15 @@ def _load(lab: Lab, i: Incast) -> str:
     )
 
 
+NO_QOS_MODEL = (
+    "not measurable on {kind}: the lab paces ports only on softswitch (nothing congests "
+    "without a port rate), and bmv2 ignores FabricEgress.pfc_config"
+)
+
+
 def run_ecn(lab: Lab, budget: Budget) -> Result:
+    if lab.target.kind != "softswitch":
+        return Result("ecn", False, NO_QOS_MODEL.format(kind=lab.target.kind))
     i = incast(lab, budget, tos=DSCP_LOSSLESS << 2 | ECT0)
     marks, on_path = i.congested_marks, i.total("ecn_marks")
     metrics: dict[str, float | int | str] = {
@@ -213,6 +221,8 @@ def run_ecn(lab: Lab, budget: Budget) -> Result:
 
 
 def run_pfc(lab: Lab, budget: Budget) -> Result:
+    if lab.target.kind != "softswitch":
+        return Result("pfc", False, NO_QOS_MODEL.format(kind=lab.target.kind))
     on = incast(lab, budget, tos=DSCP_LOSSLESS << 2 | ECT0)
     with contextlib.suppress(LabError):
         lab.wait_converged(timeout_s=5)
