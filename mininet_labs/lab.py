@@ -314,6 +314,19 @@ class Lab:
                 out[entry.index.index][key] = int(data.packet_count)
         return out
 
+    def counters_at(
+        self, ports: Sequence[tuple[str, int]]
+    ) -> dict[tuple[str, int], dict[str, int]]:
+        """counters() for (switch, port) pairs on any switches."""
+        by_switch: dict[str, list[int]] = {}
+        for sw, port in ports:
+            by_switch.setdefault(sw, []).append(port)
+        out: dict[tuple[str, int], dict[str, int]] = {}
+        for sw, numbers in by_switch.items():
+            for port, values in self.counters(sw, numbers).items():
+                out[(sw, port)] = values
+        return out
+
     # -- traffic -------------------------------------------------------------------------
 
     def _python(self, *args: str) -> list[str]:

@@ -89,17 +89,6 @@ def _flows(lab: Lab, senders: list[Nic], dst: Nic, tos: int) -> list[FlowSpec]:
     return flows
 
 
-def _read(lab: Lab, ports: list[Port]) -> dict[Port, dict[str, int]]:
-    by_switch: dict[str, list[int]] = {}
-    for sw, port in ports:
-        by_switch.setdefault(sw, []).append(port)
-    out: dict[Port, dict[str, int]] = {}
-    for sw, numbers in by_switch.items():
-        for port, values in lab.counters(sw, numbers).items():
-            out[(sw, port)] = values
-    return out
-
-
 def incast(lab: Lab, budget: Budget, tos: int) -> Incast:
     tor, dst_tor = tor_pair(lab)
     senders = nics_on(lab, tor)[:2]
@@ -116,7 +105,7 @@ def incast(lab: Lab, budget: Budget, tos: int) -> Incast:
     )
     congested = (paths[0][-1].switch_name, paths[0][-1].egress_port)
     rate_pps = LOAD * lab.options.port_rate_mbps * 1e6 / 8 / FRAME
-    before = _read(lab, ports)
+    before = lab.counters_at(ports)
     with lab.receiver(dst.host, f"incast-recv-{tos}") as out:
         running = [
             lab.start_sender(
@@ -132,7 +121,7 @@ def incast(lab: Lab, budget: Budget, tos: int) -> Incast:
         ]
         summaries = [lab.finish_sender(s, timeout_s=budget.incast_s + 60) for s in running]
         time.sleep(DRAIN_S)  # the congested queue drains before the receiver stops
-    after = _read(lab, ports)
+    after = lab.counters_at(ports)
     packets = [p for p in lab.records(out) if p.flow in {f.flow for f in flows}]
     return Incast(
         congested,

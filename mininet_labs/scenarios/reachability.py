@@ -28,6 +28,8 @@ def run(lab: Lab, budget: Budget) -> Result:
             flows_by_host.setdefault(src.host, []).append(flow(fid, src, dst, 20000 + fid))
     received: dict[int, set[int]] = {fid: set() for fid in pairs}
     sent: dict[int, int] = {}
+    host_ports = [(n.switch, n.port) for n in nics]
+    before = lab.counters_at(host_ports)
     with contextlib.ExitStack() as stack:
         files = [
             stack.enter_context(lab.receiver(host, f"reach-recv-{host}"))
@@ -47,6 +49,14 @@ def run(lab: Lab, budget: Budget) -> Result:
             for fid, n in lab.finish_sender(s)["sent"].items():
                 sent[int(fid)] = n
         time.sleep(0.3)  # the last datagrams in flight
+    after = lab.counters_at(host_ports)
+    # Each NIC's datagrams must enter the fabric on its own ToR port (policy routing by
+    # source address): the ToR port's receive counter grew by exactly what the NIC sent.
+    from_nic = [
+        sum(sent.get(f, 0) for f, (i, _) in pairs.items() if i == k) for k in range(len(nics))
+    ]
+    entered = [after[hp]["rx_packets"] - before[hp]["rx_packets"] for hp in host_ports]
+    own_port = sum(1 for k in range(len(nics)) if entered[k] == from_nic[k])
     for path in files:
         for p in lab.records(path):
             if p.flow in received:
@@ -79,6 +89,7 @@ def run(lab: Lab, budget: Budget) -> Result:
         "same_rail_loss_pct": round(loss(same), 3),
         "cross_rail_loss_pct": round(loss(cross), 3),
         "loss_pct": round(loss(list(pairs)), 3),
+        "nics_entering_on_own_tor_port": own_port,
     }
     total_loss = loss(list(pairs))
     if unreachable:
@@ -86,9 +97,18 @@ def run(lab: Lab, budget: Budget) -> Result:
         reason = f"{len(unreachable)}/{len(pairs)} pairs unreachable: {bad}"
         passed = False
     else:
-        passed = total_loss <= 1.0
+        passed = total_loss <= 1.0 and own_port == len(nics)
         reason = (
             f"all {len(pairs)} NIC pairs reachable ({len(same)} same rail, {len(cross)} across "
-            f"rails), loss {total_loss:.2f}%" + ("" if passed else " (> 1%)")
+            f"rails), loss {total_loss:.2f}%"
+            + ("" if total_loss <= 1.0 else " (> 1%)")
+            + f"; {own_port}/{len(nics)} NICs sent everything through their own ToR port"
         )
-    return Result("reachability", passed, reason, metrics, (matrix,))
+    ports = Table(
+        ("NIC", "ToR port", "datagrams sent", "received by that port"),
+        tuple(
+            (n.full_name, f"{n.switch}:{n.port}", str(from_nic[k]), str(entered[k]))
+            for k, n in enumerate(nics)
+        ),
+    )
+    return Result("reachability", passed, reason, metrics, (matrix, ports))

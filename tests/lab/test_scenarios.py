@@ -20,6 +20,8 @@ def test_reachability_every_nic_pair_same_rail_and_across(lab: Lab) -> None:
     assert (m["pairs"], m["same_rail_pairs"], m["cross_rail_pairs"]) == (48, 24, 24)
     assert m["pairs_reachable"] == 48, r.reason
     assert float(m["loss_pct"]) <= 1.0
+    # Policy routing: every NIC's datagrams entered the fabric on its own ToR port.
+    assert m["nics_entering_on_own_tor_port"] == 8
     assert r.passed
 
 
