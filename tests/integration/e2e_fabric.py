@@ -1,0 +1,228 @@
+"""Helpers of the end-to-end fabric tests (test_fabric_e2e.py) on a running `mininet_labs.lab.Lab`:
+the switches' real forwarding state read back over P4Runtime and decoded with the agent's own
+codec, the egress ports that state gives a destination, restarts of the lab's processes with
+their original command lines, a sequence-numbered probe, and waiting on the controller."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TypeVar
+
+import grpc
+from finsy.proto import p4r, p4r_grpc
+
+from agent.codec import Codec, load_p4info
+from agent.translate import GroupEntry, MemberEntry, NextEntry, Pipeline, RouteEntry
+from controller.fabric import Nic, ipv4_str
+from mininet_labs.lab import LAB_PORT, Lab
+from mininet_labs.processes import DIE_WITH_PARENT, P4INFO, Child, wait_listening
+from mininet_labs.traffic import FlowSpec
+from railfabric.v1 import admin_pb2
+
+T = TypeVar("T")
+
+WROTE_RE = re.compile(r"wrote (\d+) updates \(generation (\d+)\)")
+REPAIR_RE = re.compile(r"port (\d+) down: (\d+) groups repaired in ([\d.]+) ms")
+
+
+def wait_for(
+    what: str, probe: Callable[[], T | None], timeout_s: float, every_s: float = 0.05
+) -> T:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if value is not None:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(every_s)
+
+
+# -- the switches' real state ---------------------------------------------------------------
+
+
+class SwitchReader:
+    """Reads every entry the agent owns back from a switch (a wildcard P4Runtime Read, open to
+    any client) and decodes it with the agent's codec."""
+
+    def __init__(self, lab: Lab) -> None:
+        self.lab = lab
+        self.codec = Codec(load_p4info(P4INFO))
+        self._stubs: dict[str, p4r_grpc.P4RuntimeStub] = {}
+        self._channels: list[grpc.Channel] = []
+
+    def stub(self, switch: str) -> p4r_grpc.P4RuntimeStub:
+        stub = self._stubs.get(switch)
+        if stub is None:
+            channel = grpc.insecure_channel(self.lab.switch_addr[switch])
+            self._channels.append(channel)
+            stub = self._stubs[switch] = p4r_grpc.P4RuntimeStub(channel)
+        return stub
+
+    def device_id(self, switch: str) -> int:
+        return self.lab.device_id(switch)
+
+    def pipeline(self, switch: str) -> Pipeline:
+        request = p4r.ReadRequest(
+            device_id=self.device_id(switch), entities=self.codec.read_requests()
+        )
+        entities = [
+            e for reply in self.stub(switch).Read(request, timeout=10) for e in reply.entities
+        ]
+        pipeline, _ = self.codec.decode_all(entities)
+        return pipeline
+
+    def close(self) -> None:
+        for channel in self._channels:
+            channel.close()
+
+
+def egress_ports(pipeline: Pipeline, dst: int) -> frozenset[int]:
+    """The ports a switch holding `pipeline` can send a packet for `dst` out of: longest
+    prefix match, next entry, group, the members' ports. Empty when nothing matches."""
+    best: RouteEntry | None = None
+    for route in pipeline.of_type(RouteEntry):
+        assert isinstance(route, RouteEntry)
+        mask = ((1 << route.length) - 1) << (32 - route.length)
+        if dst & mask == route.address and (best is None or route.length > best.length):
+            best = route
+    if best is None:
+        return frozenset()
+    nxt = pipeline.entries.get(("next", best.next_id))
+    if not isinstance(nxt, NextEntry):
+        return frozenset()
+    group = pipeline.entries.get(("group", nxt.group_id))
+    if not isinstance(group, GroupEntry):
+        return frozenset()
+    ports = set()
+    for ref in group.members:
+        member = pipeline.entries.get(("member", ref.member_id))
+        assert isinstance(member, MemberEntry), f"group {group.group_id}: no member {ref}"
+        ports.add(member.port)
+    return frozenset(ports)
+
+
+def groups_watching(pipeline: Pipeline, port: int) -> list[int]:
+    """Ids of the groups that still hold a member on `port`."""
+    return [
+        g.group_id
+        for g in pipeline.of_type(GroupEntry)
+        if isinstance(g, GroupEntry) and any(m.watch_port == port for m in g.members)
+    ]
+
+
+# -- processes ------------------------------------------------------------------------------
+
+
+def argv_of(child: Child) -> list[str]:
+    """The command line the lab started `child` with (without the die-with-parent prefix)."""
+    args = [str(a) for a in child.proc.args]  # type: ignore[union-attr]
+    assert args[: len(DIE_WITH_PARENT)] == DIE_WITH_PARENT, args
+    return args[len(DIE_WITH_PARENT) :]
+
+
+def restart_agent(lab: Lab, switch: str) -> Child:
+    """Stop the switch's agent (SIGTERM) and start it again with the same arguments."""
+    old = lab.agents[switch]
+    argv = argv_of(old)
+    lab.processes.stop(old)
+    new = lab.processes.start(old.name, argv)
+    lab.agents[switch] = new
+    return new
+
+
+def controller_child(lab: Lab) -> Child:
+    return next(c for c in lab.processes.children if c.name == "controller")
+
+
+def restart_controller(lab: Lab) -> Child:
+    """Stop the controller and start it again with the same arguments (same --state-dir and
+    --listen address, so the agents find it again)."""
+    old = controller_child(lab)
+    argv = argv_of(old)
+    lab.processes.stop(old)
+    new = lab.processes.start(old.name, argv)
+    assert new.log is not None
+    wait_listening(lab.controller_addr, 20, new.proc, new.log)
+    return new
+
+
+def log_size(child: Child) -> int:
+    return child.log.stat().st_size if child.log is not None and child.log.exists() else 0
+
+
+def log_since(child: Child, offset: int) -> str:
+    """What `child`'s log file (shared by restarts of the same name) gained after `offset`."""
+    if child.log is None or not child.log.exists():
+        return ""
+    with child.log.open("rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace")
+
+
+def updates_written(log: str) -> int:
+    """P4Runtime updates the agent says it wrote (it logs every sync that wrote something)."""
+    return sum(int(m[1]) for m in WROTE_RE.finditer(log))
+
+
+# -- controller -----------------------------------------------------------------------------
+
+
+def events_since(lab: Lab, wall_ns: int) -> list[admin_pb2.Event]:
+    return [e for e in lab.events(limit=5000) if e.wall_ns >= wall_ns]
+
+
+def switch_status(lab: Lab) -> dict[str, admin_pb2.SwitchStatus]:
+    reply = lab.admin.ListSwitches(admin_pb2.ListSwitchesRequest(), timeout=5)
+    return {s.info.name: s for s in reply.switches}
+
+
+def all_converged(lab: Lab) -> bool:
+    try:
+        status = switch_status(lab)
+        down = lab.admin.ListLinks(admin_pb2.ListLinksRequest(only_down=True), timeout=5).links
+    except grpc.RpcError:
+        return False
+    return not down and all(s.connected and s.converged for s in status.values())
+
+
+# -- traffic --------------------------------------------------------------------------------
+
+
+def udp_flow(fid: int, src: Nic, dst: Nic, sport: int) -> FlowSpec:
+    return FlowSpec(fid, ipv4_str(src.ipv4), ipv4_str(dst.ipv4), sport, LAB_PORT, 0)
+
+
+@dataclass
+class ProbeResult:
+    sent: int
+    received: set[int]
+
+    @property
+    def missing(self) -> list[int]:
+        return sorted(set(range(self.sent)) - self.received)
+
+
+@contextlib.contextmanager
+def probe(lab: Lab, src: Nic, dst: Nic, name: str, rate_pps: float = 500) -> Iterator[ProbeResult]:
+    """A sequence-numbered UDP flow src -> dst for the duration of the block; afterwards the
+    result holds what was sent and which sequence numbers arrived."""
+    flow = udp_flow(0, src, dst, 40000)
+    result = ProbeResult(0, set())
+    with lab.receiver(dst.host, f"{name}-recv") as out:
+        sender = lab.start_sender(
+            src.host, f"{name}-send", [flow], rate_pps=rate_pps, duration_s=3600
+        )
+        try:
+            time.sleep(0.3)
+            yield result
+        finally:
+            summary = lab.stop_sender(sender)
+            time.sleep(0.3)  # the last datagrams in flight
+    sent = summary["sent"]
+    result.sent = int(sent.get("0", 0)) if isinstance(sent, dict) else 0
+    result.received = {p.seq for p in lab.records(out) if p.flow == 0}

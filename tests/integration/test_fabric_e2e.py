@@ -1,0 +1,480 @@
+"""The whole system end to end (issue 5, "how it will be checked"): the controller daemon, one
+softswitch and one agent per switch, hosts in namespaces, on examples/lab-2rail.yaml, built and
+driven by `mininet_labs.lab.Lab`. One lab serves the module; each test puts back what it
+changes (cables, processes) and leaves the fabric converged.
+
+What the lab tier (tests/lab) already judges is not repeated here: ECMP vs prediction, loss
+windows, QoS, and a miswire's alarms on all four ports with Diagnose. These tests look at the
+switches' real state instead: P4Runtime entries read back from softswitch, port counters, the
+agents' own logs of what they wrote, and sequence-numbered probes."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from finsy.proto import p4r
+
+from agent.translate import RouteEntry
+from controller.fabric import Nic
+from mininet_labs.lab import Lab
+from mininet_labs.processes import REPO, free_port, make_target
+from mininet_labs.traffic import FlowSpec
+from railfabric.v1 import admin_pb2
+from tests.integration.e2e_fabric import (
+    REPAIR_RE,
+    SwitchReader,
+    all_converged,
+    argv_of,
+    egress_ports,
+    events_since,
+    groups_watching,
+    log_since,
+    log_size,
+    probe,
+    restart_agent,
+    restart_controller,
+    switch_status,
+    udp_flow,
+    updates_written,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration
+
+LAB_FABRIC = REPO / "examples" / "lab-2rail.yaml"
+LLDP_INTERVAL_S = 1.0
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[Lab]:
+    with Lab(LAB_FABRIC, make_target("softswitch", 20.0)) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def reader(lab: Lab) -> Iterator[SwitchReader]:
+    r = SwitchReader(lab)
+    try:
+        yield r
+    finally:
+        r.close()
+
+
+@pytest.fixture(autouse=True)
+def converged_before_and_after(lab: Lab) -> Iterator[None]:
+    """Every test starts on a converged fabric and must leave one behind."""
+    wait_for("the fabric to converge", lambda: True if all_converged(lab) else None, 30)
+    yield
+    wait_for("the fabric to converge again", lambda: True if all_converged(lab) else None, 30)
+
+
+def nic(lab: Lab, full_name: str) -> Nic:
+    return lab.topology.nic(full_name).nic
+
+
+# -- convergence and reachability ------------------------------------------------------
+
+
+def test_all_agents_converge_and_every_nic_pair_is_reachable(
+    lab: Lab, reader: SwitchReader
+) -> None:
+    status = switch_status(lab)
+    assert sorted(status) == sorted(s.name for s in lab.fabric.switches)
+    for name, st in status.items():
+        assert st.connected and st.converged, name
+        assert st.applied_generation == st.desired_generation >= 1, name
+        # The switch really holds the routes the controller counts for it (read back).
+        assert len(reader.pipeline(name).of_type(RouteEntry)) == st.route_count, name
+
+    nics = list(lab.fabric.nics)
+    pairs = [(a, b) for a in nics for b in nics if a.host != b.host]
+    assert len(pairs) == 48
+    flows_by_host: dict[str, list[FlowSpec]] = {}
+    for fid, (a, b) in enumerate(pairs):
+        flows_by_host.setdefault(a.host, []).append(udp_flow(fid, a, b, 20000 + fid))
+    received: set[int] = set()
+    with contextlib.ExitStack() as stack:
+        files = [
+            stack.enter_context(lab.receiver(h, f"e2e-reach-recv-{h}")) for h in lab.topology.hosts
+        ]
+        senders = [
+            lab.start_sender(h, f"e2e-reach-send-{h}", flows, rate_pps=400, count=5)
+            for h, flows in flows_by_host.items()
+        ]
+        for s in senders:
+            lab.finish_sender(s, timeout_s=30)
+        time.sleep(0.3)
+    for path in files:
+        received |= {p.flow for p in lab.records(path)}
+    unreachable = [
+        f"{a.full_name}->{b.full_name}" for fid, (a, b) in enumerate(pairs) if fid not in received
+    ]
+    assert not unreachable
+
+
+# -- controller restart ----------------------------------------------------------------
+
+
+def _restart_controller_and_check(lab: Lab, reader: SwitchReader) -> None:
+    src, dst = nic(lab, "srv-b1-s1/nic2"), nic(lab, "srv-b2-s2/nic2")
+    before = switch_status(lab)
+    held = {name: reader.pipeline(name) for name in before}
+    offsets = {name: log_size(child) for name, child in lab.agents.items()}
+    with probe(lab, src, dst, "e2e-ctl-restart") as result:
+        restart_wall = time.time_ns()
+        restart_controller(lab)
+
+        def reconnected() -> bool | None:
+            ups = {e.switch_name for e in events_since(lab, restart_wall) if e.kind == "session_up"}
+            return True if ups == set(before) and all_converged(lab) else None
+
+        wait_for("every agent to reconnect", reconnected, timeout_s=30)
+        time.sleep(0.5)
+    after = switch_status(lab)
+    events = events_since(lab, restart_wall)
+    assert [e for e in events if e.kind == "pushed"] == []
+    for name, s in after.items():
+        log = log_since(lab.agents[name], offsets[name])
+        assert "session" in log, f"{name} did not log its reconnection"
+        # Same generation as before the restart: no new state was made or sent, and the
+        # agent wrote nothing.
+        assert (s.desired_generation, s.applied_generation, updates_written(log)) == (
+            before[name].desired_generation,
+            before[name].desired_generation,
+            0,
+        ), (name, log)
+        assert reader.pipeline(name) == held[name], name
+    assert result.sent >= 500 and not result.missing, (result.sent, result.missing[:10])
+
+
+def test_controller_restart_resumes_without_pushing_anything(
+    lab: Lab, reader: SwitchReader
+) -> None:
+    """Same --state-dir: agents reconnect, their Hello matches what the controller stored,
+    nothing is sent, nothing is written, traffic through the fabric loses nothing."""
+    _restart_controller_and_check(lab, reader)
+
+
+# -- restarts under traffic ------------------------------------------------------------
+
+
+def test_agent_restart_under_traffic_writes_nothing_and_loses_nothing(
+    lab: Lab, reader: SwitchReader
+) -> None:
+    src, dst = nic(lab, "srv-b1-s1/nic1"), nic(lab, "srv-b2-s1/nic1")
+    switch = src.switch  # the probe's first hop: the probe crosses it
+    before = reader.pipeline(switch)
+    offset = log_size(lab.agents[switch])
+    with probe(lab, src, dst, "e2e-agent-restart") as result:
+        restart_wall = time.time_ns()
+        restart_agent(lab, switch)
+
+        def back() -> bool | None:
+            # Its Hello (applied generation 0 after a restart) made the controller send the
+            # full state; converged means the new agent applied it.
+            ups = [
+                e
+                for e in events_since(lab, restart_wall)
+                if e.kind == "session_up" and e.switch_name == switch
+            ]
+            s = switch_status(lab)[switch]
+            return True if ups and s.connected and s.converged else None
+
+        wait_for(f"the restarted agent of {switch} to apply its state", back, timeout_s=30)
+        time.sleep(0.5)
+    log = log_since(lab.agents[switch], offset)
+    assert "primary (election id" in log and "adopted the" in log, log
+    assert updates_written(log) == 0, log
+    assert reader.pipeline(switch) == before
+    assert result.sent >= 500 and not result.missing, (result.sent, result.missing[:10])
+
+
+# -- a second agent with a lower election id ---------------------------------------------
+
+
+def _with(argv: list[str], option: str, value: str) -> list[str]:
+    i = argv.index(option)
+    return [*argv[: i + 1], value, *argv[i + 2 :]]
+
+
+def test_a_second_agent_with_a_lower_election_id_cannot_write(
+    lab: Lab, reader: SwitchReader
+) -> None:
+    src, dst = nic(lab, "srv-b1-s2/nic1"), nic(lab, "srv-b2-s2/nic1")
+    switch = src.switch
+    primary_argv = argv_of(lab.agents[switch])
+    primary_id = int(primary_argv[primary_argv.index("--election-id") + 1])
+    # A controller address where nothing listens: a second session under the same switch
+    # name would replace the primary agent's controller session, which is the controller's
+    # business (tested there); here only the P4Runtime election is under test.
+    argv = _with(
+        _with(primary_argv, "--election-id", str(primary_id - 5)),
+        "--controller",
+        f"127.0.0.1:{free_port()}",
+    )
+    before = reader.pipeline(switch)
+    primary_offset = log_size(lab.agents[switch])
+    with probe(lab, src, dst, "e2e-backup") as result:
+        backup = lab.processes.start(f"e2e-backup-agent-{switch}", argv)
+        try:
+            wait_for(
+                "the second agent to be told it is a backup",
+                lambda: (
+                    True
+                    if f"backup, primary election id is {primary_id}" in log_since(backup, 0)
+                    else None
+                ),
+                timeout_s=20,
+            )
+            # What it would write, written with its election id, is refused by the target.
+            route = sorted(before.of_type(RouteEntry), key=lambda r: r.key)[0]
+            assert isinstance(route, RouteEntry)
+            update = p4r.Update(type=p4r.Update.MODIFY)
+            reader.codec.fill(
+                update.entity, RouteEntry(route.address, route.length, route.next_id + 1000)
+            )
+            request = p4r.WriteRequest(
+                device_id=reader.device_id(switch),
+                election_id=p4r.Uint128(low=primary_id - 5),
+                updates=[update],
+                atomicity=p4r.WriteRequest.CONTINUE_ON_ERROR,
+            )
+            with pytest.raises(grpc.RpcError) as refused:
+                reader.stub(switch).Write(request, timeout=5)
+            assert refused.value.code() is grpc.StatusCode.PERMISSION_DENIED
+            # Long enough for its LLDP and reconcile attempts to have been made.
+            time.sleep(2 * LLDP_INTERVAL_S)
+        finally:
+            lab.processes.stop(backup)
+    log = log_since(backup, 0)
+    assert "primary (election id" not in log and updates_written(log) == 0, log
+    assert reader.pipeline(switch) == before
+    # The primary agent never lost the switch and its controller session stayed up.
+    assert "backup" not in log_since(lab.agents[switch], primary_offset)
+    assert switch_status(lab)[switch].converged
+    assert result.sent >= 500 and not result.missing, (result.sent, result.missing[:10])
+
+
+# -- link cut ------------------------------------------------------------------------------
+
+
+def _uplinks_to(lab: Lab, spine: str) -> dict[str, int]:
+    """ToR -> its port cabled to `spine`."""
+    out = {}
+    for c in lab.topology.cables.values():
+        link = c.link
+        if link.b == spine:
+            out[link.a] = link.a_port
+        elif link.a == spine:
+            out[link.b] = link.b_port
+    return out
+
+
+def _first_event(
+    events: list[admin_pb2.Event], kind: str, text: str = "", switch: str = "", port: int = 0
+) -> int:
+    for i, e in enumerate(events):
+        if (
+            e.kind == kind
+            and text in e.message
+            and (not switch or (e.switch_name, e.port) == (switch, port))
+        ):
+            return i
+    raise AssertionError(
+        f"no {kind} event {text!r} {switch}:{port} in {[(e.kind, e.message) for e in events]}"
+    )
+
+
+def test_link_cut_is_repaired_locally_then_globally_and_nothing_uses_it(
+    lab: Lab, reader: SwitchReader
+) -> None:
+    dst = nic(lab, "srv-b2-s1/nic1")
+    dst_tor = dst.switch
+    # The cable from the destination's ToR to its first spine: after the cut that spine
+    # cannot reach the destination, so no other ToR may send it traffic for it.
+    link = sorted(
+        (c.link for c in lab.topology.cables.values() if dst_tor in (c.link.a, c.link.b)),
+        key=lambda x: x.key,
+    )[0]
+    key = link.key
+    tor_port = link.a_port if link.a == dst_tor else link.b_port
+    spine, spine_port = (link.b, link.b_port) if link.a == dst_tor else (link.a, link.a_port)
+    uplink = {t: p for t, p in _uplinks_to(lab, spine).items() if t != dst_tor}
+    assert len(uplink) == 3
+    for t, port in uplink.items():
+        # Before the cut every other ToR does use that spine for the destination: the
+        # checks below can fail.
+        assert port in egress_ports(reader.pipeline(t), dst.ipv4), t
+
+    offsets = {s: log_size(lab.agents[s]) for s in (dst_tor, spine)}
+    cut_wall = time.time_ns()
+    lab.topology.cut(key)
+    try:
+        converged = wait_for(
+            f"the controller's converged event for {key}",
+            lambda: next(
+                (
+                    e
+                    for e in events_since(lab, cut_wall)
+                    if e.kind == "converged" and f"link {key}:" in e.message
+                ),
+                None,
+            ),
+            timeout_s=15,
+        )
+        events = events_since(lab, cut_wall)
+
+        # Locally first: both ends took the port out of their groups on carrier loss (one
+        # Write each, logged by the agent after the commit) and only then reported it; the
+        # first report is what made the controller recompute and push.
+        for switch, port in ((dst_tor, tor_port), (spine, spine_port)):
+            repairs = [
+                m
+                for m in REPAIR_RE.finditer(log_since(lab.agents[switch], offsets[switch]))
+                if int(m[1]) == port
+            ]
+            assert repairs and int(repairs[0][2]) > 0, f"{switch}:{port} was not repaired locally"
+            i = _first_event(events, "port_down", "groups repaired locally", switch, port)
+            assert events[i].wall_ns <= converged.wall_ns
+        first_report = min(
+            _first_event(events, "port_down", "", s, p)
+            for s, p in ((dst_tor, tor_port), (spine, spine_port))
+        )
+        assert "groups repaired locally" in events[first_report].message
+        # Then globally: link_down, deltas pushed to every other ToR, converged.
+        i_down = _first_event(events, "link_down", f"link {key} leaves routing")
+        pushed = {e.switch_name: i for i, e in enumerate(events) if e.kind == "pushed"}
+        i_conv = events.index(converged)
+        assert first_report < i_down < min(pushed.values())
+        assert max(pushed.values()) < i_conv
+        assert set(uplink) <= set(pushed)
+
+        # The switches' real state: no group holds a member on either end of the dead link,
+        # and no ToR sends the destination's traffic to the spine that lost it.
+        assert groups_watching(reader.pipeline(dst_tor), tor_port) == []
+        assert groups_watching(reader.pipeline(spine), spine_port) == []
+        for t, port in uplink.items():
+            ports = egress_ports(reader.pipeline(t), dst.ipv4)
+            assert ports and port not in ports, (t, sorted(ports))
+
+        # And the packets: 16 flows from a NIC on each other ToR to the destination; the
+        # uplinks to the cut-off spine carry nothing but LLDP, every datagram arrives.
+        sources = [n for n in lab.fabric.nics if n.switch in uplink and n.host != dst.host]
+        by_tor = {n.switch: n for n in sorted(sources, key=lambda n: n.full_name)}
+        assert sorted(by_tor) == sorted(uplink)
+        count = 10
+        before = {t: lab.counters(t, [1, 2, 3, 4]) for t in uplink}
+        started = time.monotonic()
+        with lab.receiver(dst.host, "e2e-cut-recv") as out:
+            senders = []
+            flows_of: dict[str, list[int]] = {}
+            for k, (t, src) in enumerate(sorted(by_tor.items())):
+                flows = [udp_flow(100 * k + i, src, dst, 30000 + i) for i in range(16)]
+                flows_of[t] = [f.flow for f in flows]
+                senders.append(
+                    lab.start_sender(
+                        src.host, f"e2e-cut-send-{k}", flows, rate_pps=800, count=count
+                    )
+                )
+            for s in senders:
+                lab.finish_sender(s, timeout_s=30)
+            time.sleep(0.3)
+        elapsed = time.monotonic() - started
+        after = {t: lab.counters(t, [1, 2, 3, 4]) for t in uplink}
+        got = {(p.flow, p.seq) for p in lab.records(out)}
+        lldp_allowance = math.ceil(elapsed / LLDP_INTERVAL_S) + 2
+        for t, port in uplink.items():
+            tx = {p: after[t][p]["tx_packets"] - before[t][p]["tx_packets"] for p in (3, 4)}
+            other = 7 - port  # the ToR's other uplink (ports 3 and 4)
+            assert tx[port] <= lldp_allowance, (t, tx)
+            assert tx[other] >= 16 * count, (t, tx)
+            missing = [(f, s) for f in flows_of[t] for s in range(count) if (f, s) not in got]
+            assert not missing, (t, missing[:5])
+    finally:
+        restore_wall = time.time_ns()
+        lab.topology.restore(key)
+        wait_for(
+            f"{key} to return to routing",
+            lambda: (
+                True
+                if any(
+                    e.kind == "converged" and f"link {key}:" in e.message
+                    for e in events_since(lab, restore_wall)
+                )
+                else None
+            ),
+            timeout_s=lab.options.hold_down_s + 15,
+        )
+    # Back in routing: the other ToRs use that spine for the destination again.
+    for t, port in uplink.items():
+        assert port in egress_ports(reader.pipeline(t), dst.ipv4), t
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="controller: after a link cut and restore the incremental core renames a spine's "
+    "group (lab-2rail spine-p1-1: tor-r1-b2's /29 moves from group 3 to 5); a restarted "
+    "controller recomputes the full state with the original ids, the digest differs from the "
+    "stored one, the generation is bumped and the agent rewrites 5 updates",
+)
+def test_controller_restart_after_a_link_flap_pushes_nothing(
+    lab: Lab, reader: SwitchReader
+) -> None:
+    """Runs after the cut-and-restore test: the fabric has link history now."""
+    _restart_controller_and_check(lab, reader)
+
+
+# -- miswire -------------------------------------------------------------------------------
+
+
+def _miswire_alarms(lab: Lab) -> dict[tuple[str, int], str]:
+    alarms = lab.admin.ListAlarms(admin_pb2.ListAlarmsRequest(), timeout=5).alarms
+    return {(a.switch_name, a.port): a.message for a in alarms if a.kind == "miswire"}
+
+
+def test_miswire_alarm_survives_a_controller_restart_and_clears_when_fixed(lab: Lab) -> None:
+    """The lab tier checks the four alarms and Diagnose; this checks that the alarm is kept
+    in the controller's store across a restart, and cleared once the cable is put back."""
+    cables = sorted(lab.topology.cables.values(), key=lambda c: c.link.key)
+    first, second = next(
+        (x.link, y.link)
+        for x in cables
+        for y in cables
+        if x.link.b == y.link.b and x.link.a != y.link.a
+    )
+    # After the swap, first's a-end hears second's b-end.
+    end, expected, heard = (
+        (first.a, first.a_port),
+        (first.b, first.b_port),
+        (second.b, second.b_port),
+    )
+    lab.topology.swap_far_ends(first.key, second.key)
+    try:
+        alarms = wait_for(
+            f"a miswire alarm on {end}",
+            lambda: found if end in (found := _miswire_alarms(lab)) else None,
+            timeout_s=20,
+            every_s=0.1,
+        )
+        message = alarms[end]
+        assert f"{end[0]} port {end[1]}" in message, message
+        assert f"{expected[0]} port {expected[1]}" in message, message
+        assert f"{heard[0]} port {heard[1]}" in message, message
+        restart_controller(lab)
+        # Straight from the store, before any agent had a chance to report again.
+        assert end in _miswire_alarms(lab)
+        wait_for("agents to reconnect", lambda: True if all_converged(lab) else None, timeout_s=30)
+        assert end in _miswire_alarms(lab)
+    finally:
+        lab.topology.repatch([first.key, second.key])
+    wait_for(
+        "the miswire alarms to clear",
+        lambda: True if not _miswire_alarms(lab) else None,
+        timeout_s=20,
+        every_s=0.1,
+    )
