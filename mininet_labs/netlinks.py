@@ -67,7 +67,12 @@ def ip_batch(lines: Sequence[str], netns: str | None = None) -> None:
 
 
 def sysctl(settings: dict[str, str], netns: str | None = None) -> None:
-    argv = ["sysctl", "-q", "-w", *(f"{k}={v}" for k, v in settings.items())]
+    """Write /proc/sys keys (in `netns` when given) with one shell, so the labs need no
+    procps: /proc/sys/net shows the namespace of the process that opens it."""
+    script = "; ".join(
+        f"echo {value} > /proc/sys/{key.replace('.', '/')}" for key, value in settings.items()
+    )
+    argv = ["sh", "-e", "-c", script]
     run(["ip", "netns", "exec", netns, *argv] if netns else argv)
 
 
