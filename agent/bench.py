@@ -8,8 +8,14 @@
 - Programming: the largest switch of the ref-100k fabric (routes and groups from the
   controller's routing) written from scratch into softswitch by the agent's writer (entries
   and entries per second); `--fabric synthetic` programs a synthetic state instead.
-- Global convergence needs the controller daemon and the lab fabric; it is not measured here
-  and is reported as null.
+- Global convergence: the lab fabric (examples/lab-2rail.yaml) run by `mininet_labs.lab.Lab`
+  (controller daemon, softswitch and agent processes, cables through a wire namespace); a
+  switch-to-switch cable is pulled (both ends lose carrier) >= 20 times, cycling over every
+  cable so flap damping never holds one back, and restored after each cut, waiting for the
+  hold-down to return it to routing before the next cut. Each cut's figure is the
+  controller's own "converged" event: the first agent's netlink event (its PortStatus wall
+  time) -> the last Applied of the deltas it caused, split into report (PortStatus received),
+  recompute and push+apply; detection (cable pulled -> netlink event) is measured beside it.
 
 Needs root (namespaces) and `railfabric-softswitch`."""
 
@@ -20,21 +26,25 @@ import asyncio
 import collections
 import contextlib
 import json
+import re
 import socket
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from agent.codec import Codec, load_p4info
 from agent.p4client import P4Target, PacketIn
 from agent.ports import PortMonitor
 from agent.writer import Writer
 from railfabric.digest import state_digest
-from railfabric.v1 import control_pb2, state_pb2
+from railfabric.v1 import admin_pb2, control_pb2, state_pb2
+
+T = TypeVar("T")
 
 REPO = Path(__file__).resolve().parent.parent
 SOFTSWITCH = Path(sys.executable).parent / "railfabric-softswitch"
@@ -283,6 +293,103 @@ async def measure_programming(state: state_pb2.DesiredState) -> tuple[int, float
     return applied.updates_written, seconds
 
 
+CONVERGED_RE = re.compile(
+    r"link (?P<link>\S+): (?P<switches>\d+) switches applied (?P<objects>\d+) objects "
+    r"(?P<total>[\d.]+) ms after the event \(report (?P<report>[\d.]+) ms, "
+    r"compute (?P<compute>[\d.]+) ms\)"
+)
+
+
+@dataclass(frozen=True)
+class CutFigures:
+    """One link cut, in ms. total = event -> last Applied (the convergence figure)."""
+
+    link: str
+    detect: float  # cable pulled -> the first agent's netlink event
+    report: float  # -> the controller has the PortStatus
+    compute: float  # -> deltas computed
+    push_applied: float  # -> the last affected switch's Applied
+    total: float
+    switches: int
+
+
+def _converged_event(
+    events: Iterable[admin_pb2.Event], link: str, after_wall_ns: int
+) -> admin_pb2.Event | None:
+    """The controller's "converged" event for `link` at or after `after_wall_ns`."""
+    for e in events:
+        if e.kind == "converged" and e.wall_ns >= after_wall_ns:
+            m = CONVERGED_RE.search(e.message)
+            if m and m["link"] == link:
+                return e
+    return None
+
+
+def _wait(what: str, probe: Callable[[], T | None], timeout_s: float) -> T:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if value is not None:
+            return value
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(0.02)
+
+
+def measure_convergence(cuts: int, fabric: Path) -> list[CutFigures]:
+    """Pull and restore the lab fabric's cables `cuts` times (see the module docstring)."""
+    # Bench-only dependencies: the lab harness and its admin API client.
+    from mininet_labs.lab import Lab  # noqa: PLC0415
+    from mininet_labs.processes import make_target  # noqa: PLC0415
+
+    out: list[CutFigures] = []
+    with Lab(fabric, make_target("softswitch", 20.0)) as lab:
+        keys = sorted(lab.topology.cables)
+        hold_down_s = lab.options.hold_down_s
+        for i in range(cuts):
+            # (The lambdas below use `key` within this iteration only.)
+            key = keys[i % len(keys)]
+            cut_wall = time.time_ns()
+            lab.topology.cut(key)
+            event = _wait(
+                f"convergence after cutting {key}",
+                lambda: _converged_event(lab.events(limit=50), key, cut_wall),  # noqa: B023
+                timeout_s=15,
+            )
+            m = CONVERGED_RE.search(event.message)
+            assert m is not None
+            total, report, compute = float(m["total"]), float(m["report"]), float(m["compute"])
+            event_wall = event.wall_ns - int(total * 1e6)
+            out.append(
+                CutFigures(
+                    key,
+                    (event_wall - cut_wall) / 1e6,
+                    report,
+                    compute,
+                    total - report - compute,
+                    total,
+                    int(m["switches"]),
+                )
+            )
+            restore_wall = time.time_ns()
+            lab.topology.restore(key)
+            _wait(
+                f"{key} to return to routing after the hold-down",
+                lambda: _converged_event(lab.events(limit=50), key, restore_wall),  # noqa: B023
+                timeout_s=hold_down_s + 15,
+            )
+            _wait(
+                f"{key} up",
+                lambda: (
+                    True
+                    if lab.link_state(key) == admin_pb2.LINK_STATE_UP  # noqa: B023
+                    else None
+                ),
+                timeout_s=10,
+            )
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agent.bench", description=__doc__)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -297,6 +404,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--groups", type=int, default=256)
     parser.add_argument("--routes", type=int, default=8192)
+    parser.add_argument(
+        "--program-runs",
+        type=int,
+        default=5,
+        help="programmings of the switch into a fresh softswitch; the median is reported",
+    )
+    parser.add_argument(
+        "--cuts", type=int, default=20, help="link cuts on the lab fabric (>= 20; 0 skips)"
+    )
+    parser.add_argument(
+        "--lab-fabric",
+        default=str(REPO / "examples" / "lab-2rail.yaml"),
+        help="the fabric the convergence lab runs",
+    )
     args = parser.parse_args(argv)
     if args.fabric == "synthetic":
         state = spine_state(args.groups, args.routes)
@@ -318,18 +439,39 @@ def main(argv: list[str] | None = None) -> int:
         repair_port = counts.most_common(1)[0][0]
         repair_label = f"{Path(args.fabric).name} {state.switch_name}"
     latencies, groups = asyncio.run(measure_local_repair(args.flaps, repair_state, repair_port))
-    entries, seconds = asyncio.run(measure_programming(state))
+    runs = sorted(
+        (asyncio.run(measure_programming(state)) for _ in range(max(1, args.program_runs))),
+        key=lambda r: r[0] / r[1],
+    )
+    entries, seconds = runs[len(runs) // 2]
+    cuts = measure_convergence(args.cuts, Path(args.lab_fabric)) if args.cuts > 0 else []
+
+    def p(values: list[float], q: float) -> float | None:
+        return round(percentile(values, q), 3) if values else None
+
+    parts = {
+        name: [getattr(c, name) for c in cuts]
+        for name in ("total", "detect", "report", "compute", "push_applied")
+    }
     result = {
         "local_repair_ms_p50": round(percentile(latencies, 50), 3),
         "local_repair_ms_p99": round(percentile(latencies, 99), 3),
         "local_repair_flaps": len(latencies),
         "local_repair_groups_per_write": groups,
         "local_repair_port": repair_port,
-        "convergence_ms_p50": None,
-        "convergence_ms_p99": None,
+        "convergence_ms_p50": p(parts["total"], 50),
+        "convergence_ms_p99": p(parts["total"], 99),
+        "convergence_failures": len(cuts),
+        **{
+            f"convergence_{name}_ms_p{q}": p(parts[name], q)
+            for name in ("detect", "report", "compute", "push_applied")
+            for q in (50, 99)
+        },
+        "convergence_switches_per_cut_max": max((c.switches for c in cuts), default=None),
         "program_entries": entries,
         "program_seconds": round(seconds, 3),
         "program_entries_per_s": round(entries / seconds, 1),
+        "program_entries_per_s_runs": [round(e / s, 1) for e, s in runs],
         "program_state": program_state,
     }
     if args.json:
@@ -343,10 +485,23 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(
             f"programming ({result['program_state']}): {entries} entries in "
-            f"{seconds:.3f} s = {result['program_entries_per_s']} entries/s (DesiredState in "
-            "the writer -> Applied: translate, diff, encode, ordered Writes)"
+            f"{seconds:.3f} s = {result['program_entries_per_s']} entries/s, median of "
+            f"{len(runs)} runs (DesiredState in the writer -> Applied: translate, diff, "
+            "encode, ordered Writes)"
         )
-        print("global convergence: not measured here (needs the controller daemon and lab)")
+        if cuts:
+            print(
+                f"global convergence ({Path(args.lab_fabric).name}, {len(cuts)} link cuts; "
+                "first agent's netlink event -> last Applied, the controller's figure): "
+                f"p50 {result['convergence_ms_p50']} ms, p99 {result['convergence_ms_p99']} ms"
+            )
+            for name in ("detect", "report", "compute", "push_applied"):
+                print(
+                    f"  {name}: p50 {result[f'convergence_{name}_ms_p50']} ms, "
+                    f"p99 {result[f'convergence_{name}_ms_p99']} ms"
+                )
+        else:
+            print("global convergence: not measured (--cuts 0)")
     return 0
 
 
