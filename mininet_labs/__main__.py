@@ -6,6 +6,7 @@ Exit status: 0 when every scenario passed, 1 when one failed, 2 when the lab cou
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -55,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"softswitch egress rate of every port (default {DEFAULT_PORT_RATE_MBPS:g})",
         )
         p.add_argument("--quick", action="store_true", help="smaller budget (fewer repetitions)")
+        p.add_argument("--failover-reps", type=int, help="failover repetitions (default 10)")
+        p.add_argument("--probe-pps", type=int, help="failover probe rate (default 1000)")
         p.add_argument("--keep-logs", action="store_true", help="keep /tmp/rfl<tag>/ logs")
     return parser
 
@@ -122,7 +125,8 @@ def run(  # noqa: PLR0917 - the CLI's options, one call site
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.command == "list":
         for name, scenario in SCENARIOS.items():
             print(f"{name:13} {scenario.description}")
@@ -137,6 +141,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = list(SCENARIOS) if "all" in chosen else list(dict.fromkeys(chosen))
     options = LabOptions(port_rate_mbps=args.port_rate_mbps, keep_logs=args.keep_logs)
     budget = Budget.quick() if args.quick else Budget()
+    for flag, field, value in (
+        ("--failover-reps", "failover_reps", args.failover_reps),
+        ("--probe-pps", "probe_pps", args.probe_pps),
+    ):
+        if value is not None:
+            if value < 1:
+                parser.error(f"{flag} {value}: must be >= 1")
+            budget = dataclasses.replace(budget, **{field: value})
     return run(fabric, names, args.target, options, budget, args.json)
 
 
