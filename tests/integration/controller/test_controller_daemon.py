@@ -111,10 +111,15 @@ async def test_agents_get_state_failures_push_deltas_and_admin_reports_it(
         assert not diagnosis.healthy
         assert any(f.kind == "link_down" for f in diagnosis.findings)
 
-        path = await admin.PredictPath(
-            admin_pb2.PredictPathRequest(src_ip="10.0.0.2", dst_ip="10.0.1.2", sport=49152)
-        )
-        assert path.hops or path.error
+        # Every flow from that ToR's NIC now avoids the dead uplink.
+        assert (link.a.switch_name, link.a.port) == ("tor-r1-b1", 3)
+        for sport in range(49152, 49152 + 32):
+            path = await admin.PredictPath(
+                admin_pb2.PredictPathRequest(src_ip="10.0.0.2", dst_ip="10.0.0.18", sport=sport)
+            )
+            assert path.delivered_to == "srv-b2-s1/nic1"
+            assert path.hops[0].switch_name == "tor-r1-b1"
+            assert path.hops[0].egress_port == 4 and path.hops[1].switch_name == "spine-p1-2"
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await admin.PredictPath(admin_pb2.PredictPathRequest(src_ip="nope", dst_ip="x"))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -1,0 +1,307 @@
+"""railctl's controller-backed commands: each asks the controller's FabricAdmin service over
+gRPC and prints a table, or the response as JSON with `--json`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
+
+from controller.fabric import ipv4_str, mac_str
+from railfabric.v1 import admin_pb2, admin_pb2_grpc
+
+if TYPE_CHECKING:  # the async stub type exists only in the generated .pyi
+    from railfabric.v1.admin_pb2_grpc import FabricAdminAsyncStub as Stub
+Query = Callable[["Stub", argparse.Namespace], Awaitable[Message]]
+Render = Callable[[Any], list[str]]
+
+RPC_TIMEOUT_S = 10.0
+
+
+def _when(wall_ns: int) -> str:
+    if not wall_ns:
+        return "-"
+    t = datetime.datetime.fromtimestamp(wall_ns / 1e9, tz=datetime.UTC)
+    return t.strftime("%H:%M:%S.%f")[:-3]
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    cells = [[str(c) for c in header], *[[str(c) for c in r] for r in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+
+
+def _enum(value: int, enum: Any, prefix: str) -> str:
+    return str(enum.Name(value)).removeprefix(prefix).lower()
+
+
+def _render_topology(t: admin_pb2.Topology) -> list[str]:
+    out = [
+        f"fabric {t.fabric_name}: {len(t.switches)} switches, {len(t.links)} links, "
+        f"{t.host_nics} host NICs"
+    ]
+    out += _table(
+        ["switch", "role", "rail", "pod", "block", "prefix"],
+        [
+            [
+                s.name,
+                _enum(s.role, admin_pb2.SwitchRole, "SWITCH_ROLE_"),
+                "-" if s.rail < 0 else s.rail,
+                "-" if s.pod < 0 else s.pod,
+                "-" if s.block < 0 else s.block,
+                s.prefix or "-",
+            ]
+            for s in t.switches
+        ],
+    )
+    return out
+
+
+def _render_links(r: admin_pb2.ListLinksResponse) -> list[str]:
+    return _table(
+        ["a", "b", "speed", "state", "since", "flaps"],
+        [
+            [
+                f"{link.a.switch_name}:{link.a.port}",
+                f"{link.b.switch_name}:{link.b.port}",
+                f"{link.speed_mbps // 1000}G",
+                _enum(link.state, admin_pb2.LinkState, "LINK_STATE_"),
+                _when(link.since_wall_ns),
+                link.flaps,
+            ]
+            for link in r.links
+        ],
+    )
+
+
+def _render_switches(r: admin_pb2.ListSwitchesResponse) -> list[str]:
+    return _table(
+        ["switch", "connected", "desired", "applied", "converged", "routes", "groups", "seen"],
+        [
+            [
+                s.info.name,
+                "yes" if s.connected else "NO",
+                s.desired_generation,
+                s.applied_generation,
+                "yes" if s.converged else "NO",
+                s.route_count,
+                s.group_count,
+                _when(s.last_seen_wall_ns),
+            ]
+            for s in r.switches
+        ],
+    )
+
+
+def _render_routes(s: Any) -> list[str]:
+    groups = {g.id: g for g in s.groups}
+    out = [f"{s.switch_name} generation {s.generation} digest {s.digest[:12]}"]
+    rows = []
+    for r in sorted(s.routes, key=lambda r: (r.prefix.address, r.prefix.length)):
+        hops = groups[r.group_id].next_hops if r.group_id in groups else []
+        via = ", ".join(f"{nh.port} ({mac_str(nh.dmac)})" for nh in hops) or "missing group"
+        rows.append([f"{ipv4_str(r.prefix.address)}/{r.prefix.length}", r.group_id, via])
+    return out + _table(["prefix", "group", "next hops (port, MAC)"], rows)
+
+
+def _render_events(r: admin_pb2.ListEventsResponse) -> list[str]:
+    return _table(
+        ["time", "kind", "switch", "port", "message"],
+        [
+            [_when(e.wall_ns), e.kind, e.switch_name or "-", e.port or "-", e.message]
+            for e in r.events
+        ],
+    )
+
+
+def _render_alarms(r: admin_pb2.ListAlarmsResponse) -> list[str]:
+    if not r.alarms:
+        return ["no active alarms"]
+    return _table(
+        ["raised", "severity", "kind", "switch", "port", "message"],
+        [
+            [
+                _when(a.raised_wall_ns),
+                _enum(a.severity, admin_pb2.Severity, "SEVERITY_"),
+                a.kind,
+                a.switch_name,
+                a.port,
+                a.message,
+            ]
+            for a in r.alarms
+        ],
+    )
+
+
+def _render_path(p: admin_pb2.PredictPathResponse) -> list[str]:
+    out = _table(
+        ["switch", "in", "out", "group", "member", "hash"],
+        [
+            [
+                h.switch_name,
+                h.ingress_port,
+                h.egress_port,
+                h.group_id,
+                f"{h.member_index}/{h.live_members}",
+                f"{h.hash:#010x}",
+            ]
+            for h in p.hops
+        ],
+    )
+    return [*out, f"delivered to {p.delivered_to}" if p.delivered_to else f"dropped: {p.error}"]
+
+
+def _render_diagnosis(d: admin_pb2.DiagnoseResponse) -> list[str]:
+    if not d.findings:
+        return ["healthy: no findings"]
+    head = "healthy (informational findings only)" if d.healthy else "PROBLEMS FOUND"
+    return [
+        head,
+        *_table(
+            ["severity", "kind", "switch", "port", "finding"],
+            [
+                [
+                    _enum(f.severity, admin_pb2.Severity, "SEVERITY_"),
+                    f.kind,
+                    f.switch_name or "-",
+                    f.port or "-",
+                    f.message,
+                ]
+                for f in d.findings
+            ],
+        ),
+    ]
+
+
+async def _q_topology(stub: Stub, a: argparse.Namespace) -> Message:
+    return await stub.GetTopology(admin_pb2.GetTopologyRequest(), timeout=RPC_TIMEOUT_S)
+
+
+async def _q_links(stub: Stub, a: argparse.Namespace) -> Message:
+    req = admin_pb2.ListLinksRequest(only_down=a.down)
+    return await stub.ListLinks(req, timeout=RPC_TIMEOUT_S)
+
+
+async def _q_switches(stub: Stub, a: argparse.Namespace) -> Message:
+    return await stub.ListSwitches(admin_pb2.ListSwitchesRequest(), timeout=RPC_TIMEOUT_S)
+
+
+async def _q_routes(stub: Stub, a: argparse.Namespace) -> Message:
+    req = admin_pb2.GetSwitchStateRequest(switch_name=a.switch)
+    return await stub.GetSwitchState(req, timeout=RPC_TIMEOUT_S)
+
+
+async def _q_events(stub: Stub, a: argparse.Namespace) -> Message:
+    req = admin_pb2.ListEventsRequest(limit=a.limit)
+    return await stub.ListEvents(req, timeout=RPC_TIMEOUT_S)
+
+
+async def _q_alarms(stub: Stub, a: argparse.Namespace) -> Message:
+    return await stub.ListAlarms(admin_pb2.ListAlarmsRequest(), timeout=RPC_TIMEOUT_S)
+
+
+async def _q_path(stub: Stub, a: argparse.Namespace) -> Message:
+    req = admin_pb2.PredictPathRequest(
+        src_ip=a.src,
+        dst_ip=a.dst,
+        protocol=a.proto,
+        sport=a.sport,
+        dport=a.dport,
+        dst_qp=a.qp or 0,
+    )
+    return await stub.PredictPath(req, timeout=RPC_TIMEOUT_S)
+
+
+async def _q_diagnose(stub: Stub, a: argparse.Namespace) -> Message:
+    return await stub.Diagnose(admin_pb2.DiagnoseRequest(), timeout=RPC_TIMEOUT_S)
+
+
+def _no_args(p: argparse.ArgumentParser) -> None:
+    del p
+
+
+def _links_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--down", action="store_true", help="only links that are not up")
+
+
+def _routes_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("switch", help="switch name")
+
+
+def _events_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--limit", type=int, default=50, help="newest N events (default 50)")
+
+
+def run_query(query: Query, render: Render, args: argparse.Namespace) -> int:
+    """Ask the controller; print the answer; 1 with the gRPC error on failure."""
+
+    async def ask() -> Message:
+        async with grpc.aio.insecure_channel(args.controller) as channel:
+            return await query(admin_pb2_grpc.FabricAdminStub(channel), args)
+
+    try:
+        reply = asyncio.run(ask())
+    except grpc.aio.AioRpcError as err:
+        print(
+            f"railctl {args.command}: {args.controller}: {err.code().name}: {err.details()}",
+            file=sys.stderr,
+        )
+        return 1
+    if args.json:
+        print(json.dumps(MessageToDict(reply, preserving_proto_field_name=True), indent=2))
+    else:
+        print("\n".join(render(reply)))
+    if isinstance(reply, admin_pb2.DiagnoseResponse) and not reply.healthy:
+        return 3
+    if isinstance(reply, admin_pb2.PredictPathResponse) and not reply.delivered_to:
+        return 1
+    return 0
+
+
+def _runner(query: Query, render: Render) -> Callable[[argparse.Namespace], int]:
+    return lambda args: run_query(query, render, args)
+
+
+# (name, help, argument builder, run): registered by railctl next to its offline commands.
+ADMIN_COMMANDS: list[
+    tuple[str, str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
+] = [
+    (
+        "topology",
+        "switches and links of the fabric",
+        _no_args,
+        _runner(_q_topology, _render_topology),
+    ),
+    ("links", "links with their state", _links_args, _runner(_q_links, _render_links)),
+    (
+        "switches",
+        "agent sessions and convergence",
+        _no_args,
+        _runner(_q_switches, _render_switches),
+    ),
+    (
+        "routes",
+        "a switch's desired routes and groups",
+        _routes_args,
+        _runner(_q_routes, _render_routes),
+    ),
+    ("events", "recent events", _events_args, _runner(_q_events, _render_events)),
+    ("alarms", "active alarms", _no_args, _runner(_q_alarms, _render_alarms)),
+    (
+        "diagnose",
+        "one-command fault localisation (exit 3 when unhealthy)",
+        _no_args,
+        _runner(_q_diagnose, _render_diagnosis),
+    ),
+]
+
+# `railctl path SRC DST` without a fabric file asks the controller (its live link state).
+run_path = _runner(_q_path, _render_path)
