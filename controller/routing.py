@@ -561,9 +561,13 @@ class FabricRouting:
                 if diff:
                     reach[x] = bits
                     reach_changed[x] = diff
-                    pc = pending[tier - 1]
+                    # Children re-route the changed destinations (dirty) and, unless they are
+                    # ToRs (whose reach re-routing refreshes), recompute their reach (pending).
+                    pc = pending[tier - 1] if tier > 1 else None
                     for c in t.children[x]:
-                        pc[c] = pc.get(c, 0) | diff
+                        if pc is not None:
+                            pc[c] = pc.get(c, 0) | diff
+                        dirty[c] = dirty.get(c, 0) | diff
                         hint = hints.get(c)
                         if hint is None:
                             hints[c] = [x]
@@ -578,8 +582,6 @@ class FabricRouting:
                 dirty[p] = get(p, 0) | diff
         for x, diff in reach_changed.items():
             dirty[x] = get(x, 0) | diff
-            for c in t.children[x]:
-                dirty[c] = get(c, 0) | diff
         for lid in changed_links:
             a, _, b, _ = t.link_ends[lid]
             dirty[a] = get(a, 0) | reach[b] | reach_changed.get(b, 0)
