@@ -275,7 +275,7 @@ class FabricRouting:
         self.down_ports: list[list[int]] = [[] for _ in range(n)]
         self.down_nbrs: list[list[int]] = [[] for _ in range(n)]
         # parent -> live ports to it; built when first needed.
-        self._ports_to: dict[int, dict[int, list[int]]] = {}
+        self._ports_to: dict[int, tuple[dict[int, int], dict[int, list[int]] | None]] = {}
         for x in range(n):
             self._refresh_adjacency(x)
         self.own_bit = [1 << d if d >= 0 else 0 for d in t.dest_of]
@@ -318,14 +318,20 @@ class FabricRouting:
         self.down_nbrs[x] = [c for _, lid, c in down if live[lid]]
         self._ports_to.pop(x, None)
 
-    def ports_to(self, x: int) -> dict[int, list[int]]:
-        """Parent -> the live ports of x cabled to it."""
-        table = self._ports_to.get(x)
-        if table is None:
-            table = self._ports_to[x] = {}
-            for port, p in zip(self.up_ports[x], self.up_nbrs[x], strict=True):
-                table.setdefault(p, []).append(port)
-        return table
+    def ports_to(self, x: int) -> tuple[dict[int, int], dict[int, list[int]] | None]:
+        """The live ports of x to each parent: (parent -> port, None) when every parent has
+        one cable (built at C speed), else (unused, parent -> ports) for parallel cables."""
+        tables = self._ports_to.get(x)
+        if tables is None:
+            nbrs = self.up_nbrs[x]
+            single = dict(zip(nbrs, self.up_ports[x], strict=True))
+            multi: dict[int, list[int]] | None = None
+            if len(single) != len(nbrs):
+                multi = {}
+                for port, p in zip(self.up_ports[x], nbrs, strict=True):
+                    multi.setdefault(p, []).append(port)
+            tables = self._ports_to[x] = (single, multi)
+        return tables
 
     def _own_down(self, x: int) -> int:
         return self.own_bit[x]
@@ -652,11 +658,16 @@ class FabricRouting:
                     fallback.append(x)
                     continue
                 old_ports = all_ports[x][old_gid]
-            ports_to = self._ports_to.get(x) or self.ports_to(x)
+            single, multi = self._ports_to.get(x) or self.ports_to(x)
             new_ports = old_ports
             for p in parents:
                 added = bool(reach[p] & bit)
-                for port in ports_to.get(p, ()):
+                if multi is None:
+                    port_to_p = single.get(p)
+                    to_p: Iterable[int] = () if port_to_p is None else (port_to_p,)
+                else:
+                    to_p = multi.get(p, ())
+                for port in to_p:
                     key = (id(new_ports), port, added)
                     edited = edits.get(key)
                     if edited is None:

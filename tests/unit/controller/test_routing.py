@@ -551,3 +551,38 @@ def test_regression_split_part_is_not_mistaken_for_a_whole_set() -> None:
         full = FabricRouting(fabric, down=gone)
         for sw in fabric.switches:
             assert routing.next_hops_by_prefix(sw.name) == full.next_hops_by_prefix(sw.name)
+
+
+PARALLEL = """\
+name: parallel
+rails: 1
+switches:
+  - {name: tor-a, role: tor, rail: 1, prefix: 10.1.0.0/24}
+  - {name: tor-b, role: tor, rail: 1, prefix: 10.2.0.0/24}
+  - {name: tor-c, role: tor, rail: 1, prefix: 10.3.0.0/24}
+  - {name: spine-1, role: spine}
+  - {name: spine-2, role: spine}
+links:
+  - {a: "tor-a:2", b: "spine-1:1", speed: 100G, length_m: 10}
+  - {a: "tor-a:3", b: "spine-1:2", speed: 100G, length_m: 10}
+  - {a: "tor-a:4", b: "spine-2:1", speed: 100G, length_m: 10}
+  - {a: "tor-b:2", b: "spine-1:3", speed: 100G, length_m: 10}
+  - {a: "tor-b:3", b: "spine-2:2", speed: 100G, length_m: 10}
+  - {a: "tor-c:2", b: "spine-1:4", speed: 100G, length_m: 10}
+  - {a: "tor-c:3", b: "spine-2:3", speed: 100G, length_m: 10}
+"""
+
+
+def test_parallel_cables_to_one_spine_leave_and_return_together() -> None:
+    fabric = load_fabric_text(PARALLEL, "parallel.yaml")
+    routing = FabricRouting(fabric)
+    tor_b = Prefix(0x0A020000, 24)
+    assert routing.next_hops_by_prefix("tor-a")[tor_b] == (2, 3, 4)
+    routing.apply([LinkEvent("spine-1", 3, up=False)])  # spine-1 loses tor-b
+    assert routing.next_hops_by_prefix("tor-a")[tor_b] == (4,)
+    assert routing.next_hops_by_prefix("tor-c")[tor_b] == (3,)
+    _assert_same_as_full(routing, fabric, {3})
+    routing.apply([LinkEvent("tor-a", 3, up=False)])  # one of the parallel pair
+    routing.apply([LinkEvent("spine-1", 3, up=True)])
+    assert routing.next_hops_by_prefix("tor-a")[tor_b] == (2, 4)
+    _assert_same_as_full(routing, fabric, {1})
