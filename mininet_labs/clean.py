@@ -74,3 +74,42 @@ def clean(tag: str | None = None) -> list[str]:
                 ip("link", "del", name, check=False)
                 removed.append(f"link {name}")
     return removed
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time (field 22 of /proc/PID/stat), None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def reap(pid: int, tag: str) -> None:
+    """Wait for lab process `pid` to end, then remove what its run `tag` left. The lab stops
+    this reaper after its own teardown; the reaper only acts when the lab was killed without
+    a chance to tear down (SIGKILL, OOM)."""
+    born = _start_time(pid)
+    while born is not None and _start_time(pid) == born:
+        time.sleep(REAP_POLL_S)
+    clean(tag)
+
+
+REAP_POLL_S = 0.2
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse  # noqa: PLC0415 - only the reaper entry point needs it
+
+    parser = argparse.ArgumentParser(prog="python -m mininet_labs.clean")
+    parser.add_argument("--reap", type=int, required=True, metavar="PID")
+    parser.add_argument("tag")
+    args = parser.parse_args(argv)
+    if not TAG_RE.fullmatch(args.tag):
+        parser.error(f"tag {args.tag!r} is not {PREFIX} + 4 hex digits")
+    reap(args.reap, args.tag)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

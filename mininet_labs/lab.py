@@ -7,8 +7,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import shutil
 import signal
+import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ from mininet_labs.netlinks import PREFIX, LabError, Names, new_tag
 from mininet_labs.processes import (
     BIN,
     P4INFO,
+    REPO,
     Child,
     Processes,
     SwitchTarget,
@@ -125,12 +128,29 @@ class Lab:
         self._counter_ids: dict[str, int] = {}
         self._old_handlers: dict[int, Any] = {}
         self.failed = False
+        self._reaper: subprocess.Popen[bytes] | None = None
 
     # -- life cycle ----------------------------------------------------------------------
 
     def __enter__(self) -> Lab:
         for sig in (signal.SIGTERM, signal.SIGINT):
             self._old_handlers[sig] = signal.signal(sig, _interrupt)
+        # If this process is killed outright (no teardown), the reaper cleans up by tag.
+        self._reaper = subprocess.Popen(
+            [
+                str(BIN / "python"),
+                "-m",
+                "mininet_labs.clean",
+                "--reap",
+                str(os.getpid()),
+                self.names.tag,
+            ],
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=REPO,
+        )
         try:
             self.start()
         except BaseException:
@@ -222,6 +242,10 @@ class Lab:
             signal.signal(sig, self._old_handlers.pop(sig, default))
         if self.run_dir.exists() and not self.failed and not self.options.keep_logs:
             shutil.rmtree(self.run_dir, ignore_errors=True)
+        if self._reaper is not None:
+            self._reaper.terminate()  # torn down already: nothing left for it
+            self._reaper.wait(timeout=5)
+            self._reaper = None
 
     def device_id(self, switch: str) -> int:
         """P4Runtime device id, distinct across concurrent labs: bmv2's notification socket

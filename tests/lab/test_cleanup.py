@@ -47,8 +47,8 @@ def test_a_lab_that_ends_leaves_nothing() -> None:
     assert not lab.run_dir.exists()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_an_interrupted_run_tears_everything_down(sig: signal.Signals) -> None:
+def _start_run() -> tuple[subprocess.Popen[str], str]:
+    """A lab run in the middle of the failover scenario (traffic running, links cut)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "mininet_labs", "run", str(LAB_FABRIC), "--scenario", "failover"],
         stdout=subprocess.PIPE,
@@ -63,7 +63,18 @@ def test_an_interrupted_run_tears_everything_down(sig: signal.Signals) -> None:
         tag = first.split()[1].rstrip(":")
         converged = proc.stdout.readline()
         assert "converged" in converged, converged
-        time.sleep(2)  # in the middle of the failover scenario: traffic running, links cut
+        time.sleep(2)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc, tag
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_run_tears_everything_down(sig: signal.Signals) -> None:
+    proc, tag = _start_run()
+    try:
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -73,6 +84,17 @@ def test_an_interrupted_run_tears_everything_down(sig: signal.Signals) -> None:
     assert "interrupted" in err
     assert leftovers(tag) == []
     assert not Path("/tmp", tag).exists()  # a run stopped on purpose keeps no logs
+
+
+def test_a_killed_run_is_cleaned_up_by_its_reaper() -> None:
+    proc, tag = _start_run()
+    proc.kill()  # SIGKILL: no teardown at all
+    proc.communicate(timeout=30)
+    deadline = time.monotonic() + 15
+    while leftovers(tag) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert leftovers(tag) == []
+    assert not Path("/tmp", tag).exists()
 
 
 def test_clean_removes_what_a_killed_lab_left() -> None:
