@@ -119,9 +119,11 @@ def desired_state(
         )
     for group in routing.groups(switch):
         _add_group(state.groups, group)
-    routes = state.routes
-    for route in routing.routes(switch):
-        _add_route(routes, route.prefix, route.group_id)
+    add_route = state.routes.add
+    for address, length, group_id in routing.route_triples(switch):
+        msg = add_route(group_id=group_id)
+        msg.prefix.address = address
+        msg.prefix.length = length
     add_dscp = state.dscp_map.add
     for dscp, tc in qos.dscp_map():
         add_dscp(dscp=dscp, traffic_class=int(tc))
