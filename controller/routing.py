@@ -213,6 +213,9 @@ class _Topo:
             owner[tor][nic.port] = k << 1 | 1
             self.host_nics[tor].append(k)
         self._mixed: dict[int, bool] = {}
+        # Usually every cable runs at one speed: then no switch needs weights.
+        speeds = {ln.speed_mbps for ln in fabric.links} | {nic.speed_mbps for nic in nics}
+        self._one_speed = len(speeds) <= 1
         self._masks: dict[tuple[int, int], int] = {}
 
     def owner(self, x: int, port: int) -> tuple[bool, int] | None:
@@ -230,6 +233,8 @@ class _Topo:
         return cable.speed_mbps, cable.length_m
 
     def mixed_speeds(self, x: int) -> bool:
+        if self._one_speed:
+            return False
         mixed = self._mixed.get(x)
         if mixed is None:
             speeds = {self.port_cable(x, p)[0] for p in self.port_owner[x]}
