@@ -82,6 +82,12 @@ class Group(NamedTuple):
     def dmacs(self) -> tuple[int, ...]:
         return tuple(map(self.peer_macs.__getitem__, self.ports))
 
+    def __repr__(self) -> str:  # without the switch's whole MAC table
+        return (
+            f"Group(id={self.id}, ports={self.ports}, weights={self.weights}, "
+            f"split_of={self.split_of})"
+        )
+
     @property
     def next_hops(self) -> tuple[NextHop, ...]:
         weights = self.weights or (1,) * len(self.ports)
