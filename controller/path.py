@@ -90,8 +90,9 @@ def choose_next_hop(
 ) -> tuple[int, int, int]:
     """(egress port, index among live members, number of live members)."""
     active = [port for port in members_in_creation_order if live(port)]
+    index = flow_hash % len(active) if active else 0
     port = ecmp.choose_member(flow_hash, active)
-    return port, active.index(port), len(active)
+    return port, index, len(active)
 
 
 def predict_path(
@@ -117,6 +118,11 @@ def predict_path(
         order = list(creation_order(name, group)) if creation_order else list(group.ports)
         members = set(group.ports)
         order = [p for p in order if p in members]
+        if group.weights:
+            # A target without weights holds `weight` copies of a member, made one after the
+            # other: the agents' convention, so the copies sit together in creation order.
+            weight = dict(zip(group.ports, group.weights, strict=True))
+            order = [p for p in order for _ in range(weight[p])]
 
         def live(port: int, switch: str = name) -> bool:
             return routing.is_link_live(switch, port)

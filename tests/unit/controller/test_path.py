@@ -152,3 +152,19 @@ def test_railctl_path_wants_fabric_src_dst(capsys: pytest.CaptureFixture[str]) -
     lab = str(REPO / "examples/lab-2rail.yaml")
     assert railctl.main(["path", lab, "10.0.0.2", "10.0.0.3", "extra", "--sport", "1"]) == 2
     assert "expected [FABRIC] SRC DST" in capsys.readouterr().err
+
+
+def test_weighted_group_counts_member_copies() -> None:
+    from tests.unit.controller.test_routing import WEIGHTED  # noqa: PLC0415
+
+    fabric = load_fabric_text(WEIGHTED, "weighted.yaml")
+    routing = FabricRouting(fabric)
+    seen: dict[int, int] = {}
+    for sport in range(300):
+        flow = Flow(parse_ipv4("10.1.0.2"), parse_ipv4("10.2.0.5"), 17, sport, 4791)
+        path = predict_path(routing, flow)
+        hop = path.hops[0]
+        assert hop.live_members == 3  # port 2 once, the 800G port 3 twice
+        assert hop.egress_port == [2, 3, 3][flow.hash % 3]
+        seen[hop.egress_port] = seen.get(hop.egress_port, 0) + 1
+    assert seen[3] > seen[2]
