@@ -138,7 +138,7 @@ async def _timers(fabric: FabricState) -> None:
     """Run hold-down and damping expiries on time. Carrier reports can start a new hold-down at
     any moment, so the timer re-reads the next deadline at least every 100 ms."""
     while True:
-        deadline = fabric.tracker.next_deadline_ns()
+        deadline = fabric.next_deadline_ns()
         now = time.time_ns()
         if deadline is not None and deadline <= now:
             fabric.tick(now)

@@ -68,6 +68,20 @@ class Convergence:
     entries: int = 0
 
 
+@dataclass
+class _Deferred:
+    """Deltas held back until the switches in `after` have applied the given generations."""
+
+    event_id: int
+    after: dict[str, int]
+    deltas: dict[str, state_pb2.StateDelta]
+    deadline_ns: int
+
+
+# A link-up's remote deltas wait at most this long for the link's own switches to apply theirs.
+DEFER_LIMIT_NS = 500_000_000
+
+
 @dataclass(frozen=True)
 class ConvergenceResult:
     link: str
@@ -100,6 +114,7 @@ class FabricState:
             self.plan[link.a], self.plan[link.b] = link.b, link.a
         self.views: dict[str, SwitchView] = {}
         self._pending: dict[int, Convergence] = {}
+        self._deferred: list[_Deferred] = []
         self._next_event = 0
         # Active alarm ids, mirrored from the store for readers on other threads (metrics).
         self.alarm_ids: set[str] = {a.id for a in store.alarms()}
@@ -168,6 +183,9 @@ class FabricState:
         v = self.views[name]
         v.connected = False
         self.event(now_ns, "session_down", name, 0, "agent disconnected", v.applied_generation)
+        for record in list(self._deferred):
+            if name in record.after:  # nothing to wait for any more
+                self._release(record, now_ns)
 
     def applied(self, name: str, msg: control_pb2.Applied, now_ns: int) -> None:
         v = self.views[name]
@@ -185,6 +203,9 @@ class FabricState:
                 f"{len(msg.errors)} objects refused, first: {first.object}: {first.message}",
                 msg.generation,
             )
+        for record in list(self._deferred):
+            if all(self.views[s].applied_generation >= g for s, g in record.after.items()):
+                self._release(record, now_ns)
         applied_ns = msg.wall_ns or now_ns
         for event_id, conv in list(self._pending.items()):
             wanted = conv.waiting.get(name)
@@ -220,8 +241,24 @@ class FabricState:
         self._persist_link(key)
         self._route(transitions, now_ns, event_ns)
 
+    def next_deadline_ns(self) -> int | None:
+        """When `tick` next has work: a hold-down or damping expiry, or a deferral limit."""
+        deadlines = [r.deadline_ns for r in self._deferred]
+        link_deadline = self.tracker.next_deadline_ns()
+        if link_deadline is not None:
+            deadlines.append(link_deadline)
+        return min(deadlines) if deadlines else None
+
     def tick(self, now_ns: int) -> None:
-        """Hold-down and damping timers."""
+        """Hold-down and damping timers, and deferred pushes whose wait ran out."""
+        for record in list(self._deferred):
+            if record.deadline_ns <= now_ns:
+                log.warning(
+                    "link-up deltas released after waiting %d ms for %s",
+                    DEFER_LIMIT_NS // 1_000_000,
+                    ", ".join(sorted(record.after)),
+                )
+                self._release(record, now_ns)
         transitions = self.tracker.tick(now_ns)
         for t in transitions:
             self._persist_link(t.link)
@@ -266,26 +303,50 @@ class FabricState:
                 f"(computed in {compute_ns / 1e6:.2f} ms)",
                 0,
             )
-            waiting: dict[str, int] = {}
-            entries = 0
-            for switch, delta in deltas.items():
-                generation = self._push_delta(switch, delta, now_ns)
-                if generation is not None:
-                    waiting[switch] = generation
-                    entries += delta_size(delta)
-            if waiting:
-                self._pending[self._next_event] = Convergence(
-                    link=t.link,
-                    event_ns=event_ns,
-                    reported_ns=now_ns,
-                    computed_ns=now_ns + compute_ns,
-                    waiting=waiting,
-                    switches=len(waiting),
-                    entries=entries,
-                )
-                self._next_event += 1
+            event_id = self._next_event
+            self._next_event += 1
+            conv = self._pending[event_id] = Convergence(
+                link=t.link,
+                event_ns=event_ns,
+                reported_ns=now_ns,
+                computed_ns=now_ns + compute_ns,
+                waiting={},
+            )
+            # Make before break: when a link returns, the switches at its ends get their routes
+            # first; the rest start sending over it only once those are applied, so no ToR
+            # hands traffic to a spine that does not yet have the route back down.
+            ends = {link.a[0], link.b[0]} if t.usable else set(deltas)
+            first = {s: d for s, d in deltas.items() if s in ends}
+            later = {s: d for s, d in deltas.items() if s not in ends}
+            self._push_all(event_id, first, now_ns)
+            after = {s: g for s, g in conv.waiting.items() if self.views[s].connected}
+            if later and after:
+                self._deferred.append(_Deferred(event_id, after, later, now_ns + DEFER_LIMIT_NS))
+            else:
+                self._push_all(event_id, later, now_ns)
+            if not conv.waiting and not any(r.event_id == event_id for r in self._deferred):
+                del self._pending[event_id]
+
+    def _push_all(
+        self, event_id: int, deltas: dict[str, state_pb2.StateDelta], now_ns: int
+    ) -> None:
+        conv = self._pending[event_id]
+        for switch, delta in deltas.items():
+            generation = self._push_delta(switch, delta, now_ns)
+            if generation is not None:
+                conv.waiting[switch] = generation
+                conv.switches += 1
+                conv.entries += delta_size(delta)
+
+    def _release(self, record: _Deferred, now_ns: int) -> None:
+        self._deferred.remove(record)
+        self._push_all(record.event_id, record.deltas, now_ns)
 
     def _push_delta(self, switch: str, delta: state_pb2.StateDelta, now_ns: int) -> int | None:
+        # Deltas for one switch go out in the order they were computed: release any held one.
+        for record in list(self._deferred):
+            if switch in record.deltas and record in self._deferred:
+                self._release(record, now_ns)
         v = self.views[switch]
         delta.switch_name = switch
         delta.from_generation = v.state.generation

@@ -8,7 +8,12 @@ import pytest
 
 from controller import export
 from controller.daemon.core_planner import CorePlanner, load_planner
-from controller.daemon.fabric_state import ConvergenceResult, FabricState, UnknownSwitch
+from controller.daemon.fabric_state import (
+    DEFER_LIMIT_NS,
+    ConvergenceResult,
+    FabricState,
+    UnknownSwitch,
+)
 from controller.daemon.linkstate import DampingParams
 from controller.daemon.store import Store
 from controller.routing import FabricRouting, LinkEvent
@@ -136,23 +141,72 @@ def test_link_down_pushes_deltas_to_exactly_the_switches_whose_state_changes() -
     assert result.event_to_applied_ms == pytest.approx(1000.0)
 
 
-def test_link_returns_after_the_hold_down_to_the_original_state() -> None:
+def apply_all(
+    fs: FabricState, rec: Recorder, held: dict[str, state_pb2.DesiredState], now_ns: int
+) -> set[str]:
+    """Agents apply what was just sent and acknowledge it; returns who got something."""
+    sent = rec.take()
+    for name, msg in sent.items():
+        held[name] = apply_delta(held[name], msg.state_delta)
+    for name in sent:
+        fs.applied(
+            name,
+            control_pb2.Applied(generation=held[name].generation, digest=held[name].digest),
+            now_ns,
+        )
+    return set(sent)
+
+
+def test_link_returns_after_the_hold_down_ends_first_then_the_rest() -> None:
     fs, rec, planner = make(Store(":memory:"), hold_down_s=2)
     held = connect_all(fs, rec)
     before = {n: forwarding(s) for n, s in held.items()}
-    a = planner.links()[1].a
-    fs.port_status(a[0], control_pb2.PortStatus(port=a[1], up=False), 10 * S)
-    for name, msg in rec.take().items():
-        held[name] = apply_delta(held[name], msg.state_delta)
-    fs.port_status(a[0], control_pb2.PortStatus(port=a[1], up=True), 11 * S)
+    link = planner.links()[1]
+    fs.port_status(link.a[0], control_pb2.PortStatus(port=link.a[1], up=False), 10 * S)
+    apply_all(fs, rec, held, 10 * S)
+    fs.port_status(link.a[0], control_pb2.PortStatus(port=link.a[1], up=True), 11 * S)
     assert rec.take() == {}  # held down
     fs.tick(12 * S)
     assert rec.take() == {}
     fs.tick(13 * S)
-    for name, msg in rec.take().items():
+    # Make before break: only the link's own switches get their routes back first ...
+    sent = rec.take()
+    assert set(sent) == {link.a[0], link.b[0]}
+    for name, msg in sent.items():
         held[name] = apply_delta(held[name], msg.state_delta)
+    fs.applied(
+        link.a[0],
+        control_pb2.Applied(generation=held[link.a[0]].generation, digest=held[link.a[0]].digest),
+        13 * S,
+    )
+    assert rec.take() == {}  # the spine has not applied yet
+    fs.applied(
+        link.b[0],
+        control_pb2.Applied(generation=held[link.b[0]].generation, digest=held[link.b[0]].digest),
+        13 * S,
+    )
+    # ... and the remote ToRs once those are applied.
+    remote = apply_all(fs, rec, held, 13 * S)
+    assert remote and not remote & {link.a[0], link.b[0]}
     assert {n: forwarding(s) for n, s in held.items()} == before
-    assert fs.tracker.usable(planner.links()[1].key)
+    assert fs.tracker.usable(link.key)
+    assert [r.link for r in rec.converged] == [link.key, link.key]  # down, then up
+
+
+def test_held_back_deltas_go_out_when_the_ends_do_not_answer() -> None:
+    fs, rec, planner = make(Store(":memory:"), hold_down_s=0)
+    held = connect_all(fs, rec)
+    link = planner.links()[1]
+    fs.port_status(link.a[0], control_pb2.PortStatus(port=link.a[1], up=False), 10 * S)
+    apply_all(fs, rec, held, 10 * S)
+    fs.port_status(link.a[0], control_pb2.PortStatus(port=link.a[1], up=True), 11 * S)
+    assert set(rec.take()) == {link.a[0], link.b[0]}
+    deadline = fs.next_deadline_ns()
+    assert deadline == 11 * S + DEFER_LIMIT_NS
+    fs.tick(deadline - 1)
+    assert rec.take() == {}
+    fs.tick(deadline)
+    assert rec.take()
 
 
 def test_a_restart_keeps_generations_and_link_state(tmp_path: Path) -> None:
