@@ -64,6 +64,8 @@ LOST_PAUSE_S = 0.2
 # Updates per WriteRequest when programming a large state: big enough to amortise the RPC,
 # small enough that encoding the next chunk overlaps the target applying this one.
 WRITE_CHUNK = 512
+# Writes of one stage outstanding at once (see _write_stages).
+WRITES_IN_FLIGHT = 2
 
 
 class Target(Protocol):
@@ -139,6 +141,8 @@ class Writer:
         self.held_out: set[int] = set()
         self.applied_generation = 0
         self.applied_digest = ""
+        # When the last controller message arrived (Applied.received_wall_ns).
+        self._received_wall_ns = 0
         self.writes = 0
         self.updates_written = 0
         self.repairs: collections.deque[RepairRecord] = collections.deque(maxlen=10_000)
@@ -266,6 +270,7 @@ class Writer:
         return len(batch), commit_wall
 
     async def _message(self, msg: control_pb2.ControllerMessage) -> None:
+        self._received_wall_ns = time.time_ns()
         kind = msg.WhichOneof("msg")
         name = getattr(msg, kind or "desired_state").switch_name
         if self.switch_name and name and name != self.switch_name:
@@ -359,6 +364,7 @@ class Writer:
                     digest=self.held.digest,
                     wall_ns=time.time_ns(),
                     updates_written=written,
+                    received_wall_ns=self._received_wall_ns,
                 )
             )
         if written:
@@ -366,27 +372,39 @@ class Writer:
         self.synced.set()
 
     async def _write_stages(self, stages: list[list[Update]]) -> list[tuple[Update, UpdateError]]:
-        """The stages of `diff` in Writes of at most WRITE_CHUNK updates, strictly one after
-        the other (so a stage starts only when the previous one is committed, and members are
-        created in port order); the next chunk is encoded while the previous one is in flight.
-        Returns the updates the target refused."""
+        """The stages of `diff` in Writes of at most WRITE_CHUNK updates. A stage starts only
+        when the previous one is committed. Inside a stage the updates are independent, so up
+        to WRITES_IN_FLIGHT of its Writes are outstanding at once (the target is never idle
+        waiting for the next one) -- except in a stage that creates members, whose Writes go
+        one at a time so members are created in port order. The next chunk is encoded while
+        the previous ones are in flight. Returns the updates the target refused."""
         failures: list[tuple[Update, UpdateError]] = []
-        in_flight: tuple[list[Update], asyncio.Task[list[UpdateError]]] | None = None
-        chunks = [
-            stage[start : start + WRITE_CHUNK]
-            for stage in stages
-            for start in range(0, len(stage), WRITE_CHUNK)
-        ]
-        for chunk in chunks:
-            encoded = [self.codec.encode_update(u) for u in chunk]
-            if in_flight is not None:
-                failures.extend((in_flight[0][e.index], e) for e in await in_flight[1])
-            self.writes += 1
-            self.updates_written += len(chunk)
-            in_flight = (chunk, asyncio.ensure_future(self.target.write(encoded)))
-            await asyncio.sleep(0)  # let the Write go out before encoding the next chunk
-        if in_flight is not None:
-            failures.extend((in_flight[0][e.index], e) for e in await in_flight[1])
+        in_flight: collections.deque[tuple[list[Update], asyncio.Future[list[UpdateError]]]]
+        in_flight = collections.deque()
+
+        async def settle(keep: int) -> None:
+            while len(in_flight) > keep:
+                chunk, future = in_flight.popleft()
+                failures.extend((chunk[e.index], e) for e in await future)
+
+        try:
+            for stage in stages:
+                ordered = any(isinstance(u.entry, MemberEntry) for u in stage)
+                outstanding = 1 if ordered else WRITES_IN_FLIGHT
+                for start in range(0, len(stage), WRITE_CHUNK):
+                    chunk = stage[start : start + WRITE_CHUNK]
+                    encoded = [self.codec.encode_update(u) for u in chunk]
+                    await settle(0 if start == 0 else outstanding - 1)
+                    self.writes += 1
+                    self.updates_written += len(chunk)
+                    in_flight.append((chunk, asyncio.ensure_future(self.target.write(encoded))))
+                    await asyncio.sleep(0)  # let the Write go out before encoding the next
+            await settle(0)
+        finally:
+            # Only when a Write raised (target lost): the others' results no longer matter;
+            # the target is read back and reconciled.
+            for _, future in in_flight:
+                future.cancel()
         return failures
 
     async def _write(self, batch: list[Update]) -> list[UpdateError]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -64,6 +65,8 @@ class Convergence:
     computed_ns: int
     waiting: dict[str, int]
     last_applied_ns: int = 0
+    # Latest time an agent received a delta of this event (Applied.received_wall_ns).
+    last_received_ns: int = 0
     switches: int = 0
     entries: int = 0
 
@@ -88,8 +91,44 @@ class ConvergenceResult:
     event_to_applied_ms: float
     report_ms: float
     compute_ms: float
+    # Controller -> last agent's receipt, and that receipt -> the last Applied.
+    push_ms: float
+    apply_ms: float
     switches: int
     entries: int
+
+
+_CONVERGED = re.compile(
+    r"link (?P<link>\S+): (?P<switches>\d+) switches applied (?P<entries>\d+) objects "
+    r"(?P<total>[\d.]+) ms after the event \(report (?P<report>[\d.]+) ms, "
+    r"compute (?P<compute>[\d.]+) ms, push (?P<push>[\d.]+) ms, apply (?P<apply>[\d.]+) ms\)"
+)
+
+
+def convergence_message(r: ConvergenceResult) -> str:
+    """The text of a "converged" event; `parse_convergence` reads it back."""
+    return (
+        f"link {r.link}: {r.switches} switches applied {r.entries} objects "
+        f"{r.event_to_applied_ms:.1f} ms after the event (report {r.report_ms:.1f} ms, "
+        f"compute {r.compute_ms:.1f} ms, push {r.push_ms:.1f} ms, apply {r.apply_ms:.1f} ms)"
+    )
+
+
+def parse_convergence(message: str) -> ConvergenceResult | None:
+    """The figures of a "converged" event's message (see `convergence_message`)."""
+    m = _CONVERGED.search(message)
+    if m is None:
+        return None
+    return ConvergenceResult(
+        link=m["link"],
+        event_to_applied_ms=float(m["total"]),
+        report_ms=float(m["report"]),
+        compute_ms=float(m["compute"]),
+        push_ms=float(m["push"]),
+        apply_ms=float(m["apply"]),
+        switches=int(m["switches"]),
+        entries=int(m["entries"]),
+    )
 
 
 class FabricState:
@@ -212,6 +251,7 @@ class FabricState:
             if wanted is not None and msg.generation >= wanted:
                 del conv.waiting[name]
                 conv.last_applied_ns = max(conv.last_applied_ns, applied_ns)
+                conv.last_received_ns = max(conv.last_received_ns, msg.received_wall_ns)
                 if not conv.waiting:
                     self._converged(event_id, conv)
 
@@ -388,6 +428,9 @@ class FabricState:
             event_to_applied_ms=(conv.last_applied_ns - conv.event_ns) / 1e6,
             report_ms=(conv.reported_ns - conv.event_ns) / 1e6,
             compute_ms=(conv.computed_ns - conv.reported_ns) / 1e6,
+            # Agents that do not report receipt times fold the push into the apply.
+            push_ms=max(0, conv.last_received_ns - conv.computed_ns) / 1e6,
+            apply_ms=(conv.last_applied_ns - max(conv.last_received_ns, conv.computed_ns)) / 1e6,
             switches=conv.switches,
             entries=conv.entries,
         )
@@ -396,9 +439,7 @@ class FabricState:
             "converged",
             "",
             0,
-            f"link {link}: {result.switches} switches applied {result.entries} objects "
-            f"{result.event_to_applied_ms:.1f} ms after the event "
-            f"(report {result.report_ms:.1f} ms, compute {result.compute_ms:.1f} ms)",
+            convergence_message(result),
             0,
         )
         if self.on_converged is not None:

@@ -9,7 +9,7 @@ the cable, waits for the link to return to routing, and repeats.
 The loss window of a cut is measured from the probe's own timestamps: for each run of lost
 sequence numbers, the send-time distance between the datagrams received on either side, less
 one probe interval. The controller's "converged" event for the link gives the breakdown:
-detection (cut -> agent saw carrier loss), report, recomputation, and push+applied; the agent's
+detection (cut -> agent saw carrier loss), report, recomputation, push and applied; the agent's
 log gives its local repair time (carrier event -> committed P4Runtime Write)."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import re
 import time
 from dataclasses import dataclass
 
+from controller.daemon.fabric_state import parse_convergence
 from mininet_labs.lab import Lab, Sender
 from mininet_labs.netlinks import LabError
 from mininet_labs.report import Result, Table, fmt, percentile
@@ -29,11 +30,6 @@ from railfabric.v1 import admin_pb2
 LOCAL_TARGET_MS = 50.0
 REMOTE_TARGET_MS = 250.0
 SETTLE_S = 0.4  # steady traffic on the new path after convergence, before the restore
-CONVERGED_RE = re.compile(
-    r"link (?P<link>\S+): (?P<switches>\d+) switches applied (?P<objects>\d+) objects "
-    r"(?P<total>[\d.]+) ms after the event \(report (?P<report>[\d.]+) ms, "
-    r"compute (?P<compute>[\d.]+) ms\)"
-)
 REPAIR_RE = re.compile(r"port (\d+) down: (\d+) groups repaired in ([\d.]+) ms")
 
 
@@ -43,6 +39,8 @@ class Convergence:
     total_ms: float
     report_ms: float
     compute_ms: float
+    push_ms: float
+    apply_ms: float
     switches: int
     objects: int
 
@@ -74,15 +72,17 @@ def _converged_after(lab: Lab, link: str, after_wall_ns: int) -> Convergence | N
     for e in lab.events(limit=60):
         if e.kind != "converged" or e.wall_ns < after_wall_ns:
             continue
-        m = CONVERGED_RE.search(e.message)
-        if m and m["link"] == link:
+        r = parse_convergence(e.message)
+        if r is not None and r.link == link:
             return Convergence(
                 e.wall_ns,
-                float(m["total"]),
-                float(m["report"]),
-                float(m["compute"]),
-                int(m["switches"]),
-                int(m["objects"]),
+                r.event_to_applied_ms,
+                r.report_ms,
+                r.compute_ms,
+                r.push_ms,
+                r.apply_ms,
+                r.switches,
+                r.entries,
             )
     return None
 
@@ -188,27 +188,29 @@ def _result(
     nan = float("nan")
     for i, c in enumerate(cuts, start=1):
         d = c.down
-        detection, report, compute, push, total = (
+        detection, report, compute, push, apply, total = (
             (
                 (d.event_wall_ns - c.cut_wall_ns) / 1e6,
                 d.report_ms,
                 d.compute_ms,
-                d.total_ms - d.report_ms - d.compute_ms,
+                d.push_ms,
+                d.apply_ms,
                 d.total_ms,
             )
             if d
-            else (nan, nan, nan, nan, nan)
+            else (nan, nan, nan, nan, nan, nan)
         )
         rows.append(
             (
                 str(i), c.kind, c.link, fmt(c.loss_ms), fmt(c.restore_loss_ms), fmt(detection),
-                fmt(c.local_repair_ms, 2), fmt(report), fmt(compute, 2), fmt(push), fmt(total),
+                fmt(c.local_repair_ms, 2), fmt(report), fmt(compute, 2), fmt(push), fmt(apply),
+                fmt(total),
             )
         )  # fmt: skip
     table = Table(
         (
             "#", "cut", "link", "loss ms", "restore loss ms", "detect ms", "local repair ms",
-            "report ms", "recompute ms", "push+applied ms", "converged ms",
+            "report ms", "recompute ms", "push ms", "applied ms", "converged ms",
         ),
         tuple(rows),
     )  # fmt: skip
@@ -239,9 +241,8 @@ def _result(
         "local_repair_ms_p99": percentile(repair, 99),
         "report_ms_p50": percentile([c.down.report_ms for c in cuts if c.down], 50),
         "recompute_ms_p50": percentile([c.down.compute_ms for c in cuts if c.down], 50),
-        "push_applied_ms_p50": percentile(
-            [c.down.total_ms - c.down.report_ms - c.down.compute_ms for c in cuts if c.down], 50
-        ),
+        "push_ms_p50": percentile([c.down.push_ms for c in cuts if c.down], 50),
+        "applied_ms_p50": percentile([c.down.apply_ms for c in cuts if c.down], 50),
     }
     metrics = {k: round(v, 3) if isinstance(v, float) else v for k, v in metrics.items()}
     lp99, rp99 = percentile(local_loss, 99), percentile(remote_loss, 99)

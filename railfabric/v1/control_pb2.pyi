@@ -159,6 +159,7 @@ class Applied(_message.Message):
     DIGEST_FIELD_NUMBER: _builtins.int
     WALL_NS_FIELD_NUMBER: _builtins.int
     UPDATES_WRITTEN_FIELD_NUMBER: _builtins.int
+    RECEIVED_WALL_NS_FIELD_NUMBER: _builtins.int
     generation: _builtins.int
     digest: _builtins.str
     """Digest of what is now applied."""
@@ -166,6 +167,11 @@ class Applied(_message.Message):
     """Time the last Write of this generation was committed."""
     updates_written: _builtins.int
     """Number of P4Runtime updates written (0 when the target already matched)."""
+    received_wall_ns: _builtins.int
+    """Unix ns when the agent received the DesiredState or StateDelta that led to this
+    generation; 0 when nothing was received (a resync). With wall_ns it splits the push
+    (controller -> agent) from the apply (agent -> target) in convergence figures.
+    """
     @_builtins.property
     def errors(self) -> _containers.RepeatedCompositeFieldContainer[Global___ObjectError]:
         """Objects that the target refused; empty on success."""
@@ -178,10 +184,11 @@ class Applied(_message.Message):
         digest: _builtins.str = ...,
         wall_ns: _builtins.int = ...,
         updates_written: _builtins.int = ...,
+        received_wall_ns: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["digest", b"digest", "errors", b"errors", "generation", b"generation", "updates_written", b"updates_written", "wall_ns", b"wall_ns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["digest", b"digest", "errors", b"errors", "generation", b"generation", "received_wall_ns", b"received_wall_ns", "updates_written", b"updates_written", "wall_ns", b"wall_ns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
