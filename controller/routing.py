@@ -309,8 +309,8 @@ class FabricRouting:
         # switches, and an id is hashed in constant time where a 64-port tuple is not.
         self.group_by_ports: list[dict[int, int]] = [{} for _ in range(n)]
         self._canon: dict[tuple[int, ...], tuple[int, ...]] = {(): ()}
-        # (id(old set), port, added?) -> canonical new set, for the remote-failure path.
-        self._edits: dict[tuple[int, int, bool], tuple[int, ...]] = {}
+        # id(old set) << 10 | port << 1 | added -> canonical new set (remote-failure path).
+        self._edits: dict[int, tuple[int, ...]] = {}
         self.group_split: list[dict[int, int]] = [{} for _ in range(n)]
         self.next_gid = [1] * n
         # ToRs: NIC index -> gid of its /32.
@@ -665,6 +665,7 @@ class FabricRouting:
         prefixes = self.topo.dest_prefix
         limit = self.max_group_size
         group = self.group
+        routes: dict[tuple[int, int], Route] = {}
         for x, bit, parents in items:
             classes = all_classes[x]
             old_gid = 0
@@ -688,7 +689,7 @@ class FabricRouting:
                 else:
                     to_p = multi.get(p, ())
                 for port in to_p:
-                    key = (id(new_ports), port, added)
+                    key = id(new_ports) << 10 | port << 1 | added  # ports are 9-bit
                     edited = edits.get(key)
                     if edited is None:
                         ports = set(new_ports)
@@ -721,7 +722,7 @@ class FabricRouting:
             upsert_groups: tuple[Group, ...] = ()
             upserts: tuple[Route, ...] = ()
             deletes: tuple[Prefix, ...] = ()
-            prefix = prefixes[bit.bit_length() - 1]
+            dest = bit.bit_length() - 1
             if new_ports:
                 if not gid:
                     gid = next_gid[x]
@@ -730,9 +731,13 @@ class FabricRouting:
                     all_ports[x][gid] = new_ports
                     upsert_groups = (group(x, gid),)
                 classes[gid] = classes.get(gid, 0) | bit
-                upserts = (Route(prefix, gid),)
+                # Switches built alike share group ids: share the (immutable) route too.
+                route = routes.get((dest, gid))
+                if route is None:
+                    route = routes[(dest, gid)] = Route(prefixes[dest], gid)
+                upserts = (route,)
             else:
-                deletes = (prefix,)
+                deletes = (prefixes[dest],)
             gone: tuple[int, ...] = ()
             if old_gid and old_gid not in classes:
                 del by_ports[id(old_ports)]
