@@ -13,7 +13,6 @@ from typing import Any
 from controller import qos
 from controller.fabric import Prefix
 from controller.routing import FabricRouting, Group, Route, SwitchDelta
-from railfabric.digest import state_digest
 from railfabric.v1 import state_pb2
 
 # Messages are filled through `repeated.add()` and attribute writes: about three times
@@ -169,34 +168,3 @@ def state_delta(
     if with_digest:
         msg.digest = desired_state(routing, delta.switch).digest
     return msg
-
-
-def apply_delta(
-    state: state_pb2.DesiredState, delta: state_pb2.StateDelta
-) -> state_pb2.DesiredState:
-    """What an agent holding `state` has after applying `delta` (the proto's apply order).
-    Used by tests and by the daemon to keep its view of a switch without recomputing."""
-    if delta.from_generation != state.generation:
-        raise ValueError(
-            f"{delta.switch_name}: delta from generation {delta.from_generation} does not "
-            f"apply to generation {state.generation}"
-        )
-    out = state_pb2.DesiredState()
-    out.CopyFrom(state)
-    groups = {g.id: g for g in out.groups}
-    for g in delta.upsert_groups:
-        groups[g.id] = g
-    routes = {(r.prefix.address, r.prefix.length): r for r in out.routes}
-    for r in delta.upsert_routes:
-        routes[(r.prefix.address, r.prefix.length)] = r
-    for p in delta.delete_routes:
-        routes.pop((p.address, p.length), None)
-    for gid in delta.delete_groups:
-        groups.pop(gid, None)
-    del out.groups[:]
-    out.groups.extend(groups[k] for k in sorted(groups))
-    del out.routes[:]
-    out.routes.extend(routes[k] for k in sorted(routes))
-    out.generation = delta.to_generation
-    out.digest = state_digest(out)
-    return out

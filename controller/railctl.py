@@ -3,25 +3,22 @@
 Offline commands work on a fabric file and need no controller: `check`, `expand`,
 `path FABRIC SRC DST`. Controller-backed commands (topology, links, switches, routes, events,
 alarms, diagnose, and `path SRC DST` without a file) talk to `--controller` over the admin API;
-they live in controller/railctl_admin.py as ADMIN_COMMANDS and are registered here when that
-module is present. A command is one `Command`: a name, a help line, an argument builder and
-`run(args) -> exit code`.
+they live in controller/railctl_admin.py as ADMIN_COMMANDS. A command is one `Command`: a
+name, a help line, an argument builder and `run(args) -> exit code`.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import json
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
 from controller.fabric import Fabric, Role, ipv4_str, parse_ipv4
 from controller.intent import IntentError, load_fabric, to_explicit, to_explicit_yaml
+from controller.railctl_admin import ADMIN_COMMANDS, run_path
 
 
 @dataclass(frozen=True)
@@ -133,11 +130,6 @@ def _cmd_path(args: argparse.Namespace) -> int:
         return 2
     *fabric_file, args.src, args.dst = args.where
     if not fabric_file:
-        admin = _admin_module()
-        if admin is None:
-            print("railctl path: give a fabric file (no controller commands here)", file=sys.stderr)
-            return 2
-        run_path: Callable[[argparse.Namespace], int] = admin.run_path
         return run_path(args)
     args.fabric = fabric_file[0]
     fabric = _load(args)
@@ -184,18 +176,8 @@ COMMANDS: list[Command] = [
 ]
 
 
-def _admin_module() -> ModuleType | None:
-    """controller/railctl_admin.py: the controller-backed commands (the daemon's side), when
-    present. It provides ADMIN_COMMANDS as (name, help, add_arguments, run) and run_path."""
-    if importlib.util.find_spec("controller.railctl_admin") is None:
-        return None
-    return importlib.import_module("controller.railctl_admin")
-
-
 def all_commands() -> list[Command]:
-    admin = _admin_module()
-    extra = [Command(*entry) for entry in getattr(admin, "ADMIN_COMMANDS", [])]
-    return COMMANDS + extra
+    return COMMANDS + [Command(*entry) for entry in ADMIN_COMMANDS]
 
 
 def build_parser() -> argparse.ArgumentParser:
