@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import difflib
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from finsy.proto import p4i, p4r
 from google.protobuf import text_format
@@ -85,11 +85,7 @@ _ACTION_PARAMS: dict[str, tuple[str, ...]] = {
 }
 
 
-_UPDATE_TYPES = {
-    Op.INSERT: p4r.Update.INSERT,
-    Op.MODIFY: p4r.Update.MODIFY,
-    Op.DELETE: p4r.Update.DELETE,
-}
+_INSERT, _MODIFY, _DELETE = p4r.Update.INSERT, p4r.Update.MODIFY, p4r.Update.DELETE
 
 
 class P4InfoMismatch(ValueError):
@@ -180,6 +176,22 @@ class Codec:
         for need, have in (("ingress_port", self.packet_in), ("egress_port", self.packet_out)):
             self._find(have, need, "controller packet metadata field")
         self._table_names = {t.id: n for n, t in self.tables.items()}
+        self._routing_id = self.tables[ROUTING].id
+        self._routing_dst_id = self.tables[ROUTING].keys["ipv4_dst"]
+        self._set_next_id_id = self.actions[SET_NEXT_ID].id
+        self._next_id_param_id = self.actions[SET_NEXT_ID].params["next_id"]
+        self._next_table_id = self.tables[NEXT].id
+        self._next_key_id = self.tables[NEXT].keys["next_id"]
+        self._fillers: dict[type, Callable[[p4r.Entity, Any], None]] = {
+            AclEntry: self._fill_acl,
+            QosEntry: self._fill_qos,
+            EcnEntry: self._fill_ecn,
+            PfcEntry: self._fill_pfc,
+            RouteEntry: self._fill_route,
+            NextEntry: self._fill_next,
+            MemberEntry: self._fill_member,
+            GroupEntry: self._fill_group,
+        }
 
     def _find(self, items: Mapping[str, T], name: str, what: str) -> T:
         try:
@@ -215,69 +227,93 @@ class Codec:
 
     def fill(self, entity: p4r.Entity, entry: Entry) -> None:
         """Write `entry` into the empty `entity`."""
-        match entry:
-            case AclEntry():
-                te = self._table(entity, ACL)
-                field = te.match.add()
-                field.field_id = self.tables[ACL].keys["eth_type"]
-                field.ternary.value = encode_value(entry.eth_type & entry.eth_type_mask)
-                field.ternary.mask = encode_value(entry.eth_type_mask)
-                te.priority = entry.priority
-                name = PUNT if entry.action is AclAction.PUNT_TO_CPU else DROP
-                self._action(te.action.action, name)
-            case QosEntry():
-                te = self._table(entity, QOS)
-                self._exact(te, QOS, "dscp", entry.dscp)
-                self._action(te.action.action, SET_TC, tc=entry.traffic_class)
-            case EcnEntry():
-                te = self._table(entity, ECN)
-                self._exact(te, ECN, "eg_port", entry.port)
-                self._exact(te, ECN, "traffic_class", entry.traffic_class)
-                self._action(
-                    te.action.action,
-                    SET_ECN,
-                    kmin=entry.kmin_bytes,
-                    kmax=entry.kmax_bytes,
-                    pmax=entry.pmax_ppm,
-                )
-            case PfcEntry():
-                te = self._table(entity, PFC)
-                self._exact(te, PFC, "port", entry.port)
-                self._exact(te, PFC, "priority", entry.priority)
-                self._action(te.action.action, SET_PFC, xoff=entry.xoff_bytes, xon=entry.xon_bytes)
-            case RouteEntry():
-                te = self._table(entity, ROUTING)
-                # A /0 route is the "don't care" LPM match: no field at all (P4Runtime §9.1.1).
-                if entry.length > 0:
-                    field = te.match.add()
-                    field.field_id = self.tables[ROUTING].keys["ipv4_dst"]
-                    field.lpm.value = encode_value(entry.address)
-                    field.lpm.prefix_len = entry.length
-                self._action(te.action.action, SET_NEXT_ID, next_id=entry.next_id)
-            case NextEntry():
-                te = self._table(entity, NEXT)
-                self._exact(te, NEXT, "next_id", entry.next_id)
-                te.action.action_profile_group_id = entry.group_id
-            case MemberEntry():
-                member = entity.action_profile_member
-                member.action_profile_id = self.selector_id
-                member.member_id = entry.member_id
-                self._action(
-                    member.action, SET_NEXTHOP, port=entry.port, smac=entry.smac, dmac=entry.dmac
-                )
-            case GroupEntry():
-                group = entity.action_profile_group
-                group.action_profile_id = self.selector_id
-                group.group_id = entry.group_id
-                # An empty group still has to be present in the entity.
-                group.SetInParent()
-                for ref in entry.members:
-                    m = group.members.add()
-                    m.member_id = ref.member_id
-                    m.weight = ref.weight
-                    m.watch_port = encode_value(ref.watch_port)
-            case _:
-                raise TypeError(f"not a pipeline entry: {entry!r}")
+        try:
+            filler = self._fillers[type(entry)]
+        except KeyError:
+            raise TypeError(f"not a pipeline entry: {entry!r}") from None
+        filler(entity, entry)
+
+    # One filler per entry type, dispatched on the type (a `match` tried the cases in turn for
+    # every route), with the ids of the hot ones (routes, next, groups) bound once.
+
+    def _fill_acl(self, entity: p4r.Entity, entry: AclEntry) -> None:
+        te = self._table(entity, ACL)
+        field = te.match.add()
+        field.field_id = self.tables[ACL].keys["eth_type"]
+        field.ternary.value = encode_value(entry.eth_type & entry.eth_type_mask)
+        field.ternary.mask = encode_value(entry.eth_type_mask)
+        te.priority = entry.priority
+        name = PUNT if entry.action is AclAction.PUNT_TO_CPU else DROP
+        self._action(te.action.action, name)
+
+    def _fill_qos(self, entity: p4r.Entity, entry: QosEntry) -> None:
+        te = self._table(entity, QOS)
+        self._exact(te, QOS, "dscp", entry.dscp)
+        self._action(te.action.action, SET_TC, tc=entry.traffic_class)
+
+    def _fill_ecn(self, entity: p4r.Entity, entry: EcnEntry) -> None:
+        te = self._table(entity, ECN)
+        self._exact(te, ECN, "eg_port", entry.port)
+        self._exact(te, ECN, "traffic_class", entry.traffic_class)
+        self._action(
+            te.action.action,
+            SET_ECN,
+            kmin=entry.kmin_bytes,
+            kmax=entry.kmax_bytes,
+            pmax=entry.pmax_ppm,
+        )
+
+    def _fill_pfc(self, entity: p4r.Entity, entry: PfcEntry) -> None:
+        te = self._table(entity, PFC)
+        self._exact(te, PFC, "port", entry.port)
+        self._exact(te, PFC, "priority", entry.priority)
+        self._action(te.action.action, SET_PFC, xoff=entry.xoff_bytes, xon=entry.xon_bytes)
+
+    def _fill_route(self, entity: p4r.Entity, entry: RouteEntry) -> None:
+        te = entity.table_entry
+        te.table_id = self._routing_id
+        # A /0 route is the "don't care" LPM match: no field at all (P4Runtime §9.1.1).
+        if entry.length > 0:
+            field = te.match.add()
+            field.field_id = self._routing_dst_id
+            lpm = field.lpm
+            address = entry.address
+            lpm.value = address.to_bytes(max(1, (address.bit_length() + 7) // 8), "big")
+            lpm.prefix_len = entry.length
+        action = te.action.action
+        action.action_id = self._set_next_id_id
+        param = action.params.add()
+        param.param_id = self._next_id_param_id
+        next_id = entry.next_id
+        # encode_value, inlined for the most numerous entries.
+        param.value = next_id.to_bytes(max(1, (next_id.bit_length() + 7) // 8), "big")
+
+    def _fill_next(self, entity: p4r.Entity, entry: NextEntry) -> None:
+        te = entity.table_entry
+        te.table_id = self._next_table_id
+        field = te.match.add()
+        field.field_id = self._next_key_id
+        field.exact.value = encode_value(entry.next_id)
+        te.action.action_profile_group_id = entry.group_id
+
+    def _fill_member(self, entity: p4r.Entity, entry: MemberEntry) -> None:
+        member = entity.action_profile_member
+        member.action_profile_id = self.selector_id
+        member.member_id = entry.member_id
+        self._action(member.action, SET_NEXTHOP, port=entry.port, smac=entry.smac, dmac=entry.dmac)
+
+    def _fill_group(self, entity: p4r.Entity, entry: GroupEntry) -> None:
+        group = entity.action_profile_group
+        group.action_profile_id = self.selector_id
+        group.group_id = entry.group_id
+        # An empty group still has to be present in the entity.
+        group.SetInParent()
+        members = group.members
+        for ref in entry.members:
+            m = members.add()
+            m.member_id = ref.member_id
+            m.weight = ref.weight
+            m.watch_port = encode_value(ref.watch_port)
 
     def encode(self, entry: Entry) -> p4r.Entity:
         entity = p4r.Entity()
@@ -285,7 +321,10 @@ class Codec:
         return entity
 
     def encode_update(self, update: Update) -> p4r.Update:
-        out = p4r.Update(type=_UPDATE_TYPES[update.op])
+        out = p4r.Update()
+        op = update.op
+        # Identity tests: an Enum's __hash__ is Python code, a dict lookup per update adds up.
+        out.type = _INSERT if op is Op.INSERT else _MODIFY if op is Op.MODIFY else _DELETE
         self.fill(out.entity, update.entry)
         return out
 

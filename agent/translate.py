@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -190,12 +191,7 @@ class Pipeline:
 
     @staticmethod
     def of(entries: Iterable[Entry]) -> Pipeline:
-        out: dict[Key, Entry] = {}
-        for entry in entries:
-            if entry.key in out:
-                raise ValueError(f"duplicate pipeline entry {entry.key}")
-            out[entry.key] = entry
-        return Pipeline(out)
+        return Pipeline(_keyed(entries))
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -213,6 +209,16 @@ class Pipeline:
         out = dict(self.entries)
         out.update((e.key, e) for e in entries)
         return Pipeline(out)
+
+
+def _keyed(entries: Iterable[Entry]) -> dict[Key, Entry]:
+    out: dict[Key, Entry] = {}
+    for entry in entries:
+        key = entry.key
+        if key in out:
+            raise ValueError(f"duplicate pipeline entry {key}")
+        out[key] = entry
+    return out
 
 
 class TranslationError(ValueError):
@@ -337,29 +343,28 @@ def translate(state: state_pb2.DesiredState) -> tuple[Pipeline, list[ObjectProbl
         entries.append(groups[group_id])
         entries.append(NextEntry(group_id, group_id))
 
-    seen_routes: set[tuple[int, int]] = set()
+    # Routes are most of a large switch: checked and keyed here directly, and named only when
+    # refused (formatting every prefix cost more than the rest of the translation).
+    out = _keyed(entries)
     for route in state.routes:
-        name = f"route {prefix_name(route.prefix)}"
-        address, length = route.prefix.address, route.prefix.length
+        prefix = route.prefix
+        address, length = prefix.address, prefix.length
+        key = ("route", address, length)
         if length > 32:
-            problems.append(ObjectProblem(name, f"{name}: prefix length {length} > 32"))
+            problem = f"prefix length {length} > 32"
+        elif address & ((1 << (32 - length)) - 1):
+            problem = f"host bits set beyond /{length}"
+        elif key in out:
+            problem = "listed twice"
+        elif route.group_id not in groups:
+            problem = f"group {route.group_id} is missing or was refused"
+        else:
+            out[key] = RouteEntry(address, length, route.group_id)
             continue
-        host_mask = (1 << (32 - length)) - 1
-        if address & host_mask:
-            problems.append(ObjectProblem(name, f"{name}: host bits set beyond /{length}"))
-            continue
-        if (address, length) in seen_routes:
-            problems.append(ObjectProblem(name, f"{name}: listed twice"))
-            continue
-        if route.group_id not in groups:
-            problems.append(
-                ObjectProblem(name, f"{name}: group {route.group_id} is missing or was refused")
-            )
-            continue
-        seen_routes.add((address, length))
-        entries.append(RouteEntry(address, length, route.group_id))
+        name = f"route {prefix_name(prefix)}"
+        problems.append(ObjectProblem(name, f"{name}: {problem}"))
 
-    return Pipeline.of(entries), problems
+    return Pipeline(out), problems
 
 
 def _group(
@@ -374,9 +379,11 @@ def _group(
         raise ValueError("no next hops")
     refs: list[GroupMember] = []
     new: dict[int, MemberEntry] = {}
+    listed: set[int] = set()
     for hop in group.next_hops:
-        if (problem := _check_port(hop.port, f"next hop port {hop.port}")) is not None:
-            raise ValueError(problem)
+        # The check inlined: its message is formatted only for a bad port.
+        if not 1 <= hop.port <= PORT_MAX or hop.port == CPU_PORT:
+            raise ValueError(_check_port(hop.port, f"next hop port {hop.port}"))
         if hop.port not in port_macs:
             raise ValueError(f"next hop port {hop.port} has no PortConfig (source MAC)")
         if not 0 < hop.dmac <= MAC_MAX:
@@ -387,8 +394,9 @@ def _group(
                 f"next hop port {hop.port} dmac {format_mac(hop.dmac)} conflicts with "
                 f"{format_mac(known.dmac)} used by another next hop on that port"
             )
-        if any(r.member_id == hop.port for r in refs):
+        if hop.port in listed:
             raise ValueError(f"port {hop.port} listed twice")
+        listed.add(hop.port)
         if known is None:
             new[hop.port] = MemberEntry(hop.port, hop.port, port_macs[hop.port], hop.dmac)
         refs.append(GroupMember(hop.port, hop.port, max(1, hop.weight)))
@@ -413,30 +421,40 @@ _STAGE_OF[(NextEntry, Op.DELETE)] = 4
 _STAGE_OF[(GroupEntry, Op.DELETE)] = 5
 _STAGE_OF[(MemberEntry, Op.DELETE)] = 6
 _STAGES = 7
+_FIRST = operator.itemgetter(0)
+_INSERT_STAGE = {kind: stage for (kind, op), stage in _STAGE_OF.items() if op is Op.INSERT}
+_MODIFY_STAGE = {kind: stage for (kind, op), stage in _STAGE_OF.items() if op is Op.MODIFY}
+_DELETE_STAGE = {kind: stage for (kind, op), stage in _STAGE_OF.items() if op is Op.DELETE}
 
 
 def diff(current: Pipeline, desired: Pipeline) -> list[list[Update]]:
     """Ordered, non-empty batches of updates turning `current` into `desired`. Entries equal
     in both produce nothing, so an agent that restarts on an up-to-date target writes nothing.
     Within a batch, updates are sorted by key (members in ascending port = creation order)."""
-    stages: list[list[Update]] = [[] for _ in range(_STAGES)]
-    for key, want in desired.entries.items():
-        have = current.entries.get(key)
+    # (key, update) pairs: the pipelines' dict keys are the entries' keys, so sorting on them
+    # needs no key recomputed per entry (a large switch has tens of thousands).
+    stages: list[list[tuple[Key, Update]]] = [[] for _ in range(_STAGES)]
+    have_entries, want_entries = current.entries, desired.entries
+    for key, want in want_entries.items():
+        have = have_entries.get(key)
         if have is None:
-            stages[_STAGE_OF[(type(want), Op.INSERT)]].append(Update(Op.INSERT, want))
+            stages[_INSERT_STAGE[type(want)]].append((key, Update(Op.INSERT, want)))
         elif have != want:
-            stages[_STAGE_OF[(type(want), Op.MODIFY)]].append(Update(Op.MODIFY, want))
-    for key, have in current.entries.items():
-        if key not in desired.entries:
-            stages[_STAGE_OF[(type(have), Op.DELETE)]].append(Update(Op.DELETE, have))
+            stages[_MODIFY_STAGE[type(want)]].append((key, Update(Op.MODIFY, want)))
+    for key, have in have_entries.items():
+        if key not in want_entries:
+            stages[_DELETE_STAGE[type(have)]].append((key, Update(Op.DELETE, have)))
+    out = []
     for stage in stages:
-        stage.sort(key=_sort_key)
-    return [stage for stage in stages if stage]
+        if stage:
+            # Keys start with their kind's name and hold ints after it, so keys of one kind
+            # compare element-wise and keys of different kinds are told apart by the name.
+            stage.sort(key=_FIRST)
+            out.append([update for _, update in stage])
+    return out
 
 
 def _sort_key(update: Update) -> Any:
-    # Keys start with their kind's name and hold ints after it, so keys of one kind compare
-    # element-wise and keys of different kinds are told apart by the name.
     return update.entry.key
 
 
