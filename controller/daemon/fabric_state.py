@@ -8,6 +8,7 @@ it and ship what it returns. Time is passed in (`now_ns`, Unix ns).
 from __future__ import annotations
 
 import difflib
+import hashlib
 import logging
 import re
 import time
@@ -161,13 +162,27 @@ class FabricState:
 
     # -- start-up: intent + persisted link states + persisted generations
     def _load(self) -> None:
+        topology = self._topology_digest()
+        if self.store.get_meta("topology_digest") != topology:
+            # Another fabric: its routing history and generations mean nothing here.
+            self.store.clear_routing_log()
+            self.store.set_meta("topology_digest", topology)
         for key, link_rec in self.store.links().items():
             if key in self._links:
                 self.tracker.restore(
                     key, LinkState(link_rec.state), link_rec.since_ns, link_rec.flaps
                 )
-        for key in self.tracker.down_links():
-            self.planner.set_link_usable(key, False)
+        # Replay what routing went through, in order, so group ids come out as the agents
+        # hold them; then take out whatever the link states say is still unusable.
+        usable = dict.fromkeys(self._links, True)
+        for key, ok in self.store.routing_log():
+            if key in usable and usable[key] != ok:
+                self.planner.set_link_usable(key, ok)
+                usable[key] = ok
+        for key, ok in usable.items():
+            if ok != self.tracker.usable(key):
+                self.planner.set_link_usable(key, not ok)
+                self.store.append_routing(key, not ok)
         stored = self.store.switches()
         for info in self.planner.switches():
             state = self.planner.full_state(info.name)
@@ -183,6 +198,15 @@ class FabricState:
             self.views[info.name] = SwitchView(info.name, state)
             if rec is None or rec.generation != generation:
                 self.store.set_desired(info.name, generation, digest)
+
+    def _topology_digest(self) -> str:
+        """Identity of the switches and cables, to tell whether stored history applies."""
+        h = hashlib.sha256()
+        for info in self.planner.switches():
+            h.update(f"{info.name}\n".encode())
+        for link in self._links.values():
+            h.update(f"{link.key}\n".encode())
+        return h.hexdigest()
 
     def view(self, name: str) -> SwitchView:
         try:
@@ -331,6 +355,7 @@ class FabricState:
         for t in transitions:
             link = self._links[t.link]
             verb = "returns to routing" if t.usable else "leaves routing"
+            self.store.append_routing(t.link, t.usable)
             t0 = time.monotonic_ns()
             deltas = self.planner.set_link_usable(t.link, t.usable)
             compute_ns = time.monotonic_ns() - t0

@@ -1,9 +1,11 @@
 """The controller's embedded store (SQLite under --state-dir): what must survive a restart so
 the controller resumes without re-pushing what agents already hold (ARCHITECTURE §1, §9).
 
-Kept: the intent digest, per-switch generation and digest of desired state, per-switch applied
-generation, link states, recent events and active alarms. Desired state itself is not kept: it
-is recomputed from the intent and the link states, and its digest tells whether it changed.
+Kept: the topology digest, per-switch generation and digest of desired state, per-switch
+applied generation, link states, the ordered link changes routing has applied, recent events
+and active alarms. Desired state itself is not kept: replaying the routing log over the intent
+rebuilds it exactly (group ids included, which depend on the order of events), and its digest
+tells whether it changed.
 
 Every write is its own transaction with synchronous=FULL, so a crash loses nothing that was
 acknowledged. Calls are synchronous and small (sub-millisecond); the daemon makes them from its
@@ -38,6 +40,11 @@ CREATE TABLE IF NOT EXISTS events (
     port INTEGER NOT NULL,
     message TEXT NOT NULL,
     generation INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS routing_log (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    link TEXT NOT NULL,
+    usable INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS alarms (
     id TEXT PRIMARY KEY,
@@ -148,6 +155,19 @@ class Store:
             "INSERT OR REPLACE INTO links (key, state, since_ns, flaps) VALUES (?, ?, ?, ?)",
             (record.key, record.state, record.since_ns, record.flaps),
         )
+
+    # -- routing log: every link taken out of or put back into routing, in order
+    def append_routing(self, link: str, usable: bool) -> None:
+        self._db.execute(
+            "INSERT INTO routing_log (link, usable) VALUES (?, ?)", (link, int(usable))
+        )
+
+    def routing_log(self) -> list[tuple[str, bool]]:
+        rows = self._db.execute("SELECT link, usable FROM routing_log ORDER BY id").fetchall()
+        return [(str(r[0]), bool(r[1])) for r in rows]
+
+    def clear_routing_log(self) -> None:
+        self._db.execute("DELETE FROM routing_log")
 
     # -- events
     def add_event(self, event: EventRecord) -> None:

@@ -261,3 +261,27 @@ def test_swapped_cables_raise_alarms_that_clear_when_fixed() -> None:
     fs.neighbors(tor, fixed, 2)
     assert fs.store.alarms() == []
     assert fs.alarm_ids == set()
+
+
+def test_a_restart_after_flaps_rebuilds_the_same_group_ids(tmp_path: Path) -> None:
+    store = Store(tmp_path / "c.sqlite3")
+    fs, rec, planner = make(store, hold_down_s=0)
+    held = connect_all(fs, rec)
+    first, second = planner.links()[0], planner.links()[5]
+    for t, (link, up) in enumerate([(first, False), (second, False), (first, True)], start=10):
+        fs.port_status(link.a[0], control_pb2.PortStatus(port=link.a[1], up=up), t * S)
+        apply_all(fs, rec, held, t * S)
+        fs.tick((t + 1) * S)  # releases what make-before-break held back
+        apply_all(fs, rec, held, (t + 1) * S)
+    fresh = expected([LinkEvent(second.a[0], second.a[1], False)])
+    assert {n: forwarding(s) for n, s in held.items()} == fresh
+    store.close()
+
+    fs2, rec2, _ = make(Store(tmp_path / "c.sqlite3"))
+    for name, state in held.items():
+        assert fs2.views[name].state.digest == state.digest, name
+        hello = control_pb2.Hello(
+            switch_name=name, applied_generation=state.generation, applied_digest=state.digest
+        )
+        assert fs2.hello(hello, 20 * S) is None, name
+    assert rec2.take() == {}
