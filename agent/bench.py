@@ -15,7 +15,8 @@
   hold-down to return it to routing before the next cut. Each cut's figure is the
   controller's own "converged" event: the first agent's netlink event (its PortStatus wall
   time) -> the last Applied of the deltas it caused, split into report (PortStatus received),
-  recompute and push+apply; detection (cable pulled -> netlink event) is measured beside it.
+  recompute, push (-> the last agent received its delta) and apply; detection (cable
+  pulled -> netlink event) is measured beside it.
 
 Needs root (namespaces) and `railfabric-softswitch`."""
 
@@ -26,7 +27,6 @@ import asyncio
 import collections
 import contextlib
 import json
-import re
 import socket
 import subprocess
 import sys
@@ -41,6 +41,7 @@ from agent.codec import Codec, load_p4info
 from agent.p4client import P4Target, PacketIn
 from agent.ports import PortMonitor
 from agent.writer import Writer
+from controller.daemon.fabric_state import ConvergenceResult, parse_convergence
 from railfabric.digest import state_digest
 from railfabric.v1 import admin_pb2, control_pb2, state_pb2
 
@@ -293,13 +294,6 @@ async def measure_programming(state: state_pb2.DesiredState) -> tuple[int, float
     return applied.updates_written, seconds
 
 
-CONVERGED_RE = re.compile(
-    r"link (?P<link>\S+): (?P<switches>\d+) switches applied (?P<objects>\d+) objects "
-    r"(?P<total>[\d.]+) ms after the event \(report (?P<report>[\d.]+) ms, "
-    r"compute (?P<compute>[\d.]+) ms\)"
-)
-
-
 @dataclass(frozen=True)
 class CutFigures:
     """One link cut, in ms. total = event -> last Applied (the convergence figure)."""
@@ -308,20 +302,21 @@ class CutFigures:
     detect: float  # cable pulled -> the first agent's netlink event
     report: float  # -> the controller has the PortStatus
     compute: float  # -> deltas computed
-    push_applied: float  # -> the last affected switch's Applied
+    push: float  # -> the last affected agent received its delta
+    apply: float  # -> that agent's Applied
     total: float
     switches: int
 
 
 def _converged_event(
     events: Iterable[admin_pb2.Event], link: str, after_wall_ns: int
-) -> admin_pb2.Event | None:
-    """The controller's "converged" event for `link` at or after `after_wall_ns`."""
+) -> tuple[admin_pb2.Event, ConvergenceResult] | None:
+    """The controller's "converged" event for `link` at or after `after_wall_ns`, parsed."""
     for e in events:
         if e.kind == "converged" and e.wall_ns >= after_wall_ns:
-            m = CONVERGED_RE.search(e.message)
-            if m and m["link"] == link:
-                return e
+            result = parse_convergence(e.message)
+            if result is not None and result.link == link:
+                return e, result
     return None
 
 
@@ -351,24 +346,22 @@ def measure_convergence(cuts: int, fabric: Path) -> list[CutFigures]:
             key = keys[i % len(keys)]
             cut_wall = time.time_ns()
             lab.topology.cut(key)
-            event = _wait(
+            event, r = _wait(
                 f"convergence after cutting {key}",
                 lambda: _converged_event(lab.events(limit=50), key, cut_wall),  # noqa: B023
                 timeout_s=15,
             )
-            m = CONVERGED_RE.search(event.message)
-            assert m is not None
-            total, report, compute = float(m["total"]), float(m["report"]), float(m["compute"])
-            event_wall = event.wall_ns - int(total * 1e6)
+            event_wall = event.wall_ns - int(r.event_to_applied_ms * 1e6)
             out.append(
                 CutFigures(
                     key,
                     (event_wall - cut_wall) / 1e6,
-                    report,
-                    compute,
-                    total - report - compute,
-                    total,
-                    int(m["switches"]),
+                    r.report_ms,
+                    r.compute_ms,
+                    r.push_ms,
+                    r.apply_ms,
+                    r.event_to_applied_ms,
+                    r.switches,
                 )
             )
             restore_wall = time.time_ns()
@@ -451,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parts = {
         name: [getattr(c, name) for c in cuts]
-        for name in ("total", "detect", "report", "compute", "push_applied")
+        for name in ("total", "detect", "report", "compute", "push", "apply")
     }
     result = {
         "local_repair_ms_p50": round(percentile(latencies, 50), 3),
@@ -464,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         "convergence_failures": len(cuts),
         **{
             f"convergence_{name}_ms_p{q}": p(parts[name], q)
-            for name in ("detect", "report", "compute", "push_applied")
+            for name in ("detect", "report", "compute", "push", "apply")
             for q in (50, 99)
         },
         "convergence_switches_per_cut_max": max((c.switches for c in cuts), default=None),
@@ -495,7 +488,7 @@ def main(argv: list[str] | None = None) -> int:
                 "first agent's netlink event -> last Applied, the controller's figure): "
                 f"p50 {result['convergence_ms_p50']} ms, p99 {result['convergence_ms_p99']} ms"
             )
-            for name in ("detect", "report", "compute", "push_applied"):
+            for name in ("detect", "report", "compute", "push", "apply"):
                 print(
                     f"  {name}: p50 {result[f'convergence_{name}_ms_p50']} ms, "
                     f"p99 {result[f'convergence_{name}_ms_p99']} ms"
