@@ -13,6 +13,8 @@ from controller.daemon.fabric_state import (
     ConvergenceResult,
     FabricState,
     UnknownSwitch,
+    convergence_message,
+    parse_convergence,
 )
 from controller.daemon.linkstate import DampingParams
 from controller.daemon.store import Store
@@ -285,3 +287,20 @@ def test_a_restart_after_flaps_rebuilds_the_same_group_ids(tmp_path: Path) -> No
         )
         assert fs2.hello(hello, 20 * S) is None, name
     assert rec2.take() == {}
+
+
+def test_converged_event_messages_parse_back_to_their_figures() -> None:
+    result = ConvergenceResult(
+        link="tor-r1-b1:3--spine-p1-1:1",
+        event_to_applied_ms=41.5,
+        report_ms=3.2,
+        compute_ms=0.3,
+        push_ms=20.0,
+        apply_ms=18.0,
+        switches=3,
+        entries=12,
+    )
+    message = convergence_message(result)
+    assert message.startswith("link tor-r1-b1:3--spine-p1-1:1: 3 switches applied 12 objects")
+    assert parse_convergence(message) == result
+    assert parse_convergence("link x: something else") is None
