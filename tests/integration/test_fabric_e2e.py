@@ -27,6 +27,7 @@ from mininet_labs.traffic import FlowSpec
 from railfabric.v1 import admin_pb2
 from tests.integration.e2e_fabric import (
     REPAIR_RE,
+    WROTE_RE,
     SwitchReader,
     all_converged,
     argv_of,
@@ -333,12 +334,12 @@ def test_link_cut_is_repaired_locally_then_globally_and_nothing_uses_it(
         # Write each, logged by the agent after the commit) and only then reported it; the
         # first report is what made the controller recompute and push.
         for switch, port in ((dst_tor, tor_port), (spine, spine_port)):
-            repairs = [
-                m
-                for m in REPAIR_RE.finditer(log_since(lab.agents[switch], offsets[switch]))
-                if int(m[1]) == port
-            ]
+            log = log_since(lab.agents[switch], offsets[switch])
+            repairs = [m for m in REPAIR_RE.finditer(log) if int(m[1]) == port]
             assert repairs and int(repairs[0][2]) > 0, f"{switch}:{port} was not repaired locally"
+            # Whatever the controller's delta made this agent write came after the repair.
+            wrote = WROTE_RE.search(log)
+            assert wrote is None or wrote.start() > repairs[0].start(), log
             i = _first_event(events, "port_down", "groups repaired locally", switch, port)
             assert events[i].wall_ns <= converged.wall_ns
         first_report = min(
