@@ -3,10 +3,11 @@ softswitch and one agent per switch, hosts in namespaces, on examples/lab-2rail.
 driven by `mininet_labs.lab.Lab`. One lab serves the module; each test puts back what it
 changes (cables, processes) and leaves the fabric converged.
 
-What the lab tier (tests/lab) already judges is not repeated here: ECMP vs prediction, loss
-windows, QoS, and a miswire's alarms on all four ports with Diagnose. These tests look at the
-switches' real state instead: P4Runtime entries read back from softswitch, port counters, the
-agents' own logs of what they wrote, and sequence-numbered probes."""
+What the lab tier (tests/lab) judges is not repeated here beyond the all-pairs reachability
+the rest stands on: not ECMP vs prediction, loss windows, QoS, nor a miswire's alarms on all
+four ports with Diagnose. These tests look at the switches' real state: P4Runtime entries read
+back from softswitch, port counters, the agents' own logs of what they wrote, the controller's
+events and store, and sequence-numbered probes."""
 
 from __future__ import annotations
 
@@ -48,7 +49,6 @@ from tests.integration.e2e_fabric import (
 pytestmark = pytest.mark.integration
 
 LAB_FABRIC = REPO / "examples" / "lab-2rail.yaml"
-LLDP_INTERVAL_S = 1.0
 
 
 @pytest.fixture(scope="module")
@@ -249,7 +249,7 @@ def test_a_second_agent_with_a_lower_election_id_cannot_write(
                 reader.stub(switch).Write(request, timeout=5)
             assert refused.value.code() is grpc.StatusCode.PERMISSION_DENIED
             # Long enough for its LLDP and reconcile attempts to have been made.
-            time.sleep(2 * LLDP_INTERVAL_S)
+            time.sleep(2 * lab.options.lldp_interval_s)
         finally:
             lab.processes.stop(backup)
     log = log_since(backup, 0)
@@ -388,7 +388,7 @@ def test_link_cut_is_repaired_locally_then_globally_and_nothing_uses_it(
         elapsed = time.monotonic() - started
         after = {t: lab.counters(t, [1, 2, 3, 4]) for t in uplink}
         got = {(p.flow, p.seq) for p in lab.records(out)}
-        lldp_allowance = math.ceil(elapsed / LLDP_INTERVAL_S) + 2
+        lldp_allowance = math.ceil(elapsed / lab.options.lldp_interval_s) + 2
         for t, port in uplink.items():
             tx = {p: after[t][p]["tx_packets"] - before[t][p]["tx_packets"] for p in (3, 4)}
             other = 7 - port  # the ToR's other uplink (ports 3 and 4)
