@@ -123,13 +123,11 @@ class ControllerSession:
             async with asyncio.timeout(self.connect_timeout_s):
                 await channel.channel_ready()
             hello = control_pb2.AgentMessage(hello=self._make_hello())
-
-            async def requests() -> AsyncIterator[control_pb2.AgentMessage]:
-                yield hello
-                while True:
-                    yield await outbox.get()
-
-            call = stub.Session(requests())
+            # Writes go through call.write() from a task we own and cancel, not a request
+            # generator grpc would consume: a generator parked in outbox.get() when the stream
+            # dies is destroyed pending ("Task was destroyed but it is pending").
+            call = stub.Session(None)
+            await call.write(hello)
             self._outbox = outbox
             self.connections += 1
             self.connected.set()
@@ -139,5 +137,20 @@ class ControllerSession:
                 self.connections,
                 hello.hello.applied_generation,
             )
-            async for reply in call:
-                await self._on_message(reply)
+            writer = asyncio.create_task(_pump(call, outbox), name="controller-outbox")
+            try:
+                async for reply in call:
+                    await self._on_message(reply)
+            finally:
+                writer.cancel()
+                call.cancel()
+                with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+                    await writer
+
+
+async def _pump(
+    call: grpc.aio.StreamStreamCall[control_pb2.AgentMessage, control_pb2.ControllerMessage],
+    outbox: asyncio.Queue[control_pb2.AgentMessage],
+) -> None:
+    while True:
+        await call.write(await outbox.get())
