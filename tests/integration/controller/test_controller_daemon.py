@@ -7,6 +7,7 @@ import asyncio
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -25,21 +26,11 @@ LAB = REPO / "examples" / "lab-2rail.yaml"
 CONTROLLER = str(Path(sys.executable).parent / "railfabric-controller")
 
 
-async def start(processes: Processes, port: int, state_dir: Path) -> str:
+async def start(processes: Processes, port: int, state_dir: Path, *extra: str) -> str:
+    """Start a controller on `port` with `extra` flags; return its address once it serves."""
     addr = f"127.0.0.1:{port}"
-    processes.start(
-        [
-            CONTROLLER,
-            "--fabric",
-            str(LAB),
-            "--listen",
-            addr,
-            "--state-dir",
-            str(state_dir),
-            "--hold-down-s",
-            "0.2",
-        ]
-    )
+    flags = ["--listen", addr, "--state-dir", str(state_dir), "--hold-down-s", "0.2", *extra]
+    processes.start([CONTROLLER, "--fabric", str(LAB), *flags])
     async with grpc.aio.insecure_channel(addr) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         deadline = time.monotonic() + 20
@@ -214,3 +205,34 @@ def test_a_bad_fabric_file_is_refused_with_file_line_and_field(tmp_path: Path) -
     )
     assert done.returncode == 2
     assert f"{bad}:" in done.stderr and "rialz" in done.stderr
+
+
+async def test_prometheus_metrics_show_sessions_generations_and_links(
+    processes: Processes, free_port: Callable[[], int], tmp_path: Path
+) -> None:
+    metrics_port = free_port()
+    addr = await start(
+        processes, free_port(), tmp_path / "state", "--metrics", f"127.0.0.1:{metrics_port}"
+    )
+    async with grpc.aio.insecure_channel(addr) as channel:
+        agent = Agent(channel)
+        await agent.send(hello=control_pb2.Hello(switch_name="tor-r1-b1"))
+        state = (await agent.read()).desired_state
+        await agent.send(port_status=control_pb2.PortStatus(port=3, up=False))
+        await agent.read()  # the delta for the cut
+        await asyncio.sleep(0.2)
+        text = await asyncio.to_thread(_scrape, metrics_port)
+        await agent.outbox.put(None)
+    assert "railfabric_agent_sessions 1.0" in text
+    assert (
+        f'railfabric_switch_generation{{kind="desired",switch="tor-r1-b1"}} '
+        f"{float(state.generation + 1)}" in text
+    )
+    assert 'railfabric_links{state="down"} 1.0' in text
+    assert 'railfabric_links{state="up"} 7.0' in text
+    assert "railfabric_convergence_seconds_bucket" in text
+
+
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        return str(reply.read().decode())
