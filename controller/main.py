@@ -120,15 +120,18 @@ async def serve(args: argparse.Namespace) -> int:
         args.listen,
     )
 
-    stop = asyncio.Event()
+    stop, reload = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, reload.set)
     async with asyncio.TaskGroup() as tg:
         timer = tg.create_task(_timers(fabric), name="link-timers")
+        reloader = tg.create_task(_reloads(args.fabric, fabric, sessions, reload), name="reload")
         await stop.wait()
         log.info("stopping")
         timer.cancel()
+        reloader.cancel()
         await server.stop(grace=1.0)
     store.close()
     return 0
@@ -145,6 +148,25 @@ async def _timers(fabric: FabricState) -> None:
             continue
         wait_s = 0.1 if deadline is None else min(0.1, (deadline - now) / 1e9)
         await asyncio.sleep(wait_s)
+
+
+async def _reloads(
+    path: Path, fabric: FabricState, sessions: Sessions, wake: asyncio.Event
+) -> None:
+    """SIGHUP: load the intent again. A file that fails validation is reported and the
+    controller keeps serving the intent it has."""
+    while True:
+        await wake.wait()
+        wake.clear()
+        try:
+            planner = await asyncio.to_thread(load_planner, path)
+        except (IntentError, OSError) as err:
+            log.error("reload refused, still serving the previous intent: %s", err)
+            fabric.event(time.time_ns(), "intent_refused", "", 0, str(err), 0)
+            continue
+        for name in fabric.reload(planner, time.time_ns()):
+            sessions.close(name, "switch is no longer in the fabric intent")
+        log.info("reloaded %s", path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -28,7 +28,6 @@ PFC_STORM_PAUSES = 1000
 class AdminService(admin_pb2_grpc.FabricAdminServicer):
     def __init__(self, fabric: FabricState) -> None:
         self.fabric = fabric
-        self._infos = {info.name: info for info in fabric.planner.switches()}
 
     def _links(self, only_down: bool) -> list[admin_pb2.LinkInfo]:
         out = []
@@ -65,9 +64,9 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
     ) -> admin_pb2.ListLinksResponse:
         return admin_pb2.ListLinksResponse(links=self._links(request.only_down))
 
-    def _status(self, v: SwitchView) -> admin_pb2.SwitchStatus:
+    def _status(self, v: SwitchView, info: admin_pb2.SwitchInfo) -> admin_pb2.SwitchStatus:
         return admin_pb2.SwitchStatus(
-            info=self._infos[v.name],
+            info=info,
             connected=v.connected,
             desired_generation=v.state.generation,
             applied_generation=v.applied_generation,
@@ -81,8 +80,9 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
     async def ListSwitches(
         self, request: admin_pb2.ListSwitchesRequest, context: _Ctx
     ) -> admin_pb2.ListSwitchesResponse:
+        views = self.fabric.views
         return admin_pb2.ListSwitchesResponse(
-            switches=[self._status(v) for v in self.fabric.views.values()]
+            switches=[self._status(views[i.name], i) for i in self.fabric.planner.switches()]
         )
 
     async def GetSwitchState(

@@ -133,6 +133,12 @@ def parse_convergence(message: str) -> ConvergenceResult | None:
 
 
 class FabricState:
+    # Rebuilt from the intent by _load (at start and on reload).
+    tracker: LinkTracker[str]
+    plan: dict[tuple[str, int], tuple[str, int]]
+    views: dict[str, SwitchView]
+    _links: dict[str, PlannedLink]
+
     def __init__(
         self,
         planner: Planner,
@@ -145,14 +151,7 @@ class FabricState:
         self.store = store
         self.send = send
         self.on_converged = on_converged
-        self._links = {link.key: link for link in planner.links()}
-        self.tracker: LinkTracker[str] = LinkTracker(
-            ((link.key, link.a, link.b) for link in self._links.values()), damping
-        )
-        self.plan: dict[tuple[str, int], tuple[str, int]] = {}
-        for link in self._links.values():
-            self.plan[link.a], self.plan[link.b] = link.b, link.a
-        self.views: dict[str, SwitchView] = {}
+        self.damping = damping
         self._pending: dict[int, Convergence] = {}
         self._deferred: list[_Deferred] = []
         self._next_event = 0
@@ -160,8 +159,64 @@ class FabricState:
         self.alarm_ids: set[str] = {a.id for a in store.alarms()}
         self._load()
 
+    def reload(self, planner: Planner, now_ns: int) -> list[str]:
+        """Serve a new intent. Switches whose state changed get a full DesiredState at the next
+        generation; link states and agent sessions carry over. Returns the switches the new
+        intent no longer has (their sessions should be closed)."""
+        for record in list(self._deferred):
+            self._release(record, now_ns)
+        self._pending.clear()
+        old = self.views
+        self.planner = planner
+        self._load()
+        for name, v in self.views.items():
+            was = old.get(name)
+            if was is None:
+                continue
+            v.connected, v.agent_version, v.last_seen_ns = (
+                was.connected,
+                was.agent_version,
+                was.last_seen_ns,
+            )
+            v.applied_generation, v.applied_digest = was.applied_generation, was.applied_digest
+            v.last_counters, v.prev_counters, v.neighbors = (
+                was.last_counters,
+                was.prev_counters,
+                was.neighbors,
+            )
+            if v.state.digest != was.state.digest and v.connected:
+                self.send(name, control_pb2.ControllerMessage(desired_state=v.state))
+                self.event(
+                    now_ns,
+                    "pushed",
+                    name,
+                    0,
+                    f"generation {v.state.generation} (new intent, full state)",
+                    v.state.generation,
+                )
+        gone = sorted(set(old) - set(self.views))
+        self.event(
+            now_ns,
+            "intent_reloaded",
+            "",
+            0,
+            f"intent {planner.fabric_name} loaded: {len(self.views)} switches"
+            + (f"; no longer in the intent: {', '.join(gone)}" if gone else ""),
+            0,
+        )
+        return gone
+
     # -- start-up: intent + persisted link states + persisted generations
     def _load(self) -> None:
+        planner = self.planner
+        self._links = {link.key: link for link in planner.links()}
+        self.tracker = LinkTracker(
+            ((link.key, link.a, link.b) for link in self._links.values()), self.damping
+        )
+        self.plan = {}
+        for link in self._links.values():
+            self.plan[link.a], self.plan[link.b] = link.b, link.a
+        self.views = {}
         topology = self._topology_digest()
         if self.store.get_meta("topology_digest") != topology:
             # Another fabric: its routing history and generations mean nothing here.

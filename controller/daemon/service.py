@@ -58,6 +58,11 @@ class Sessions:
             log.warning("%s: agent is not keeping up; closing its session to resync", switch)
             session.close("outbox full; reconnect to resync")
 
+    def close(self, switch: str, reason: str) -> None:
+        session = self.by_switch.get(switch)
+        if session is not None:
+            session.close(reason)
+
 
 class ControlService(control_pb2_grpc.FabricControlServicer):
     def __init__(self, fabric: FabricState, sessions: Sessions) -> None:

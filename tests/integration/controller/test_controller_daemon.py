@@ -4,12 +4,14 @@ reflection over gRPC on loopback, bad input, and a restart from its state direct
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 import pytest
@@ -19,6 +21,9 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from railfabric.v1 import admin_pb2, admin_pb2_grpc, control_pb2, control_pb2_grpc
 from tests.conftest import Processes
 
+if TYPE_CHECKING:  # only in the generated .pyi
+    from railfabric.v1.admin_pb2_grpc import FabricAdminAsyncStub
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[3]
@@ -26,11 +31,15 @@ LAB = REPO / "examples" / "lab-2rail.yaml"
 CONTROLLER = str(Path(sys.executable).parent / "railfabric-controller")
 
 
-async def start(processes: Processes, port: int, state_dir: Path, *extra: str) -> str:
-    """Start a controller on `port` with `extra` flags; return its address once it serves."""
+async def start(
+    processes: Processes, port: int, state_dir: Path, *extra: str, launch: bool = True
+) -> str:
+    """Start a controller on `port` with `extra` flags (unless `launch` is False: it was
+    started already); return its address once it serves."""
     addr = f"127.0.0.1:{port}"
     flags = ["--listen", addr, "--state-dir", str(state_dir), "--hold-down-s", "0.2", *extra]
-    processes.start([CONTROLLER, "--fabric", str(LAB), *flags])
+    if launch:
+        processes.start([CONTROLLER, "--fabric", str(LAB), *flags])
     async with grpc.aio.insecure_channel(addr) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         deadline = time.monotonic() + 20
@@ -236,3 +245,42 @@ async def test_prometheus_metrics_show_sessions_generations_and_links(
 def _scrape(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
         return str(reply.read().decode())
+
+
+async def test_sighup_reloads_the_intent_and_refuses_a_broken_one(
+    processes: Processes, free_port: Callable[[], int], tmp_path: Path
+) -> None:
+    fabric = tmp_path / "fabric.yaml"
+    fabric.write_text(LAB.read_text())
+    port = free_port()
+    addr = f"127.0.0.1:{port}"
+    proc = processes.start([CONTROLLER, "--fabric", str(fabric), "--listen", addr])
+    await start(processes, port, tmp_path / "unused", launch=False)
+    async with grpc.aio.insecure_channel(addr) as channel:
+        admin = admin_pb2_grpc.FabricAdminStub(channel)
+        agent = Agent(channel)
+        await agent.send(hello=control_pb2.Hello(switch_name="tor-r1-b1"))
+        first = (await agent.read()).desired_state
+
+        fabric.write_text(LAB.read_text().replace("rails: 2", "rails: two"))
+        proc.send_signal(signal.SIGHUP)
+        refused = await _wait_event(admin, "intent_refused")
+        assert f"{fabric}:" in refused.message and "rails" in refused.message
+        assert (await admin.GetTopology(admin_pb2.GetTopologyRequest())).fabric_name
+
+        fabric.write_text(LAB.read_text().replace("mtu_bytes: 9100", "mtu_bytes: 4200"))
+        proc.send_signal(signal.SIGHUP)
+        second = (await agent.read()).desired_state
+        assert second.generation == first.generation + 1
+        assert [p.xoff_bytes for p in second.pfc] != [p.xoff_bytes for p in first.pfc]
+        await agent.outbox.put(None)
+
+
+async def _wait_event(admin: FabricAdminAsyncStub, kind: str) -> admin_pb2.Event:
+    for _ in range(100):
+        events = (await admin.ListEvents(admin_pb2.ListEventsRequest(limit=20))).events
+        found = [e for e in events if e.kind == kind]
+        if found:
+            return found[-1]
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no {kind} event")

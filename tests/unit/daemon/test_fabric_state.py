@@ -304,3 +304,20 @@ def test_converged_event_messages_parse_back_to_their_figures() -> None:
     assert message.startswith("link tor-r1-b1:3--spine-p1-1:1: 3 switches applied 12 objects")
     assert parse_convergence(message) == result
     assert parse_convergence("link x: something else") is None
+
+
+def test_a_new_intent_sends_full_states_to_the_switches_it_changes(tmp_path: Path) -> None:
+    fs, rec, _ = make(Store(":memory:"))
+    held = connect_all(fs, rec)
+    assert fs.reload(load_planner(LAB), 5 * S) == []
+    assert rec.take() == {}  # the same intent changes nothing
+    other = tmp_path / "lab.yaml"
+    other.write_text(LAB.read_text().replace("mtu_bytes: 9100", "mtu_bytes: 4200"))
+    assert fs.reload(load_planner(other), 6 * S) == []
+    sent = rec.take()
+    assert set(sent) == set(held)  # PFC headroom depends on the MTU on every port
+    for name, msg in sent.items():
+        state = msg.desired_state
+        assert state.generation == held[name].generation + 1
+        assert state.digest != held[name].digest
+        assert fs.views[name].connected and not fs.views[name].converged
