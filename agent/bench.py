@@ -37,12 +37,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from agent.codec import Codec, load_p4info
+from agent.codec import Codec
 from agent.p4client import P4Target, PacketIn
 from agent.ports import PortMonitor
 from agent.writer import Writer
 from controller.daemon.fabric_state import ConvergenceResult, parse_convergence
 from railfabric.digest import state_digest
+from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from railfabric.v1 import admin_pb2, control_pb2, state_pb2
 
 T = TypeVar("T")
@@ -252,7 +253,7 @@ async def measure_local_repair(
 ) -> tuple[list[float], int]:
     """Pull the cable of `port` `flaps` times with `state` programmed; after each return the
     controller's next generation puts the port back. (latencies in ms, groups per repair)."""
-    codec = Codec(load_p4info(REPO / "p4" / "fabric.p4info.txt"))
+    codec = Codec(load_p4info(DEFAULT_P4INFO))
     with lab([port]) as net:
         async with agent_parts(net, codec) as (writer, out):
             current = state_pb2.DesiredState()
@@ -281,7 +282,7 @@ async def measure_local_repair(
 async def measure_programming(state: state_pb2.DesiredState) -> tuple[int, float]:
     """(updates written, seconds) for the agent's writer taking a DesiredState into an empty
     softswitch: translate, diff, encode and the ordered Writes, until Applied."""
-    codec = Codec(load_p4info(REPO / "p4" / "fabric.p4info.txt"))
+    codec = Codec(load_p4info(DEFAULT_P4INFO))
     with lab([1, 2]) as net:
         async with agent_parts(net, codec) as (writer, out):
             await writer.synced.wait()  # connected, pipeline pushed, target read back

@@ -12,11 +12,9 @@ import difflib
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 from finsy.proto import p4i, p4r
-from google.protobuf import text_format
 
 from agent.translate import (
     AclAction,
@@ -34,6 +32,7 @@ from agent.translate import (
     RouteEntry,
     Update,
 )
+from railfabric.p4bytes import decode_unchecked, encode
 
 T = TypeVar("T")
 LOG = logging.getLogger("railfabric.agent.codec")
@@ -158,32 +157,9 @@ class P4InfoMismatch(ValueError):
     """The P4Info lacks a name of the contract."""
 
 
-def encode_value(value: int) -> bytes:
-    """P4Runtime canonical bytestring of a non-negative integer (§8.3: shortest, >= 1 byte)."""
-    if value < 0:
-        raise ValueError(f"cannot encode negative value {value}")
-    return value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
-
-
-def decode_value(data: bytes) -> int:
-    return int.from_bytes(data, "big")
-
-
 def _closest(name: str, names: Iterable[str]) -> str:
     near = difflib.get_close_matches(name, list(names), n=1)
     return f" Did you mean {near[0]!r}?" if near else ""
-
-
-def load_p4info(path: Path) -> p4i.P4Info:
-    """Parse a P4Info text file; errors name the file."""
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise P4InfoMismatch(f"{path}: cannot read P4Info: {err}") from err
-    try:
-        return text_format.Parse(text, p4i.P4Info())
-    except text_format.ParseError as err:
-        raise P4InfoMismatch(f"{path}: not a P4Info text file: {err}") from err
 
 
 @dataclass(frozen=True)
@@ -278,7 +254,7 @@ class Codec:
     def _exact(self, entry: p4r.TableEntry, table: str, key: str, value: int) -> None:
         field = entry.match.add()
         field.field_id = self.tables[table].keys[key]
-        field.exact.value = encode_value(value)
+        field.exact.value = encode(value)
 
     def _action(self, action: p4r.Action, name: str, **params: int) -> None:
         ids = self.actions[name]
@@ -286,7 +262,7 @@ class Codec:
         for key, value in params.items():
             param = action.params.add()
             param.param_id = ids.params[key]
-            param.value = encode_value(value)
+            param.value = encode(value)
 
     def _table(self, entity: p4r.Entity, table: str) -> p4r.TableEntry:
         entry = entity.table_entry
@@ -308,8 +284,8 @@ class Codec:
         te = self._table(entity, ACL)
         field = te.match.add()
         field.field_id = self.tables[ACL].keys["eth_type"]
-        field.ternary.value = encode_value(entry.eth_type & entry.eth_type_mask)
-        field.ternary.mask = encode_value(entry.eth_type_mask)
+        field.ternary.value = encode(entry.eth_type & entry.eth_type_mask)
+        field.ternary.mask = encode(entry.eth_type_mask)
         te.priority = entry.priority
         name = PUNT if entry.action is AclAction.PUNT_TO_CPU else DROP
         self._action(te.action.action, name)
@@ -353,7 +329,7 @@ class Codec:
         param = action.params.add()
         param.param_id = self._next_id_param_id
         next_id = entry.next_id
-        # encode_value, inlined for the most numerous entries.
+        # p4bytes.encode, inlined for the most numerous entries.
         param.value = next_id.to_bytes(max(1, (next_id.bit_length() + 7) // 8), "big")
 
     def _fill_next(self, entity: p4r.Entity, entry: NextEntry) -> None:
@@ -361,7 +337,7 @@ class Codec:
         te.table_id = self._next_table_id
         field = te.match.add()
         field.field_id = self._next_key_id
-        field.exact.value = encode_value(entry.next_id)
+        field.exact.value = encode(entry.next_id)
         te.action.action_profile_group_id = entry.group_id
 
     def _fill_member(self, entity: p4r.Entity, entry: MemberEntry) -> None:
@@ -381,7 +357,7 @@ class Codec:
             m = members.add()
             m.member_id = ref.member_id
             m.weight = ref.weight
-            m.watch_port = encode_value(ref.watch_port)
+            m.watch_port = encode(ref.watch_port)
 
     def encode(self, entry: Entry) -> p4r.Entity:
         entity = p4r.Entity()
@@ -442,7 +418,7 @@ class Codec:
                         (
                             GroupMember(
                                 m.member_id,
-                                decode_value(m.watch_port)
+                                decode_unchecked(m.watch_port)
                                 if m.WhichOneof("watch_kind") == "watch_port"
                                 else m.watch,
                                 max(1, m.weight),
@@ -463,7 +439,7 @@ class Codec:
         fields = {f.field_id: f for f in entry.match}
 
         def exact(key: str) -> int:
-            return decode_value(fields[ids.keys[key]].exact.value)
+            return decode_unchecked(fields[ids.keys[key]].exact.value)
 
         action = entry.action
         if table == NEXT:
@@ -471,7 +447,7 @@ class Codec:
         if table == ROUTING:
             lpm = fields.get(ids.keys["ipv4_dst"])
             address, length = (
-                (decode_value(lpm.lpm.value), lpm.lpm.prefix_len) if lpm is not None else (0, 0)
+                (decode_unchecked(lpm.lpm.value), lpm.lpm.prefix_len) if lpm is not None else (0, 0)
             )
             return RouteEntry(address, length, self._params(action.action, SET_NEXT_ID)["next_id"])
         if table == QOS:
@@ -488,7 +464,7 @@ class Codec:
         eth = fields.get(ids.keys["eth_type"])
         if eth is None or len(fields) != 1:
             return None
-        mask = decode_value(eth.ternary.mask)
+        mask = decode_unchecked(eth.ternary.mask)
         act = (
             AclAction.PUNT_TO_CPU
             if action.action.action_id == self.actions[PUNT].id
@@ -498,7 +474,7 @@ class Codec:
         )
         if act is None:
             return None
-        return AclEntry(decode_value(eth.ternary.value), mask, entry.priority, act)
+        return AclEntry(decode_unchecked(eth.ternary.value), mask, entry.priority, act)
 
     def _params(self, action: p4r.Action, name: str) -> dict[str, int]:
         ids = self.actions[name]
@@ -508,7 +484,7 @@ class Codec:
                 f"action id {action.action_id}"
             )
         by_id = {v: k for k, v in ids.params.items()}
-        return {by_id[p.param_id]: decode_value(p.value) for p in action.params}
+        return {by_id[p.param_id]: decode_unchecked(p.value) for p in action.params}
 
     def decode_all(self, entities: Iterable[p4r.Entity]) -> tuple[Pipeline, list[p4r.Entity]]:
         """The pipeline read back, plus the entities the agent does not own."""

@@ -18,13 +18,14 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-from agent.codec import Codec, P4InfoMismatch, load_p4info
+from agent.codec import Codec, P4InfoMismatch
 from agent.lldp import NeighborTable, build_lldp
 from agent.p4client import P4Target, PacketIn
 from agent.ports import PortEvent, PortMonitor, parse_port_map
 from agent.session import ControllerSession
 from agent.writer import TARGET_LOST, Writer
 from railfabric import __version__
+from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from railfabric.v1 import control_pb2
 
 LOG = logging.getLogger("railfabric.agent")
@@ -51,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device-id", type=int, required=True, help="P4Runtime device id")
     parser.add_argument("--port-map", required=True, help="PORT=IFNAME[,PORT=IFNAME...]")
     parser.add_argument("--netns", help="network namespace of the switch's interfaces")
-    parser.add_argument("--p4info", default="p4/fabric.p4info.txt", help="P4Info text file")
+    parser.add_argument("--p4info", type=Path, default=DEFAULT_P4INFO, help="P4Info text file")
     parser.add_argument(
         "--device-config",
         help="target-specific pipeline blob pushed with the P4Info (bmv2 JSON); empty if unset",
@@ -77,8 +78,7 @@ class Agent:
     def __init__(self, args: argparse.Namespace) -> None:
         self.switch = args.switch
         self.port_map = parse_port_map(args.port_map)
-        p4info_path = Path(args.p4info)
-        self.codec = Codec(load_p4info(p4info_path), str(p4info_path))
+        self.codec = Codec(load_p4info(args.p4info), str(args.p4info))
         device_config = Path(args.device_config).read_bytes() if args.device_config else b""
         self.target_kind = TARGET_KINDS[args.target_kind]
         self.device_id = args.device_id

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from finsy import P4Client, P4ClientError
 from finsy.proto import p4i, p4r, rpc_code
 
-from agent.codec import PORT_COUNTERS, Codec, decode_value, encode_value
+from agent.codec import PORT_COUNTERS, Codec
 from agent.session import Backoff
 from agent.translate import Pipeline
+from railfabric.p4bytes import decode_unchecked, encode
 
 LOG = logging.getLogger("railfabric.agent.p4")
 
@@ -132,7 +133,7 @@ class P4Target:
         for meta in packet.metadata:
             if meta.metadata_id == port_id:
                 self.packet_ins += 1
-                return PacketIn(decode_value(meta.value), packet.payload)
+                return PacketIn(decode_unchecked(meta.value), packet.payload)
         LOG.warning("packet-in without ingress_port metadata dropped")
         return None
 
@@ -145,9 +146,7 @@ class P4Target:
 
     async def packet_out(self, frame: bytes, port: int) -> None:
         meta = [
-            p4r.PacketMetadata(
-                metadata_id=self.codec.packet_out["egress_port"], value=encode_value(port)
-            )
+            p4r.PacketMetadata(metadata_id=self.codec.packet_out["egress_port"], value=encode(port))
         ]
         pad = self.codec.packet_out.get("_pad")
         if pad is not None:

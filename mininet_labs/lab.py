@@ -19,15 +19,13 @@ from types import FrameType, TracebackType
 from typing import Any
 
 import grpc
-from finsy.proto import p4i, p4r, p4r_grpc
-from google.protobuf import text_format
+from finsy.proto import p4r, p4r_grpc
 
 from controller.fabric import Fabric
 from controller.intent import load_fabric, to_explicit_yaml
 from mininet_labs.netlinks import PREFIX, LabError, Names, new_tag
 from mininet_labs.processes import (
     BIN,
-    P4INFO,
     REPO,
     Child,
     Processes,
@@ -38,6 +36,7 @@ from mininet_labs.processes import (
 )
 from mininet_labs.topology import LabTopology
 from mininet_labs.traffic import FlowSpec, Packet, read_records
+from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from railfabric.v1 import admin_pb2, admin_pb2_grpc
 
 # The QoS formulas know speeds from 1G up; the lab's fabric declares 1G links and the
@@ -217,7 +216,7 @@ class Lab:
                     "--target", addr,
                     "--device-id", str(device_id),
                     "--port-map", ",".join(f"{p}={i}" for p, i in ports.items()),
-                    "--p4info", str(P4INFO),
+                    "--p4info", str(DEFAULT_P4INFO),
                     "--election-id", "10",
                     "--lldp-interval", f"{o.lldp_interval_s:g}",
                     *self.target.agent_args(),
@@ -313,7 +312,7 @@ class Lab:
 
     def counters(self, switch: str, ports: Sequence[int]) -> dict[int, dict[str, int]]:
         if not self._counter_ids:
-            info = text_format.Parse(P4INFO.read_text(), p4i.P4Info())
+            info = load_p4info(DEFAULT_P4INFO)
             by_name = {c.preamble.name: c.preamble.id for c in info.counters}
             self._counter_ids = {key: by_name[name] for key, name in COUNTERS.items()}
         stub = self._p4.get(switch)

@@ -26,7 +26,6 @@ from mininet_labs.netlinks import LabError
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parent.parent
-P4INFO = REPO / "p4" / "fabric.p4info.txt"
 BMV2_JSON = REPO / "build" / "p4" / "fabric.json"
 
 

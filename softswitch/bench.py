@@ -29,12 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from finsy.proto import U128, p4i, p4r, p4r_grpc
-from google.protobuf import text_format
+from finsy.proto import U128, p4r, p4r_grpc
 
-from softswitch import codec
+from railfabric import p4bytes
+from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 
-P4INFO_PATH = Path(__file__).resolve().parent.parent / "p4" / "fabric.p4info.txt"
 DEVICE_ID = 1
 ELECTION_ID = 1
 MARK = b"softswitch-bench!"
@@ -156,7 +155,7 @@ class _Client:
         self.channel = grpc.aio.insecure_channel(address)
         # The generated stub is typed for sync gRPC; on an aio channel its calls are awaitable.
         self.stub: Any = p4r_grpc.P4RuntimeStub(self.channel)
-        self.p4info = text_format.Parse(P4INFO_PATH.read_text(), p4i.P4Info())
+        self.p4info = load_p4info(DEFAULT_P4INFO)
         self.ids = {t.preamble.name: t.preamble.id for t in self.p4info.tables}
         self.ids |= {a.preamble.name: a.preamble.id for a in self.p4info.actions}
         self.ids |= {p.preamble.name: p.preamble.id for p in self.p4info.action_profiles}
@@ -189,10 +188,10 @@ class _Client:
     def route(self, prefix: int, plen: int, next_id: int) -> p4r.Update:
         te = p4r.TableEntry(table_id=self.ids["FabricIngress.routing_v4"])
         te.match.add(
-            field_id=1, lpm=p4r.FieldMatch.LPM(value=codec.encode(prefix), prefix_len=plen)
+            field_id=1, lpm=p4r.FieldMatch.LPM(value=p4bytes.encode(prefix), prefix_len=plen)
         )
         te.action.action.action_id = self.ids["FabricIngress.set_next_id"]
-        te.action.action.params.add(param_id=1, value=codec.encode(next_id))
+        te.action.action.params.add(param_id=1, value=p4bytes.encode(next_id))
         return p4r.Update(type=p4r.Update.INSERT, entity=p4r.Entity(table_entry=te))
 
     async def write(self, updates: list[p4r.Update]) -> None:
@@ -208,9 +207,9 @@ class _Client:
         )
         member.action.action_id = self.ids["FabricIngress.set_nexthop"]
         for pid, value in ((1, out_port), (2, 0x020000000001), (3, dmac)):
-            member.action.params.add(param_id=pid, value=codec.encode(value))
+            member.action.params.add(param_id=pid, value=p4bytes.encode(value))
         nxt = p4r.TableEntry(table_id=self.ids["FabricIngress.next"])
-        nxt.match.add(field_id=1, exact=p4r.FieldMatch.Exact(value=codec.encode(1)))
+        nxt.match.add(field_id=1, exact=p4r.FieldMatch.Exact(value=p4bytes.encode(1)))
         nxt.action.action_profile_member_id = 1
         await self.write(
             [

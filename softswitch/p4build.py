@@ -25,18 +25,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from finsy.proto import p4i
-from google.protobuf import text_format
+
+from railfabric.p4info import DEFAULT_P4INFO, P4InfoFileError, load_p4info
 
 REPO = Path(__file__).resolve().parent.parent
 P4_DIR = REPO / "p4"
 P4_PROGRAM = P4_DIR / "fabric.p4"
-P4INFO = P4_DIR / "fabric.p4info.txt"
 DEFAULT_BUILD_DIR = REPO / "build" / "p4"
 COMPILER = "p4c-bm2-ss"
 
 
 class P4BuildError(Exception):
-    """p4c failed, or a P4Info file could not be read."""
+    """p4c is missing or failed."""
 
 
 @dataclass(frozen=True)
@@ -45,14 +45,6 @@ class P4Artifacts:
 
     bmv2_json: Path
     p4info: Path
-
-
-def load_p4info(path: Path) -> p4i.P4Info:
-    """A P4Info from its text format; the error names the file."""
-    try:
-        return text_format.Parse(path.read_text("utf-8"), p4i.P4Info())
-    except (OSError, text_format.ParseError) as exc:
-        raise P4BuildError(f"{path}: not a readable P4Info text file: {exc}") from exc
 
 
 def compile_p4(
@@ -177,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--build-dir", type=Path, default=DEFAULT_BUILD_DIR)
     parser.add_argument("--program", type=Path, default=P4_PROGRAM)
-    parser.add_argument("--p4info", type=Path, default=P4INFO, help="the checked-in P4Info")
+    parser.add_argument("--p4info", type=Path, default=DEFAULT_P4INFO, help="the checked-in P4Info")
     args = parser.parse_args(argv)
 
     if shutil.which(COMPILER) is None:
@@ -186,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         built = compile_p4(args.build_dir, args.program)
         diffs = p4info_differences(load_p4info(args.p4info), load_p4info(built.p4info))
-    except P4BuildError as exc:
+    except (P4BuildError, P4InfoFileError) as exc:
         print(f"make p4: {exc}", file=sys.stderr)
         return 1
     if diffs:

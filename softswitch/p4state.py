@@ -16,7 +16,7 @@ from typing import Protocol
 
 from finsy.proto import p4r
 
-from softswitch import codec
+from railfabric import p4bytes
 from softswitch.schema import ActionInfo, FabricSchema, MatchKind, TableInfo
 
 
@@ -349,7 +349,7 @@ class P4State:
                 if not raw or value >> bitwidth:
                     _width_error(table, info.name, raw, bitwidth)
                 if raw[0] == 0 and len(raw) > 1:
-                    exact.value = codec.canonical(raw)
+                    exact.value = p4bytes.canonical(raw)
                 values[idx] = (value,)
             elif kind is MatchKind.LPM and which == "lpm":
                 lpm = fm.lpm
@@ -370,7 +370,7 @@ class P4State:
                         f"{table.name}.{info.name}: value has bits set beyond /{plen}",
                     )
                 if raw[0] == 0 and len(raw) > 1:
-                    lpm.value = codec.canonical(raw)
+                    lpm.value = p4bytes.canonical(raw)
                 values[idx] = (value, plen)
             elif kind is MatchKind.TERNARY and which == "ternary":
                 ternary = fm.ternary
@@ -392,10 +392,10 @@ class P4State:
                         Code.INVALID_ARGUMENT,
                         f"{table.name}.{info.name}: value has bits outside mask",
                     )
-                if not codec.is_canonical(raw):
-                    ternary.value = codec.canonical(raw)
-                if not codec.is_canonical(raw_mask):
-                    ternary.mask = codec.canonical(raw_mask)
+                if not p4bytes.is_canonical(raw):
+                    ternary.value = p4bytes.canonical(raw)
+                if not p4bytes.is_canonical(raw_mask):
+                    ternary.mask = p4bytes.canonical(raw_mask)
                 values[idx] = (value, mask)
             else:
                 raise P4Error(
@@ -468,11 +468,11 @@ class P4State:
         kind = holder.WhichOneof("watch_kind")
         if kind == "watch_port":
             try:
-                value = codec.decode(holder.watch_port, 9, f"{where} watch_port")
-            except codec.ValueWidthError as err:
+                value = p4bytes.decode(holder.watch_port, 9, f"{where} watch_port")
+            except p4bytes.ValueWidthError as err:
                 raise P4Error(Code.INVALID_ARGUMENT, str(err)) from None
-            if not codec.is_canonical(holder.watch_port):
-                holder.watch_port = codec.canonical(holder.watch_port)
+            if not p4bytes.is_canonical(holder.watch_port):
+                holder.watch_port = p4bytes.canonical(holder.watch_port)
             return value
         if kind == "watch":
             return holder.watch
@@ -506,7 +506,7 @@ class P4State:
                     f" fit in {params[pos].bitwidth} bits",
                 )
             if raw[0] == 0 and len(raw) > 1:
-                param.value = codec.canonical(raw)
+                param.value = p4bytes.canonical(raw)
             args[pos] = value
         if None in args:
             missing = [p.name for p, a in zip(params, args, strict=True) if a is None]
@@ -717,7 +717,7 @@ class P4State:
         return p4r.Action(
             action_id=action.action_id,
             params=[
-                p4r.Action.Param(param_id=p.id, value=codec.encode(v))
+                p4r.Action.Param(param_id=p.id, value=p4bytes.encode(v))
                 for p, v in zip(info.params, action.args, strict=True)
             ],
         )

@@ -18,7 +18,7 @@ import grpc
 from finsy.proto import U128, p4r, p4r_grpc, rpc_status
 from google.protobuf import any_pb2
 
-from softswitch import codec
+from railfabric import p4bytes
 from softswitch.arbitration import Arbiter, ArbitrationAnswer
 from softswitch.p4state import Code, P4Error
 from softswitch.schema import SchemaError
@@ -316,8 +316,10 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             for md in packet.metadata:
                 if md.metadata_id == port_field.id:
                     try:
-                        port = codec.decode(md.value, port_field.bitwidth, "packet_out.egress_port")
-                    except codec.ValueWidthError as err:
+                        port = p4bytes.decode(
+                            md.value, port_field.bitwidth, "packet_out.egress_port"
+                        )
+                    except p4bytes.ValueWidthError as err:
                         refusal = (Code.INVALID_ARGUMENT, str(err))
             if refusal is None:
                 if port is None:
@@ -347,7 +349,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         metadata = [
             p4r.PacketMetadata(
                 metadata_id=f.id,
-                value=codec.encode(ingress_port if f.name == "ingress_port" else 0),
+                value=p4bytes.encode(ingress_port if f.name == "ingress_port" else 0),
             )
             for f in header.fields
         ]

@@ -14,6 +14,7 @@ from pathlib import Path
 import finsy as fy
 import pytest
 
+from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from softswitch import p4build
 from tests.conftest import Netns, Processes
 
@@ -65,14 +66,9 @@ def bmv2_address(
 async def test_bmv2_accepts_fabric_pipeline(bmv2_address: str, tmp_path: Path) -> None:
     built = p4build.compile_p4(tmp_path / "p4")
     # The compiler's P4Info is the checked-in one, name for name.
-    assert (
-        p4build.p4info_differences(
-            p4build.load_p4info(p4build.P4INFO), p4build.load_p4info(built.p4info)
-        )
-        == []
-    )
+    assert p4build.p4info_differences(load_p4info(DEFAULT_P4INFO), load_p4info(built.p4info)) == []
 
-    options = fy.SwitchOptions(p4info=p4build.P4INFO, p4blob=built.bmv2_json, device_id=41)
+    options = fy.SwitchOptions(p4info=DEFAULT_P4INFO, p4blob=built.bmv2_json, device_id=41)
     async with asyncio.timeout(30), fy.Switch("bmv2", bmv2_address, options) as sw:
         ecmp = "FabricIngress.ecmp_selector"
         nexthop = [

@@ -15,12 +15,13 @@ from typing import TypeVar
 import grpc
 from finsy.proto import p4r, p4r_grpc
 
-from agent.codec import Codec, load_p4info
+from agent.codec import Codec
 from agent.translate import GroupEntry, MemberEntry, NextEntry, Pipeline, RouteEntry
 from controller.fabric import Nic, ipv4_str
 from mininet_labs.lab import LAB_PORT, Lab
-from mininet_labs.processes import DIE_WITH_PARENT, P4INFO, Child, wait_listening
+from mininet_labs.processes import DIE_WITH_PARENT, Child, wait_listening
 from mininet_labs.traffic import FlowSpec
+from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from railfabric.v1 import admin_pb2
 
 T = TypeVar("T")
@@ -51,7 +52,7 @@ class SwitchReader:
 
     def __init__(self, lab: Lab) -> None:
         self.lab = lab
-        self.codec = Codec(load_p4info(P4INFO))
+        self.codec = Codec(load_p4info(DEFAULT_P4INFO))
         self._stubs: dict[str, p4r_grpc.P4RuntimeStub] = {}
         self._channels: list[grpc.Channel] = []
 

@@ -20,18 +20,18 @@ from pathlib import Path
 import grpc
 import pytest
 
-from agent.codec import Codec, load_p4info
+from agent.codec import Codec
 from agent.p4client import P4Target
 from agent.translate import GroupEntry, GroupMember, Pipeline, translate
 from railfabric.delta import diff_states
+from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from railfabric.v1 import control_pb2, control_pb2_grpc, state_pb2
-from tests.conftest import REPO, Netns, Processes, ip
+from tests.conftest import Netns, Processes, ip
 from tests.unit.agent.samples import tor_state
 
 pytestmark = pytest.mark.integration
 
 BIN = Path(sys.executable).parent
-P4INFO = REPO / "p4" / "fabric.p4info.txt"
 
 
 class TestController(control_pb2_grpc.FabricControlServicer):
@@ -170,7 +170,7 @@ def _start_agent(
             "--target", rig.target_addr,
             "--device-id", "1",
             "--port-map", port_map,
-            "--p4info", str(P4INFO),
+            "--p4info", str(DEFAULT_P4INFO),
             "--election-id", str(election_id),
             "--lldp-interval", "0.5",
             "--counters-interval", "0.5",
@@ -197,7 +197,7 @@ async def _controller(addr: str, state: state_pb2.DesiredState) -> AsyncIterator
 @contextlib.asynccontextmanager
 async def _reader(addr: str) -> AsyncIterator[P4Target]:
     """A second P4Runtime client with a low election id: a backup, which may read."""
-    codec = Codec(load_p4info(P4INFO))
+    codec = Codec(load_p4info(DEFAULT_P4INFO))
     target = P4Target(addr, 1, 1, codec)
 
     async def nothing(*_: object) -> None:

@@ -21,9 +21,9 @@ import grpc
 from finsy.proto import p4r, p4r_grpc
 from pyroute2 import netns as pr_netns
 
+from railfabric.p4info import DEFAULT_P4INFO
 from tests.conftest import Netns, Processes, ip
 
-P4INFO_PATH = Path(__file__).resolve().parents[3] / "p4" / "fabric.p4info.txt"
 SELECTOR = "FabricIngress.ecmp_selector"
 ROUTER_MAC = "02:00:00:00:00:fe"
 ETH_P_ALL = 0x0003
@@ -151,7 +151,7 @@ async def start_softswitch(
 async def controller(address: str, election_id: int = 10) -> AsyncIterator[fy.Switch]:
     """A finsy client that pushes fabric.p4's P4Info and removes every entry afterwards."""
     opts = fy.SwitchOptions(
-        p4info=P4INFO_PATH,
+        p4info=DEFAULT_P4INFO,
         p4blob=b"softswitch",
         device_id=1,
         initial_election_id=election_id,

@@ -8,22 +8,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
 
 import finsy as fy
 import grpc
 import pytest
-from finsy.proto import U128, p4i, p4r, p4r_grpc
-from google.protobuf import text_format
+from finsy.proto import U128, p4r, p4r_grpc
 
+from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from softswitch.pipeline import Forward
 from softswitch.server import P4RuntimeService, create_server
 from softswitch.switch import Switch
 
 pytestmark = pytest.mark.integration
 
-P4INFO_PATH = Path(__file__).resolve().parents[3] / "p4" / "fabric.p4info.txt"
 DEVICE_ID = 1
 SELECTOR = "FabricIngress.ecmp_selector"
 
@@ -51,7 +49,7 @@ async def target(free_port: Callable[[], int]) -> AsyncIterator[Target]:
 
 def options(election_id: int = 10) -> fy.SwitchOptions:
     return fy.SwitchOptions(
-        p4info=P4INFO_PATH,
+        p4info=DEFAULT_P4INFO,
         p4blob=b"opaque-device-config",
         device_id=DEVICE_ID,
         initial_election_id=election_id,
@@ -86,7 +84,7 @@ async def test_pipeline_set_and_get(target: Target) -> None:
         stub: Any = p4r_grpc.P4RuntimeStub(channel)
         R = p4r.GetForwardingPipelineConfigRequest
         full = await stub.GetForwardingPipelineConfig(R(device_id=DEVICE_ID, response_type=R.ALL))
-        expected = text_format.Parse(P4INFO_PATH.read_text(), p4i.P4Info())
+        expected = load_p4info(DEFAULT_P4INFO)
         assert full.config.p4info == expected
         assert full.config.p4_device_config == b"opaque-device-config"
         cookie = full.config.cookie.cookie
@@ -121,7 +119,7 @@ async def _arbitrate(stub: Any, election_id: int) -> tuple[Any, p4r.StreamMessag
 
 
 async def test_pipeline_lacking_tables_is_refused(target: Target) -> None:
-    p4info = text_format.Parse(P4INFO_PATH.read_text(), p4i.P4Info())
+    p4info = load_p4info(DEFAULT_P4INFO)
     kept = [t for t in p4info.tables if t.preamble.name != "FabricIngress.routing_v4"]
     del p4info.tables[:]
     p4info.tables.extend(kept)
@@ -309,7 +307,7 @@ async def test_get_pipeline_before_any_is_failed_precondition(target: Target) ->
 
 
 async def test_pipeline_config_actions(target: Target) -> None:
-    p4info = text_format.Parse(P4INFO_PATH.read_text(), p4i.P4Info())
+    p4info = load_p4info(DEFAULT_P4INFO)
     R = p4r.SetForwardingPipelineConfigRequest
     G = p4r.GetForwardingPipelineConfigRequest
     async with grpc.aio.insecure_channel(target.address) as channel:

@@ -7,8 +7,8 @@ import pytest
 
 from agent.main import Agent, build_parser, main
 from railfabric import __version__
+from railfabric.p4info import DEFAULT_P4INFO
 from railfabric.v1 import control_pb2
-from tests.unit.agent.conftest import P4INFO
 
 pytestmark = pytest.mark.unit
 
@@ -17,7 +17,7 @@ BASE = [
     "--controller", "127.0.0.1:50051",
     "--target", "127.0.0.1:9559",
     "--device-id", "3",
-    "--p4info", str(P4INFO),
+    "--p4info", str(DEFAULT_P4INFO),
 ]  # fmt: skip
 
 

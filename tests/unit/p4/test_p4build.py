@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from finsy.proto import p4i
 
+from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from softswitch import p4build
 
 pytestmark = pytest.mark.unit
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.unit
 
 @pytest.fixture
 def checked_in() -> p4i.P4Info:
-    return p4build.load_p4info(p4build.P4INFO)
+    return load_p4info(DEFAULT_P4INFO)
 
 
 def _table(info: p4i.P4Info, name: str) -> p4i.Table:
@@ -67,13 +68,6 @@ def test_missing_action_and_param_change_are_reported(checked_in: p4i.P4Info) ->
     assert any("table FabricEgress.pfc_config: actions" in d for d in diffs)
 
 
-def test_unreadable_p4info_names_the_file(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.p4info.txt"
-    bad.write_text("tables { preamble { id: nope } }")
-    with pytest.raises(p4build.P4BuildError, match=r"bad\.p4info\.txt"):
-        p4build.load_p4info(bad)
-
-
 def test_skips_clearly_without_p4c(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -104,7 +98,7 @@ def _fake_p4c(bin_dir: Path, p4info_text: str, rc: int = 0) -> None:
 def test_compiled_p4info_that_matches_passes(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _fake_p4c(tmp_path, p4build.P4INFO.read_text())
+    _fake_p4c(tmp_path, DEFAULT_P4INFO.read_text())
     monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
     assert p4build.main(["--build-dir", str(tmp_path / "build")]) == 0
     assert "matches the compiled P4Info" in capsys.readouterr().out
@@ -114,7 +108,7 @@ def test_compiled_p4info_that_matches_passes(
 def test_compiled_p4info_that_differs_fails_with_the_difference(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    drifted = p4build.P4INFO.read_text().replace('name: "ipv4_dst"', 'name: "dst_addr"')
+    drifted = DEFAULT_P4INFO.read_text().replace('name: "ipv4_dst"', 'name: "dst_addr"')
     _fake_p4c(tmp_path, drifted)
     monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
     assert p4build.main(["--build-dir", str(tmp_path / "build")]) == 1
@@ -123,10 +117,22 @@ def test_compiled_p4info_that_differs_fails_with_the_difference(
     assert "'dst_addr'" in out
 
 
+def test_unreadable_p4info_fails_naming_the_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _fake_p4c(tmp_path, DEFAULT_P4INFO.read_text())
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    bad = tmp_path / "bad.p4info.txt"
+    bad.write_text("tables { preamble { id: nope } }")
+    args = ["--build-dir", str(tmp_path / "build"), "--p4info", str(bad)]
+    assert p4build.main(args) == 1
+    assert "bad.p4info.txt" in capsys.readouterr().err
+
+
 def test_compiler_error_fails_with_its_message(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _fake_p4c(tmp_path, p4build.P4INFO.read_text(), rc=1)
+    _fake_p4c(tmp_path, DEFAULT_P4INFO.read_text(), rc=1)
     monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
     assert p4build.main(["--build-dir", str(tmp_path / "build")]) == 1
     assert "syntax error" in capsys.readouterr().err

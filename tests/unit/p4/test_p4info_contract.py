@@ -11,10 +11,11 @@ from finsy import P4CounterUnit, P4Schema
 from finsy.p4schema import P4ActionScope
 from finsy.proto import p4i
 
+from railfabric.p4info import DEFAULT_P4INFO
+
 pytestmark = pytest.mark.unit
 
 P4_DIR = Path(__file__).resolve().parents[3] / "p4"
-P4INFO = P4_DIR / "fabric.p4info.txt"
 
 EXACT = p4i.MatchField.EXACT
 LPM = p4i.MatchField.LPM
@@ -89,7 +90,7 @@ PREFIX = p4i.P4Ids.Prefix
 
 @pytest.fixture(scope="module")
 def schema() -> P4Schema:
-    return P4Schema(P4INFO)
+    return P4Schema(DEFAULT_P4INFO)
 
 
 @pytest.fixture(scope="module")

@@ -4,30 +4,28 @@ updates the way a real client does), and a fresh pipeline model."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import finsy as fy
 import pytest
 from finsy.proto import p4i, p4r
-from google.protobuf import text_format
 
+from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from softswitch.p4state import Code, P4Error
 from softswitch.pipeline import Pipeline
 from softswitch.schema import FabricSchema
 
-P4INFO_PATH = Path(__file__).resolve().parents[3] / "p4" / "fabric.p4info.txt"
 DATA_PORTS = (1, 2, 3, 4, 5)
 CPU_PORT = 255
 
 
 @pytest.fixture(scope="session")
 def p4info() -> p4i.P4Info:
-    return text_format.Parse(P4INFO_PATH.read_text(), p4i.P4Info())
+    return load_p4info(DEFAULT_P4INFO)
 
 
 @pytest.fixture(scope="session")
 def fy_schema() -> fy.P4Schema:
-    return fy.P4Schema(P4INFO_PATH)
+    return fy.P4Schema(DEFAULT_P4INFO)
 
 
 @pytest.fixture
