@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,6 +57,13 @@ from railfabric.digest import state_digest
 from railfabric.v1 import control_pb2, state_pb2
 
 LOG = logging.getLogger("railfabric.agent.writer")
+
+# Log lines the labs and tests read back (a repair's latency, how much a sync wrote); the
+# patterns sit next to the formats so the two cannot drift apart.
+REPAIR_LOG_FORMAT = "port %d down: %d groups repaired in %.3f ms (netlink event -> committed Write)"
+REPAIR_LOG_RE = re.compile(r"port (\d+) down: (\d+) groups repaired in ([\d.]+) ms")
+WROTE_LOG_FORMAT = "wrote %d updates (generation %d)"
+WROTE_LOG_RE = re.compile(r"wrote (\d+) updates \(generation (\d+)\)")
 
 # What a target that goes away mid-operation raises.
 TARGET_LOST = (ConnectionError, P4ClientError)
@@ -262,7 +270,7 @@ class Writer:
         record = RepairRecord(event.port, len(batch), commit_mono - event.monotonic_ns)
         self.repairs.append(record)
         LOG.info(
-            "port %d down: %d groups repaired in %.3f ms (netlink event -> committed Write)",
+            REPAIR_LOG_FORMAT,
             event.port,
             record.groups,
             record.latency_ns / 1e6,
@@ -368,7 +376,7 @@ class Writer:
                 )
             )
         if written:
-            LOG.info("wrote %d updates (generation %d)", written, self.applied_generation)
+            LOG.info(WROTE_LOG_FORMAT, written, self.applied_generation)
         self.synced.set()
 
     async def _write_stages(self, stages: list[list[Update]]) -> list[tuple[Update, UpdateError]]:

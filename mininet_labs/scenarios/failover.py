@@ -15,10 +15,10 @@ log gives its local repair time (carrier event -> committed P4Runtime Write)."""
 from __future__ import annotations
 
 import itertools
-import re
 import time
 from dataclasses import dataclass
 
+from agent.writer import REPAIR_LOG_RE
 from controller.daemon.fabric_state import parse_convergence
 from mininet_labs.lab import Lab, Sender
 from mininet_labs.netlinks import LabError
@@ -30,7 +30,6 @@ from railfabric.v1 import admin_pb2
 LOCAL_TARGET_MS = 50.0
 REMOTE_TARGET_MS = 250.0
 SETTLE_S = 0.4  # steady traffic on the new path after convergence, before the restore
-REPAIR_RE = re.compile(r"port (\d+) down: (\d+) groups repaired in ([\d.]+) ms")
 
 
 @dataclass(frozen=True)
@@ -88,7 +87,7 @@ def _converged_after(lab: Lab, link: str, after_wall_ns: int) -> Convergence | N
 
 
 def _repairs(lab: Lab, switch: str, port: int) -> list[float]:
-    return [float(m[3]) for m in REPAIR_RE.finditer(lab.agent_log(switch)) if int(m[1]) == port]
+    return [float(m[3]) for m in REPAIR_LOG_RE.finditer(lab.agent_log(switch)) if int(m[1]) == port]
 
 
 def _path_uses(lab: Lab, probe: FlowSpec, switch: str, port: int) -> bool:

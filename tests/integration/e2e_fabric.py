@@ -6,42 +6,22 @@ their original command lines, a sequence-numbered probe, and waiting on the cont
 from __future__ import annotations
 
 import contextlib
-import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TypeVar
 
 import grpc
 from finsy.proto import p4r, p4r_grpc
 
 from agent.codec import Codec
 from agent.translate import GroupEntry, MemberEntry, NextEntry, Pipeline, RouteEntry
+from agent.writer import WROTE_LOG_RE
 from controller.fabric import Nic, ipv4_str
 from mininet_labs.lab import LAB_PORT, Lab
 from mininet_labs.processes import DIE_WITH_PARENT, Child, wait_listening
 from mininet_labs.traffic import FlowSpec
 from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from railfabric.v1 import admin_pb2
-
-T = TypeVar("T")
-
-WROTE_RE = re.compile(r"wrote (\d+) updates \(generation (\d+)\)")
-REPAIR_RE = re.compile(r"port (\d+) down: (\d+) groups repaired in ([\d.]+) ms")
-
-
-def wait_for(
-    what: str, probe: Callable[[], T | None], timeout_s: float, every_s: float = 0.05
-) -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = probe()
-        if value is not None:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
-        time.sleep(every_s)
-
 
 # -- the switches' real state ---------------------------------------------------------------
 
@@ -167,7 +147,7 @@ def log_since(child: Child, offset: int) -> str:
 
 def updates_written(log: str) -> int:
     """P4Runtime updates the agent says it wrote (it logs every sync that wrote something)."""
-    return sum(int(m[1]) for m in WROTE_RE.finditer(log))
+    return sum(int(m[1]) for m in WROTE_LOG_RE.finditer(log))
 
 
 # -- controller -----------------------------------------------------------------------------

@@ -21,14 +21,14 @@ import pytest
 from finsy.proto import p4r
 
 from agent.translate import RouteEntry
+from agent.writer import REPAIR_LOG_RE, WROTE_LOG_RE
 from controller.fabric import Nic
 from mininet_labs.lab import Lab
 from mininet_labs.processes import REPO, free_port, make_target
+from mininet_labs.scenarios.common import wait_for
 from mininet_labs.traffic import FlowSpec
 from railfabric.v1 import admin_pb2
 from tests.integration.e2e_fabric import (
-    REPAIR_RE,
-    WROTE_RE,
     SwitchReader,
     all_converged,
     argv_of,
@@ -43,7 +43,6 @@ from tests.integration.e2e_fabric import (
     switch_status,
     udp_flow,
     updates_written,
-    wait_for,
 )
 
 pytestmark = pytest.mark.integration
@@ -335,10 +334,10 @@ def test_link_cut_is_repaired_locally_then_globally_and_nothing_uses_it(
         # first report is what made the controller recompute and push.
         for switch, port in ((dst_tor, tor_port), (spine, spine_port)):
             log = log_since(lab.agents[switch], offsets[switch])
-            repairs = [m for m in REPAIR_RE.finditer(log) if int(m[1]) == port]
+            repairs = [m for m in REPAIR_LOG_RE.finditer(log) if int(m[1]) == port]
             assert repairs and int(repairs[0][2]) > 0, f"{switch}:{port} was not repaired locally"
             # Whatever the controller's delta made this agent write came after the repair.
-            wrote = WROTE_RE.search(log)
+            wrote = WROTE_LOG_RE.search(log)
             assert wrote is None or wrote.start() > repairs[0].start(), log
             i = _first_event(events, "port_down", "groups repaired locally", switch, port)
             assert events[i].wall_ns <= converged.wall_ns

@@ -10,7 +10,7 @@ from mininet_labs.lab import LAB_LINK_SPEED_MBPS, lab_fabric
 from mininet_labs.netlinks import TAG_RE, Names, new_tag
 from mininet_labs.processes import REPO
 from mininet_labs.report import percentile
-from mininet_labs.scenarios.failover import REPAIR_RE, _loss
+from mininet_labs.scenarios.failover import _loss
 from mininet_labs.topology import LabTopology
 from mininet_labs.traffic import FlowSpec, Packet
 
@@ -64,11 +64,6 @@ def test_percentile_nearest_rank() -> None:
     assert percentile([float(x) for x in range(1, 11)], 99) == 10.0
     assert percentile([float(x) for x in range(1, 101)], 99) == 99.0
     assert percentile([], 50) != percentile([], 50)  # NaN
-
-
-def test_agent_repair_log_line_parses() -> None:
-    r = REPAIR_RE.search("port 4 down: 2 groups repaired in 1.234 ms (netlink event -> ...)")
-    assert r is not None and (r[1], r[2], r[3]) == ("4", "2", "1.234")
 
 
 def test_flow_spec_round_trips_and_rejects_bad_text() -> None:

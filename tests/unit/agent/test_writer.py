@@ -16,7 +16,13 @@ from agent.codec import Codec
 from agent.p4client import UpdateError
 from agent.ports import PortEvent
 from agent.translate import GroupEntry, GroupMember, MemberEntry, Pipeline, translate
-from agent.writer import Writer
+from agent.writer import (
+    REPAIR_LOG_FORMAT,
+    REPAIR_LOG_RE,
+    WROTE_LOG_FORMAT,
+    WROTE_LOG_RE,
+    Writer,
+)
 from railfabric.delta import diff_states
 from railfabric.v1 import control_pb2
 from tests.unit.agent.samples import tor_state
@@ -260,3 +266,10 @@ async def test_a_target_lost_mid_repair_is_reconciled_when_back(
     await h.writer.target_ready()
     await h.settle()
     assert h.target.entries[("group", 1)] == GroupEntry(1, (GroupMember(2, 2, 1),))
+
+
+def test_log_lines_read_back_by_the_labs_match_their_patterns() -> None:
+    repair = REPAIR_LOG_RE.search(REPAIR_LOG_FORMAT % (4, 2, 1.25))
+    assert repair is not None and (repair[1], repair[2], repair[3]) == ("4", "2", "1.250")
+    wrote = WROTE_LOG_RE.search(WROTE_LOG_FORMAT % (91, 3))
+    assert wrote is not None and (wrote[1], wrote[2]) == ("91", "3")
