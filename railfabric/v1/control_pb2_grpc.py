@@ -51,7 +51,9 @@ class FabricControlServicer:
         The controller answers Hello with a DesiredState when the agent's applied generation or
         digest differs from its own view (nothing otherwise), then sends StateDeltas.
         The stream is aborted with INVALID_ARGUMENT for an unknown switch name or a first message
-        that is not Hello, and with ALREADY_EXISTS when another session holds that switch.
+        that is not Hello. A new session for a switch replaces the older one, which is aborted
+        with ABORTED (an agent that reconnects must not wait for its dead stream to time out);
+        so is a session whose agent cannot keep up, and one for a switch the intent dropped.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
