@@ -79,6 +79,9 @@ class CorePlanner:
             for name, delta in deltas.items()
         }
 
+    def fresh(self) -> CorePlanner:
+        return CorePlanner(self.fabric)
+
     def predict_path(self, request: admin_pb2.PredictPathRequest) -> admin_pb2.PredictPathResponse:
         try:
             flow = Flow(

@@ -82,6 +82,10 @@ class _Deferred:
     deadline_ns: int
 
 
+# The routing log is replayed at start-up, so it is kept short: past this many rows, the first
+# moment every link is usable and nothing is in flight, routing restarts from scratch.
+ROUTING_LOG_LIMIT = 1000
+
 # A link-up's remote deltas wait at most this long for the link's own switches to apply theirs.
 DEFER_LIMIT_NS = 500_000_000
 
@@ -524,6 +528,28 @@ class FabricState:
         )
         if self.on_converged is not None:
             self.on_converged(result)
+        if (
+            not self._pending
+            and not self._deferred
+            and not self.tracker.down_links()
+            and self.store.routing_log_size() > ROUTING_LOG_LIMIT
+        ):
+            self._compact(conv.last_applied_ns)
+
+    def _compact(self, now_ns: int) -> None:
+        """Forget the routing history: recompute from scratch and send full states to the
+        switches whose group ids that renames. Forwarding does not change (every link is up)."""
+        rows = self.store.routing_log_size()
+        self.store.clear_routing_log()
+        self.reload(self.planner.fresh(), now_ns)
+        self.event(
+            now_ns,
+            "routing_compacted",
+            "",
+            0,
+            f"routing recomputed from scratch after {rows} link changes",
+            0,
+        )
 
     def _persist_link(self, key: str) -> None:
         self.store.set_link(

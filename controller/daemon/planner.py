@@ -45,6 +45,10 @@ class Planner(Protocol):
         (generations unset). Only switches whose state changes appear."""
         ...
 
+    def fresh(self) -> Planner:
+        """The same intent computed from scratch, every link usable."""
+        ...
+
     def predict_path(self, request: admin_pb2.PredictPathRequest) -> admin_pb2.PredictPathResponse:
         """The hop-by-hop path of a flow under the current link set."""
         ...

@@ -166,6 +166,9 @@ class Store:
         rows = self._db.execute("SELECT link, usable FROM routing_log ORDER BY id").fetchall()
         return [(str(r[0]), bool(r[1])) for r in rows]
 
+    def routing_log_size(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM routing_log").fetchone()[0])
+
     def clear_routing_log(self) -> None:
         self._db.execute("DELETE FROM routing_log")
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from controller import export
+from controller.daemon import fabric_state
 from controller.daemon.core_planner import CorePlanner, load_planner
 from controller.daemon.fabric_state import (
     DEFER_LIMIT_NS,
@@ -321,3 +322,48 @@ def test_a_new_intent_sends_full_states_to_the_switches_it_changes(tmp_path: Pat
         assert state.generation == held[name].generation + 1
         assert state.digest != held[name].digest
         assert fs.views[name].connected and not fs.views[name].converged
+
+
+def test_a_long_routing_history_is_compacted_once_the_fabric_is_healthy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fabric_state, "ROUTING_LOG_LIMIT", 3)
+    store = Store(tmp_path / "c.sqlite3")
+    fs, rec, planner = make(store, hold_down_s=0)
+    held = connect_all(fs, rec)
+    before = {n: forwarding(s) for n, s in held.items()}
+
+    def drain(now_ns: int) -> None:
+        """Agents apply deltas or full states until the controller has nothing more to say."""
+        while sent := rec.take():
+            for name, msg in sent.items():
+                kind = msg.WhichOneof("msg")
+                held[name] = (
+                    msg.desired_state
+                    if kind == "desired_state"
+                    else apply_delta(held[name], msg.state_delta)
+                )
+            for name in sent:
+                fs.applied(
+                    name,
+                    control_pb2.Applied(generation=held[name].generation, digest=held[name].digest),
+                    now_ns,
+                )
+            fs.tick(now_ns + S)  # releases what make-before-break held back
+
+    first, second = planner.links()[0], planner.links()[5]
+    steps = [(first, False), (second, False), (first, True), (second, True)]
+    for t, (link, up) in enumerate(steps, start=10):
+        fs.port_status(link.a[0], control_pb2.PortStatus(port=link.a[1], up=up), t * S)
+        drain(t * S)
+    assert store.routing_log_size() == 0
+    assert [e.kind for e in store.events(50)].count("routing_compacted") == 1
+    assert {n: forwarding(s) for n, s in held.items()} == before
+    assert all(v.converged for v in fs.views.values())
+    store.close()
+    fs2, _, _ = make(Store(tmp_path / "c.sqlite3"))
+    for name, state in held.items():
+        hello = control_pb2.Hello(
+            switch_name=name, applied_generation=state.generation, applied_digest=state.digest
+        )
+        assert fs2.hello(hello, 30 * S) is None, name
