@@ -23,8 +23,8 @@ from pyroute2 import netns as pr_netns
 
 from railfabric.p4info import DEFAULT_P4INFO
 from tests.conftest import Netns, Processes, ip
+from tests.p4_entries import SELECTOR
 
-SELECTOR = "FabricIngress.ecmp_selector"
 ROUTER_MAC = "02:00:00:00:00:fe"
 ETH_P_ALL = 0x0003
 

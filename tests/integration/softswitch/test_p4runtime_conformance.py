@@ -19,11 +19,11 @@ from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from softswitch.pipeline import Forward
 from softswitch.server import P4RuntimeService, create_server
 from softswitch.switch import Switch
+from tests.p4_entries import SELECTOR, member, route
 
 pytestmark = pytest.mark.integration
 
 DEVICE_ID = 1
-SELECTOR = "FabricIngress.ecmp_selector"
 
 
 class Target:
@@ -53,22 +53,6 @@ def options(election_id: int = 10) -> fy.SwitchOptions:
         p4blob=b"opaque-device-config",
         device_id=DEVICE_ID,
         initial_election_id=election_id,
-    )
-
-
-def route(prefix: str, next_id: int) -> fy.P4TableEntry:
-    return fy.P4TableEntry(
-        "FabricIngress.routing_v4",
-        match=fy.P4TableMatch(ipv4_dst=prefix),
-        action=fy.P4TableAction("FabricIngress.set_next_id", next_id=next_id),
-    )
-
-
-def member(member_id: int, port: int) -> fy.P4ActionProfileMember:
-    return fy.P4ActionProfileMember(
-        SELECTOR,
-        member_id=member_id,
-        action=fy.P4TableAction("FabricIngress.set_nexthop", port=port, smac=1, dmac=2),
     )
 
 
