@@ -53,6 +53,8 @@ class _LinkStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_LinkState.V
     """Came back up, waiting for the hold-down before routes return."""
     LINK_STATE_DAMPED: _LinkState.ValueType  # 4
     """Flapped too often; held down until it is stable."""
+    LINK_STATE_UNKNOWN: _LinkState.ValueType  # 5
+    """Not yet observed: no end has reported carrier since the controller knew the link."""
 
 class LinkState(_LinkState, metaclass=_LinkStateEnumTypeWrapper): ...
 
@@ -63,7 +65,63 @@ LINK_STATE_HOLD_DOWN: LinkState.ValueType  # 3
 """Came back up, waiting for the hold-down before routes return."""
 LINK_STATE_DAMPED: LinkState.ValueType  # 4
 """Flapped too often; held down until it is stable."""
+LINK_STATE_UNKNOWN: LinkState.ValueType  # 5
+"""Not yet observed: no end has reported carrier since the controller knew the link."""
 Global___LinkState: _TypeAlias = LinkState  # noqa: Y015
+
+class _EventKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _EventKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_EventKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    EVENT_KIND_UNSPECIFIED: _EventKind.ValueType  # 0
+    EVENT_KIND_PORT_DOWN: _EventKind.ValueType  # 1
+    """An agent reported carrier loss or return on a port (detail: port)."""
+    EVENT_KIND_PORT_UP: _EventKind.ValueType  # 2
+    EVENT_KIND_LINK_DOWN: _EventKind.ValueType  # 3
+    """A link left or returned to routing (detail: link)."""
+    EVENT_KIND_LINK_UP: _EventKind.ValueType  # 4
+    EVENT_KIND_PUSHED: _EventKind.ValueType  # 5
+    """New generations were pushed because of one input (detail: push)."""
+    EVENT_KIND_APPLY_FAILED: _EventKind.ValueType  # 6
+    """The target refused objects of a generation."""
+    EVENT_KIND_CONVERGED: _EventKind.ValueType  # 7
+    """Every switch applied what one link event caused (detail: convergence)."""
+    EVENT_KIND_SESSION_UP: _EventKind.ValueType  # 8
+    EVENT_KIND_SESSION_DOWN: _EventKind.ValueType  # 9
+    EVENT_KIND_ALARM_RAISED: _EventKind.ValueType  # 10
+    EVENT_KIND_ALARM_CLEARED: _EventKind.ValueType  # 11
+    EVENT_KIND_INTENT_RELOADED: _EventKind.ValueType  # 12
+    EVENT_KIND_INTENT_REFUSED: _EventKind.ValueType  # 13
+    EVENT_KIND_ROUTING_COMPACTED: _EventKind.ValueType  # 14
+    """The routing history was recomputed from scratch (every link up, nothing in flight)."""
+
+class EventKind(_EventKind, metaclass=_EventKindEnumTypeWrapper):
+    """What happened. Figures travel in the typed detail of each kind, never in `message`."""
+
+EVENT_KIND_UNSPECIFIED: EventKind.ValueType  # 0
+EVENT_KIND_PORT_DOWN: EventKind.ValueType  # 1
+"""An agent reported carrier loss or return on a port (detail: port)."""
+EVENT_KIND_PORT_UP: EventKind.ValueType  # 2
+EVENT_KIND_LINK_DOWN: EventKind.ValueType  # 3
+"""A link left or returned to routing (detail: link)."""
+EVENT_KIND_LINK_UP: EventKind.ValueType  # 4
+EVENT_KIND_PUSHED: EventKind.ValueType  # 5
+"""New generations were pushed because of one input (detail: push)."""
+EVENT_KIND_APPLY_FAILED: EventKind.ValueType  # 6
+"""The target refused objects of a generation."""
+EVENT_KIND_CONVERGED: EventKind.ValueType  # 7
+"""Every switch applied what one link event caused (detail: convergence)."""
+EVENT_KIND_SESSION_UP: EventKind.ValueType  # 8
+EVENT_KIND_SESSION_DOWN: EventKind.ValueType  # 9
+EVENT_KIND_ALARM_RAISED: EventKind.ValueType  # 10
+EVENT_KIND_ALARM_CLEARED: EventKind.ValueType  # 11
+EVENT_KIND_INTENT_RELOADED: EventKind.ValueType  # 12
+EVENT_KIND_INTENT_REFUSED: EventKind.ValueType  # 13
+EVENT_KIND_ROUTING_COMPACTED: EventKind.ValueType  # 14
+"""The routing history was recomputed from scratch (every link up, nothing in flight)."""
+Global___EventKind: _TypeAlias = EventKind  # noqa: Y015
 
 class _Severity:
     ValueType = _typing.NewType("ValueType", _builtins.int)
@@ -296,6 +354,7 @@ class SwitchStatus(_message.Message):
     LAST_SEEN_WALL_NS_FIELD_NUMBER: _builtins.int
     ROUTE_COUNT_FIELD_NUMBER: _builtins.int
     GROUP_COUNT_FIELD_NUMBER: _builtins.int
+    UPDATES_WRITTEN_FIELD_NUMBER: _builtins.int
     connected: _builtins.bool
     desired_generation: _builtins.int
     applied_generation: _builtins.int
@@ -306,6 +365,10 @@ class SwitchStatus(_message.Message):
     """Unix ns of the last message from the agent."""
     route_count: _builtins.int
     group_count: _builtins.int
+    updates_written: _builtins.int
+    """P4Runtime updates the agent reported writing (Applied.updates_written), summed since the
+    controller started: an agent or controller restart that rewrites nothing leaves it flat.
+    """
     @_builtins.property
     def info(self) -> Global___SwitchInfo: ...
     def __init__(
@@ -320,10 +383,11 @@ class SwitchStatus(_message.Message):
         last_seen_wall_ns: _builtins.int = ...,
         route_count: _builtins.int = ...,
         group_count: _builtins.int = ...,
+        updates_written: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["info", b"info"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_version", b"agent_version", "applied_generation", b"applied_generation", "connected", b"connected", "converged", b"converged", "desired_generation", b"desired_generation", "group_count", b"group_count", "info", b"info", "last_seen_wall_ns", b"last_seen_wall_ns", "route_count", b"route_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_version", b"agent_version", "applied_generation", b"applied_generation", "connected", b"connected", "converged", b"converged", "desired_generation", b"desired_generation", "group_count", b"group_count", "info", b"info", "last_seen_wall_ns", b"last_seen_wall_ns", "route_count", b"route_count", "updates_written", b"updates_written"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -373,20 +437,186 @@ class ListEventsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     LIMIT_FIELD_NUMBER: _builtins.int
+    TYPES_FIELD_NUMBER: _builtins.int
+    AFTER_WALL_NS_FIELD_NUMBER: _builtins.int
     limit: _builtins.int
     """At most this many, newest; 0 = 100."""
+    after_wall_ns: _builtins.int
+    """Only events after this Unix ns time; 0 = no bound."""
+    @_builtins.property
+    def types(self) -> _containers.RepeatedScalarFieldContainer[Global___EventKind.ValueType]:
+        """Only events of these types; empty = all."""
+
     def __init__(
         self,
         *,
         limit: _builtins.int = ...,
+        types: _abc.Iterable[Global___EventKind.ValueType] | None = ...,
+        after_wall_ns: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_wall_ns", b"after_wall_ns", "limit", b"limit", "types", b"types"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListEventsRequest: _TypeAlias = ListEventsRequest  # noqa: Y015
+
+@_typing.final
+class PortChange(_message.Message):
+    """A carrier change as the agent reported it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    UP_FIELD_NUMBER: _builtins.int
+    GROUPS_REPAIRED_FIELD_NUMBER: _builtins.int
+    LOCAL_REPAIR_NS_FIELD_NUMBER: _builtins.int
+    DETECTED_WALL_NS_FIELD_NUMBER: _builtins.int
+    up: _builtins.bool
+    groups_repaired: _builtins.int
+    """Groups the agent's local repair changed before it reported (down only)."""
+    local_repair_ns: _builtins.int
+    """Agent's carrier-loss detection to its repair Write committed, on the agent's monotonic
+    clock (PortStatus.local_repair_ns); 0 when nothing needed repair.
+    """
+    detected_wall_ns: _builtins.int
+    """When the agent saw the change, Unix ns."""
+    def __init__(
+        self,
+        *,
+        up: _builtins.bool = ...,
+        groups_repaired: _builtins.int = ...,
+        local_repair_ns: _builtins.int = ...,
+        detected_wall_ns: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detected_wall_ns", b"detected_wall_ns", "groups_repaired", b"groups_repaired", "local_repair_ns", b"local_repair_ns", "up", b"up"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PortChange: _TypeAlias = PortChange  # noqa: Y015
+
+@_typing.final
+class LinkChange(_message.Message):
+    """A link taken out of routing or put back."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINK_FIELD_NUMBER: _builtins.int
+    A_FIELD_NUMBER: _builtins.int
+    B_FIELD_NUMBER: _builtins.int
+    USABLE_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    SWITCHES_CHANGED_FIELD_NUMBER: _builtins.int
+    COMPUTE_NS_FIELD_NUMBER: _builtins.int
+    link: _builtins.str
+    """The link's key, "a:port-b:port"."""
+    usable: _builtins.bool
+    state: Global___LinkState.ValueType
+    switches_changed: _builtins.int
+    """Switches whose desired state the change altered, and the routing computation time."""
+    compute_ns: _builtins.int
+    @_builtins.property
+    def a(self) -> Global___LinkEnd: ...
+    @_builtins.property
+    def b(self) -> Global___LinkEnd: ...
+    def __init__(
+        self,
+        *,
+        link: _builtins.str = ...,
+        a: Global___LinkEnd | None = ...,
+        b: Global___LinkEnd | None = ...,
+        usable: _builtins.bool = ...,
+        state: Global___LinkState.ValueType = ...,
+        switches_changed: _builtins.int = ...,
+        compute_ns: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["a", b"a", "b", b"b"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["a", b"a", "b", b"b", "compute_ns", b"compute_ns", "link", b"link", "state", b"state", "switches_changed", b"switches_changed", "usable", b"usable"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LinkChange: _TypeAlias = LinkChange  # noqa: Y015
+
+@_typing.final
+class ConvergenceFigures(_message.Message):
+    """Where the time of one link event went, from the event to the last Applied it caused."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINK_FIELD_NUMBER: _builtins.int
+    USABLE_FIELD_NUMBER: _builtins.int
+    EVENT_TO_APPLIED_NS_FIELD_NUMBER: _builtins.int
+    REPORT_NS_FIELD_NUMBER: _builtins.int
+    COMPUTE_NS_FIELD_NUMBER: _builtins.int
+    PUSH_NS_FIELD_NUMBER: _builtins.int
+    APPLY_NS_FIELD_NUMBER: _builtins.int
+    SWITCHES_FIELD_NUMBER: _builtins.int
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    link: _builtins.str
+    usable: _builtins.bool
+    event_to_applied_ns: _builtins.int
+    report_ns: _builtins.int
+    """Event -> the controller's receipt of the report."""
+    compute_ns: _builtins.int
+    push_ns: _builtins.int
+    """Controller -> the last agent's receipt, and that receipt -> the last Applied. Agents that
+    report no receipt time fold the push into the apply.
+    """
+    apply_ns: _builtins.int
+    switches: _builtins.int
+    entries: _builtins.int
+    def __init__(
+        self,
+        *,
+        link: _builtins.str = ...,
+        usable: _builtins.bool = ...,
+        event_to_applied_ns: _builtins.int = ...,
+        report_ns: _builtins.int = ...,
+        compute_ns: _builtins.int = ...,
+        push_ns: _builtins.int = ...,
+        apply_ns: _builtins.int = ...,
+        switches: _builtins.int = ...,
+        entries: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["apply_ns", b"apply_ns", "compute_ns", b"compute_ns", "entries", b"entries", "event_to_applied_ns", b"event_to_applied_ns", "link", b"link", "push_ns", b"push_ns", "report_ns", b"report_ns", "switches", b"switches", "usable", b"usable"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConvergenceFigures: _TypeAlias = ConvergenceFigures  # noqa: Y015
+
+@_typing.final
+class PushSummary(_message.Message):
+    """Generations pushed because of one input."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SWITCHES_FIELD_NUMBER: _builtins.int
+    OBJECTS_FIELD_NUMBER: _builtins.int
+    SNAPSHOTS_FIELD_NUMBER: _builtins.int
+    switches: _builtins.int
+    objects: _builtins.int
+    """Objects upserted or deleted, over all deltas."""
+    snapshots: _builtins.int
+    """Switches sent a full DesiredState instead of a delta."""
+    def __init__(
+        self,
+        *,
+        switches: _builtins.int = ...,
+        objects: _builtins.int = ...,
+        snapshots: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["objects", b"objects", "snapshots", b"snapshots", "switches", b"switches"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PushSummary: _TypeAlias = PushSummary  # noqa: Y015
 
 @_typing.final
 class Event(_message.Message):
@@ -398,14 +628,31 @@ class Event(_message.Message):
     PORT_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    PORT_CHANGE_FIELD_NUMBER: _builtins.int
+    LINK_CHANGE_FIELD_NUMBER: _builtins.int
+    CONVERGENCE_FIELD_NUMBER: _builtins.int
+    PUSH_FIELD_NUMBER: _builtins.int
     wall_ns: _builtins.int
     kind: _builtins.str
-    """"port_down", "link_down", "pushed", "applied", "converged", "alarm", ..."""
+    """The type's name in lower case without its prefix ("port_down", "converged", ...), for
+    people and grep; programs read `type`.
+    """
     switch_name: _builtins.str
     port: _builtins.int
     message: _builtins.str
+    """A sentence for people. Never parsed: the figures are in `detail`."""
     generation: _builtins.int
     """Generation the event produced or acknowledged, when any."""
+    type: Global___EventKind.ValueType
+    @_builtins.property
+    def port_change(self) -> Global___PortChange: ...
+    @_builtins.property
+    def link_change(self) -> Global___LinkChange: ...
+    @_builtins.property
+    def convergence(self) -> Global___ConvergenceFigures: ...
+    @_builtins.property
+    def push(self) -> Global___PushSummary: ...
     def __init__(
         self,
         *,
@@ -415,12 +662,19 @@ class Event(_message.Message):
         port: _builtins.int = ...,
         message: _builtins.str = ...,
         generation: _builtins.int = ...,
+        type: Global___EventKind.ValueType = ...,
+        port_change: Global___PortChange | None = ...,
+        link_change: Global___LinkChange | None = ...,
+        convergence: Global___ConvergenceFigures | None = ...,
+        push: Global___PushSummary | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["convergence", b"convergence", "detail", b"detail", "link_change", b"link_change", "port_change", b"port_change", "push", b"push"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "kind", b"kind", "message", b"message", "port", b"port", "switch_name", b"switch_name", "wall_ns", b"wall_ns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["convergence", b"convergence", "detail", b"detail", "generation", b"generation", "kind", b"kind", "link_change", b"link_change", "message", b"message", "port", b"port", "port_change", b"port_change", "push", b"push", "switch_name", b"switch_name", "type", b"type", "wall_ns", b"wall_ns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType_detail: _TypeAlias = _typing.Literal["port_change", "link_change", "convergence", "push"]  # noqa: Y015
+    _WhichOneofArgType_detail: _TypeAlias = _typing.Literal["detail", b"detail"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_detail) -> _WhichOneofReturnType_detail | None: ...
 
 Global___Event: _TypeAlias = Event  # noqa: Y015
 

@@ -206,6 +206,7 @@ class PortStatus(_message.Message):
     WALL_NS_FIELD_NUMBER: _builtins.int
     LOCAL_REPAIR_WALL_NS_FIELD_NUMBER: _builtins.int
     GROUPS_REPAIRED_FIELD_NUMBER: _builtins.int
+    LOCAL_REPAIR_NS_FIELD_NUMBER: _builtins.int
     port: _builtins.int
     up: _builtins.bool
     monotonic_ns: _builtins.int
@@ -219,6 +220,10 @@ class PortStatus(_message.Message):
     """
     groups_repaired: _builtins.int
     """Number of groups the local repair changed."""
+    local_repair_ns: _builtins.int
+    """For a down event: carrier loss seen -> local repair committed, on the agent's monotonic
+    clock (a duration, immune to wall-clock steps); 0 when nothing needed repair.
+    """
     def __init__(
         self,
         *,
@@ -228,10 +233,11 @@ class PortStatus(_message.Message):
         wall_ns: _builtins.int = ...,
         local_repair_wall_ns: _builtins.int = ...,
         groups_repaired: _builtins.int = ...,
+        local_repair_ns: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups_repaired", b"groups_repaired", "local_repair_wall_ns", b"local_repair_wall_ns", "monotonic_ns", b"monotonic_ns", "port", b"port", "up", b"up", "wall_ns", b"wall_ns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups_repaired", b"groups_repaired", "local_repair_ns", b"local_repair_ns", "local_repair_wall_ns", b"local_repair_wall_ns", "monotonic_ns", b"monotonic_ns", "port", b"port", "up", b"up", "wall_ns", b"wall_ns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
