@@ -12,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable
 from typing import TypeVar
 
-from railfabric.digest import state_digest
+from google.protobuf.message import Message
+
+from railfabric.digest import DigestAccumulator, Tag, state_digest
 from railfabric.v1 import state_pb2
 
-M = TypeVar("M")
+M = TypeVar("M", bound=Message)
 
 
 def _by(items: Iterable[M], key: Callable[[M], Hashable]) -> dict[Hashable, M]:
@@ -53,7 +55,9 @@ class DeltaError(ValueError):
 def apply_delta(
     state: state_pb2.DesiredState, delta: state_pb2.StateDelta
 ) -> state_pb2.DesiredState:
-    """The state at `delta.to_generation`. Raises DeltaError when `state` is not at
+    """The state at `delta.to_generation`, digest filled in: updated from `state`'s digest by
+    the objects the delta replaces, adds and deletes (the same as a full state_digest), or
+    computed afresh when `state` has no v2 digest. Raises DeltaError when `state` is not at
     `delta.from_generation` or a delete names an object the state does not have."""
     if state.generation != delta.from_generation:
         raise DeltaError(
@@ -70,19 +74,28 @@ def apply_delta(
     neighbors = _by(state.neighbors, _neighbor_key)
     ecn = _by(state.ecn, _ecn_key)
     pfc = _by(state.pfc, _pfc_key)
-    groups.update(_by(delta.upsert_groups, _group_key))
-    routes.update(_by(delta.upsert_routes, _route_key))
-    neighbors.update(_by(delta.upsert_neighbors, _neighbor_key))
-    ecn.update(_by(delta.upsert_ecn, _ecn_key))
-    pfc.update(_by(delta.upsert_pfc, _pfc_key))
+    acc = _digest_to_update(state)
+    if acc is not None and (len(groups), len(routes), len(neighbors), len(ecn), len(pfc)) != (
+        len(state.groups),
+        len(state.routes),
+        len(state.neighbors),
+        len(state.ecn),
+        len(state.pfc),
+    ):
+        acc = None  # a key repeats: the dicts keep one object of it, the digest counted all
+    _upsert(groups, delta.upsert_groups, _group_key, "group", acc)
+    _upsert(routes, delta.upsert_routes, _route_key, "route", acc)
+    _upsert(neighbors, delta.upsert_neighbors, _neighbor_key, "neighbor", acc)
+    _upsert(ecn, delta.upsert_ecn, _ecn_key, "ecn", acc)
+    _upsert(pfc, delta.upsert_pfc, _pfc_key, "pfc", acc)
     for prefix in delta.delete_routes:
-        if routes.pop(_prefix_key(prefix), None) is None:
+        if not _delete(routes, _prefix_key(prefix), "route", acc):
             raise DeltaError(f"{delta.switch_name}: delete of unknown route {_fmt(prefix)}")
     for gid in delta.delete_groups:
-        if groups.pop(gid, None) is None:
+        if not _delete(groups, gid, "group", acc):
             raise DeltaError(f"{delta.switch_name}: delete of unknown group {gid}")
     for port in delta.delete_neighbors:
-        if neighbors.pop(port, None) is None:
+        if not _delete(neighbors, port, "neighbor", acc):
             raise DeltaError(f"{delta.switch_name}: delete of unknown neighbour on port {port}")
     missing = {r.group_id for r in routes.values()} - set(groups)
     if missing:
@@ -100,8 +113,47 @@ def apply_delta(
     )
     if state.HasField("pfc_watchdog"):
         out.pfc_watchdog.CopyFrom(state.pfc_watchdog)
-    out.digest = state_digest(out)
+    out.digest = state_digest(out) if acc is None else acc.hex()
     return out
+
+
+def _digest_to_update(state: state_pb2.DesiredState) -> DigestAccumulator | None:
+    """`state`'s digest to update, or None to digest the new state afresh when it is not a v2
+    digest (unset, or from an older peer). A v2 digest is trusted to be that of `state`, as
+    apply_delta, state_digest and the controller's export make it."""
+    try:
+        return DigestAccumulator.from_hex(state.digest)
+    except ValueError:
+        return None
+
+
+def _upsert(
+    objs: dict[Hashable, M],
+    items: Iterable[M],
+    key: Callable[[M], Hashable],
+    tag: Tag,
+    acc: DigestAccumulator | None,
+) -> None:
+    """Put each item in `objs` under its key (a later one wins), replacing the digest
+    contribution of whatever it replaces."""
+    for item in items:
+        k = key(item)
+        if acc is not None:
+            replaced = objs.get(k)
+            if replaced is not None:
+                acc.remove(tag, replaced)
+            acc.add(tag, item)
+        objs[k] = item
+
+
+def _delete(objs: dict[Hashable, M], k: Hashable, tag: Tag, acc: DigestAccumulator | None) -> bool:
+    """Remove the object under `k` and its digest contribution; False if there is none."""
+    gone = objs.pop(k, None)
+    if gone is None:
+        return False
+    if acc is not None:
+        acc.remove(tag, gone)
+    return True
 
 
 def diff_states(old: state_pb2.DesiredState, new: state_pb2.DesiredState) -> state_pb2.StateDelta:

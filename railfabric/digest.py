@@ -1,27 +1,127 @@
 """The digest of a switch's desired state: how a controller and an agent prove, without
-sending the state, that they hold the same thing (Hello.applied_digest, DesiredState.digest).
+sending the state, that they hold the same thing (DesiredState.digest, StateDelta.digest,
+Hello.applied_digest, Applied.digest).
 
-The digest covers the content only: generation and digest fields are cleared, and every
-repeated field is put in a canonical order, so two states with the same objects in different
-list orders digest the same.
+What is hashed. Every object of the state is hashed on its own: SHA-256 of a tag naming its
+kind ("switch", "port", "neighbor", "group", "route", "dscp", "ecn", "pfc", "watchdog"), a NUL
+byte, then the object's `SerializeToString(deterministic=True)` ("switch" hashes switch_name as
+UTF-8; "watchdog" only when pfc_watchdog is set). The tag keeps, say, a port and an ECN entry
+with equal bytes apart; the NUL keeps every tag from being a prefix of another. Generation and
+the digest field are not objects, so they are not covered. Order inside an object is content:
+a group's next hops are hashed in the order they have (the canonical ascending-port order).
+
+Why a sum. The digest is the sum modulo 2**256 of the object hashes (a multiset hash), so the
+order of repeated fields never matters, no sorted copy is needed, and a change of a few objects
+updates it by subtracting their old hashes and adding the new ones (railfabric.delta). It is a
+consistency check between cooperating peers, not a defence against a forger.
+
+Versioning. A digest is written "v2:" and 64 lowercase hex digits. A peer with a different
+scheme (v1 was a bare hex SHA-256 of a sorted copy) never compares equal, so a mismatch only
+makes the agent ask for a snapshot; and a state whose digest is not v2 is digested afresh.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
-from typing import Any, TypeVar
+import re
+from collections.abc import Callable, Iterable
+from typing import Any, Final, Literal, TypeVar, get_args
 
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 from google.protobuf.message import Message
 
 from railfabric.v1 import state_pb2
 
+DIGEST_VERSION: Final = 2
+
+Tag = Literal["switch", "port", "neighbor", "group", "route", "dscp", "ecn", "pfc", "watchdog"]
+
+_PREFIX: Final[dict[str, bytes]] = {tag: tag.encode("ascii") + b"\x00" for tag in get_args(Tag)}
+_MASK: Final = (1 << 256) - 1
+_HEADER: Final = f"v{DIGEST_VERSION}:"
+_FORMAT: Final = re.compile(rf"{_HEADER}[0-9a-f]{{64}}")
+
 M = TypeVar("M", bound=Message)
 
 
+def object_hash(tag: Tag, obj: Message | str) -> int:
+    """One object's contribution to a digest: SHA-256 of tag, NUL and its bytes, as an int."""
+    try:
+        prefix = _PREFIX[tag]
+    except KeyError:
+        raise ValueError(f"unknown digest tag {tag!r}") from None
+    data = obj.encode() if isinstance(obj, str) else obj.SerializeToString(deterministic=True)
+    return int.from_bytes(hashlib.sha256(prefix + data).digest(), "big")
+
+
+class DigestAccumulator:
+    """A digest being built or updated: add or remove objects in any order, read it back."""
+
+    __slots__ = ("_total",)
+
+    def __init__(self, value: int = 0) -> None:
+        self._total = value & _MASK
+
+    @classmethod
+    def from_hex(cls, digest: str) -> DigestAccumulator:
+        """The accumulator holding a written digest. ValueError if it is not a v2 digest."""
+        if not _FORMAT.fullmatch(digest):
+            raise ValueError(f"not a v{DIGEST_VERSION} state digest: {digest[:16]!r}")
+        return cls(int(digest[len(_HEADER) :], 16))
+
+    def add(self, tag: Tag, obj: Message | str) -> None:
+        self._total = (self._total + object_hash(tag, obj)) & _MASK
+
+    def remove(self, tag: Tag, obj: Message | str) -> None:
+        """Take out an object that was added (the sum does not check that it was)."""
+        self._total = (self._total - object_hash(tag, obj)) & _MASK
+
+    @property
+    def value(self) -> int:
+        return self._total
+
+    def hex(self) -> str:
+        return f"{_HEADER}{self._total:064x}"
+
+    def __repr__(self) -> str:
+        return f"DigestAccumulator({self.hex()!r})"
+
+
+def state_digest(state: state_pb2.DesiredState) -> str:
+    """The digest of `state` ("v2:" + 64 hex), computed from all of its objects."""
+    return f"{_HEADER}{_state_sum(state):064x}"
+
+
+def _state_sum(state: state_pb2.DesiredState) -> int:
+    total = object_hash("switch", state.switch_name)
+    total += _sum("port", state.ports)
+    total += _sum("neighbor", state.neighbors)
+    total += _sum("group", state.groups)
+    total += _sum("route", state.routes)
+    total += _sum("dscp", state.dscp_map)
+    total += _sum("ecn", state.ecn)
+    total += _sum("pfc", state.pfc)
+    if state.HasField("pfc_watchdog"):
+        total += object_hash("watchdog", state.pfc_watchdog)
+    return total & _MASK
+
+
+def _sum(tag: Tag, items: Iterable[Message]) -> int:
+    """Sum of object_hash(tag, item) over `items`, unreduced. Inlined: it is the whole cost of
+    a full digest (thousands of objects per switch)."""
+    prefix, sha = _PREFIX[tag], hashlib.sha256
+    # int.from_bytes is big-endian by default (3.11+), as in object_hash.
+    return sum(
+        map(
+            int.from_bytes,
+            [sha(prefix + item.SerializeToString(deterministic=True)).digest() for item in items],
+        )
+    )
+
+
 def canonical(state: state_pb2.DesiredState) -> state_pb2.DesiredState:
-    """A copy of `state` with generation/digest cleared and repeated fields sorted."""
+    """A copy of `state` with generation/digest cleared and repeated fields sorted by key, to
+    compare two states by content (tests do). The digest does not use it."""
     out = state_pb2.DesiredState()
     out.CopyFrom(state)
     out.generation = 0
@@ -34,11 +134,6 @@ def canonical(state: state_pb2.DesiredState) -> state_pb2.DesiredState:
     _sort(out.ecn, lambda e: (e.port, e.traffic_class))
     _sort(out.pfc, lambda p: (p.port, p.priority))
     return out
-
-
-def state_digest(state: state_pb2.DesiredState) -> str:
-    """Hex SHA-256 of the canonical deterministic serialisation of `state`."""
-    return hashlib.sha256(canonical(state).SerializeToString(deterministic=True)).hexdigest()
 
 
 def _sort(field: RepeatedCompositeFieldContainer[M], key: Callable[[M], Any]) -> None:
