@@ -6,7 +6,7 @@ STAMP := $(VENV)/.setup-done
 GEN_DIR := railfabric/v1
 PROTOS := $(wildcard proto/railfabric/v1/*.proto)
 
-.PHONY: setup demo test lint typecheck pytest proto proto-check clean p4
+.PHONY: setup demo test test-deep lint typecheck pytest proto proto-check clean p4
 
 setup: $(STAMP)
 
@@ -29,6 +29,10 @@ typecheck: setup
 
 pytest: setup
 	$(VENV)/bin/pytest
+
+# The decision core's model-based tests at ten times CI's size (20,000 examples of 100 steps).
+test-deep: setup
+	HYPOTHESIS_PROFILE=deep $(VENV)/bin/pytest -p no:cacheprovider tests/unit/core/test_machine_model.py
 
 # Regenerate the railfabric.v1 stubs from proto/ (committed; proto-check keeps them honest).
 proto: setup

@@ -3,8 +3,8 @@
 - Local repair: a softswitch process whose ports are veths, the agent's own port monitor,
   P4Runtime client and writer in this process; the peer end of a port's veth goes down
   (a pulled cable) >= 50 times, and each time the time from the netlink event to the committed
-  Write that removed the port from every group is taken (the same figure the agent logs and
-  reports as PortStatus.local_repair_wall_ns).
+  Write that removed the port from every group is taken, as the agent reports it in
+  PortStatus.local_repair_ns (the same figure it logs for people).
 - Programming: the largest switch of the ref-100k fabric (routes and groups from the
   controller's routing) written from scratch into softswitch by the agent's writer (entries
   and entries per second); `--fabric synthetic` programs a synthetic state instead.
@@ -13,10 +13,11 @@
   switch-to-switch cable is pulled (both ends lose carrier) >= 20 times, cycling over every
   cable so flap damping never holds one back, and restored after each cut, waiting for the
   hold-down to return it to routing before the next cut. Each cut's figure is the
-  controller's own "converged" event: the first agent's netlink event (its PortStatus wall
-  time) -> the last Applied of the deltas it caused, split into report (PortStatus received),
-  recompute, push (-> the last agent received its delta) and apply; detection (cable
-  pulled -> netlink event) is measured beside it.
+  controller's own CONVERGED event, read from its typed ConvergenceFigures (never from the
+  event's text): the first agent's netlink event (its PortStatus wall time) -> the last Applied
+  of the deltas it caused, split into report (PortStatus received), recompute, push (-> the
+  last agent received its delta) and apply; detection (cable pulled -> netlink event) is
+  measured beside it.
 
 Needs root (namespaces) and `railfabric-softswitch`."""
 
@@ -35,16 +36,18 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from agent.codec import Codec
 from agent.p4client import P4Target, PacketIn
 from agent.ports import PortMonitor
 from agent.writer import Writer
-from controller.daemon.fabric_state import ConvergenceResult, parse_convergence
 from railfabric.digest import state_digest
 from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from railfabric.v1 import admin_pb2, control_pb2, state_pb2
+
+if TYPE_CHECKING:
+    from mininet_labs.lab import Lab as MininetLab
 
 T = TypeVar("T")
 
@@ -266,9 +269,10 @@ async def measure_local_repair(
                 _ip("-n", net.wire_ns, "link", "set", net.wire_links[port], "down")
                 status = (await _next(out, "port_status")).port_status
                 assert not status.up and status.groups_repaired > 0, status
-                record = writer.repairs[-1]
-                latencies.append(record.latency_ns / 1e6)
-                groups = record.groups
+                # The figure the agent reports (what the controller's PORT_DOWN event carries).
+                assert status.local_repair_ns > 0, status
+                latencies.append(status.local_repair_ns / 1e6)
+                groups = status.groups_repaired
                 _ip("-n", net.wire_ns, "link", "set", net.wire_links[port], "up")
                 await _next(out, "port_status")
                 current.generation += 1
@@ -310,15 +314,45 @@ class CutFigures:
 
 
 def _converged_event(
-    events: Iterable[admin_pb2.Event], link: str, after_wall_ns: int
-) -> tuple[admin_pb2.Event, ConvergenceResult] | None:
-    """The controller's "converged" event for `link` at or after `after_wall_ns`, parsed."""
+    events: Iterable[admin_pb2.Event], link: str, usable: bool, after_wall_ns: int
+) -> admin_pb2.Event | None:
+    """The controller's CONVERGED event for `link` leaving (usable=False) or returning to
+    (usable=True) routing at or after `after_wall_ns`: its figures are in `e.convergence`."""
     for e in events:
-        if e.kind == "converged" and e.wall_ns >= after_wall_ns:
-            result = parse_convergence(e.message)
-            if result is not None and result.link == link:
-                return e, result
+        if (
+            e.type == admin_pb2.EVENT_KIND_CONVERGED
+            and e.WhichOneof("detail") == "convergence"
+            and e.wall_ns >= after_wall_ns
+            and e.convergence.link == link
+            and e.convergence.usable == usable
+        ):
+            return e
     return None
+
+
+def _converged(
+    lab: MininetLab, link: str, usable: bool, after_wall_ns: int
+) -> admin_pb2.Event | None:
+    events = lab.events(
+        limit=50, types=(admin_pb2.EVENT_KIND_CONVERGED,), after_wall_ns=after_wall_ns
+    )
+    return _converged_event(events, link, usable, after_wall_ns)
+
+
+def cut_figures(link: str, cut_wall_ns: int, event: admin_pb2.Event) -> CutFigures:
+    """One cut's figures (ms) from the controller's CONVERGED event for it."""
+    c = event.convergence
+    event_wall_ns = event.wall_ns - c.event_to_applied_ns
+    return CutFigures(
+        link,
+        (event_wall_ns - cut_wall_ns) / 1e6,
+        c.report_ns / 1e6,
+        c.compute_ns / 1e6,
+        c.push_ns / 1e6,
+        c.apply_ns / 1e6,
+        c.event_to_applied_ns / 1e6,
+        c.switches,
+    )
 
 
 def _wait(what: str, probe: Callable[[], T | None], timeout_s: float) -> T:
@@ -347,29 +381,17 @@ def measure_convergence(cuts: int, fabric: Path) -> list[CutFigures]:
             key = keys[i % len(keys)]
             cut_wall = time.time_ns()
             lab.topology.cut(key)
-            event, r = _wait(
+            event = _wait(
                 f"convergence after cutting {key}",
-                lambda: _converged_event(lab.events(limit=50), key, cut_wall),  # noqa: B023
+                lambda: _converged(lab, key, False, cut_wall),  # noqa: B023
                 timeout_s=15,
             )
-            event_wall = event.wall_ns - int(r.event_to_applied_ms * 1e6)
-            out.append(
-                CutFigures(
-                    key,
-                    (event_wall - cut_wall) / 1e6,
-                    r.report_ms,
-                    r.compute_ms,
-                    r.push_ms,
-                    r.apply_ms,
-                    r.event_to_applied_ms,
-                    r.switches,
-                )
-            )
+            out.append(cut_figures(key, cut_wall, event))
             restore_wall = time.time_ns()
             lab.topology.restore(key)
             _wait(
                 f"{key} to return to routing after the hold-down",
-                lambda: _converged_event(lab.events(limit=50), key, restore_wall),  # noqa: B023
+                lambda: _converged(lab, key, True, restore_wall),  # noqa: B023
                 timeout_s=hold_down_s + 15,
             )
             _wait(

@@ -7,7 +7,8 @@ in dependency order.
 
 Local repair: a port that loses carrier is removed from every group in ONE Write (a group
 modify per affected group; members keep their identity), and only then is PortStatus sent,
-carrying the commit time. A port whose carrier returns is NOT put back by the agent: it stays
+carrying the commit time and the repair's latency (carrier event -> committed Write, on the
+monotonic clock). A port whose carrier returns is NOT put back by the agent: it stays
 out of groups until the next state from the controller (DesiredState or StateDelta) is applied,
 because the controller's link state (hold-down, flap damping, the far end's view) decides when
 a link carries traffic again. Ports still without carrier stay out whatever the controller says.
@@ -20,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,12 +58,11 @@ from railfabric.v1 import control_pb2, state_pb2
 
 LOG = logging.getLogger("railfabric.agent.writer")
 
-# Log lines the labs and tests read back (a repair's latency, how much a sync wrote); the
-# patterns sit next to the formats so the two cannot drift apart.
+# Log lines for people (a repair's latency, how much a sync wrote). Programs never read them
+# back: the same figures travel typed, in PortStatus.local_repair_ns / groups_repaired and
+# Applied.updates_written.
 REPAIR_LOG_FORMAT = "port %d down: %d groups repaired in %.3f ms (netlink event -> committed Write)"
-REPAIR_LOG_RE = re.compile(r"port (\d+) down: (\d+) groups repaired in ([\d.]+) ms")
 WROTE_LOG_FORMAT = "wrote %d updates (generation %d)"
-WROTE_LOG_RE = re.compile(r"wrote (\d+) updates \(generation (\d+)\)")
 
 # What a target that goes away mid-operation raises.
 TARGET_LOST = (ConnectionError, P4ClientError)
@@ -217,7 +216,7 @@ class Writer:
             was_down = event.port in self.down
             self.down.add(event.port)
             self.held_out.discard(event.port)
-            repaired, commit_wall = await self._repair(event)
+            record, commit_wall = await self._repair(event)
             if not event.initial and not was_down:
                 self._on_port_status(
                     control_pb2.PortStatus(
@@ -226,7 +225,8 @@ class Writer:
                         monotonic_ns=event.monotonic_ns,
                         wall_ns=event.wall_ns,
                         local_repair_wall_ns=commit_wall,
-                        groups_repaired=repaired,
+                        groups_repaired=record.groups if record else 0,
+                        local_repair_ns=record.latency_ns if record else 0,
                     )
                 )
             return
@@ -243,29 +243,29 @@ class Writer:
                 )
             )
 
-    async def _repair(self, event: PortEvent) -> tuple[int, int]:
-        """Take the port's members out of every group in one Write. (groups changed, commit
-        wall ns); (0, 0) when nothing needed it or the target is unreachable (then the
-        reconcile after reconnection applies the exclusion)."""
+    async def _repair(self, event: PortEvent) -> tuple[RepairRecord | None, int]:
+        """Take the port's members out of every group in one Write. (the repair, commit wall
+        ns); (None, 0) when nothing needed it or the target is unreachable (then the reconcile
+        after reconnection applies the exclusion)."""
         if self.installed is None or not self.target.primary.is_set():
-            return 0, 0
+            return None, 0
         batch = repair_updates(self.installed, event.port)
         if not batch:
-            return 0, 0
+            return None, 0
         try:
             errors = await self._write(batch)
         except TARGET_LOST as err:
             LOG.warning("local repair of port %d not written: target lost (%s)", event.port, err)
             self.installed = None
             self._reconcile_pending = True
-            return 0, 0
+            return None, 0
         commit_mono, commit_wall = time.monotonic_ns(), time.time_ns()
         if errors:
             LOG.error("local repair of port %d: %d updates failed", event.port, len(errors))
             self.installed = None
             self._reconcile_pending = True
             self._wake.set()
-            return 0, 0
+            return None, 0
         self.installed = self.installed.replaced(u.entry for u in batch)
         record = RepairRecord(event.port, len(batch), commit_mono - event.monotonic_ns)
         self.repairs.append(record)
@@ -275,7 +275,7 @@ class Writer:
             record.groups,
             record.latency_ns / 1e6,
         )
-        return len(batch), commit_wall
+        return record, commit_wall
 
     async def _message(self, msg: control_pb2.ControllerMessage) -> None:
         self._received_wall_ns = time.time_ns()

@@ -292,8 +292,19 @@ class Lab:
                 log = tail(child.log) if child.log else ""
                 raise LabError(f"{child.name} exited with {child.proc.returncode}:\n{log}")
 
-    def events(self, limit: int = 1000) -> list[admin_pb2.Event]:
-        return list(self.admin.ListEvents(admin_pb2.ListEventsRequest(limit=limit)).events)
+    def events(
+        self,
+        limit: int = 1000,
+        types: Sequence[admin_pb2.EventKind.ValueType] = (),
+        after_wall_ns: int = 0,
+    ) -> list[admin_pb2.Event]:
+        """The controller's newest events, oldest first: at most `limit`, only of `types`
+        (all when empty), only after `after_wall_ns` (Unix ns; 0 = no bound). Figures are in
+        each event's typed `detail`, never in its `message`."""
+        request = admin_pb2.ListEventsRequest(
+            limit=limit, types=list(types), after_wall_ns=after_wall_ns
+        )
+        return list(self.admin.ListEvents(request).events)
 
     def link_state(self, key: str) -> int:
         for x in self.admin.ListLinks(admin_pb2.ListLinksRequest()).links:

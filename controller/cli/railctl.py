@@ -3,7 +3,7 @@
 Offline commands work on a fabric file and need no controller: `check`, `expand`,
 `path FABRIC SRC DST`. Controller-backed commands (topology, links, switches, routes, events,
 alarms, diagnose, and `path SRC DST` without a file) talk to `--controller` over the admin API;
-they live in controller/railctl_admin.py as ADMIN_COMMANDS. A command is one `Command`: a
+they live in controller.cli.admin_commands.py as ADMIN_COMMANDS. A command is one `Command`: a
 name, a help line, an argument builder and `run(args) -> exit code`.
 """
 
@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from controller.cli.admin_commands import ADMIN_COMMANDS, run_path
 from controller.fabric import Fabric, Role, ipv4_str, parse_ipv4
 from controller.intent import IntentError, load_fabric, to_explicit, to_explicit_yaml
-from controller.railctl_admin import ADMIN_COMMANDS, run_path
 
 
 @dataclass(frozen=True)

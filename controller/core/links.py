@@ -1,8 +1,12 @@
 """Link state as routing sees it, from the carrier reports of both ends (ARCHITECTURE §7).
 
-Pure: every call takes `now_ns`; nothing sleeps. The daemon calls `report` on each PortStatus,
+Pure: every call takes `now_ns` on a monotonic clock (never wall time: an NTP step must not
+end a hold-down early or late); nothing sleeps. The core calls `report` on each carrier report,
 `tick` when `next_deadline_ns` passes, and recomputes routes for each returned Transition.
 
+- A link is `unknown` until an end reports it; it becomes `up` when both ends reported carrier.
+  Whether routing uses unknown links is the tracker's `route_unknown` policy (today's
+  behaviour: it does, as it always trusted the cabling plan).
 - A link is down as soon as either end reports carrier loss: routes leave it at once.
 - A link whose both ends report carrier again is held down for `hold_down_ns` and returns to
   routing only if it stayed up that long (a cable being re-seated does not bounce routes).
@@ -28,6 +32,7 @@ class LinkState(enum.Enum):
     DOWN = "down"
     HOLD_DOWN = "hold_down"
     DAMPED = "damped"
+    UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,9 @@ class Transition(Generic[K]):
 class _Link:
     ends: tuple[End, End]
     down_ends: set[End] = field(default_factory=set)
-    state: LinkState = LinkState.UP
+    # Ends that reported carrier (up or down) at least once.
+    observed: set[End] = field(default_factory=set)
+    state: LinkState = LinkState.UNKNOWN
     # When both ends last came back up (start of the hold-down).
     up_since_ns: int = 0
     penalty: float = 0.0
@@ -73,11 +80,19 @@ class _Link:
 
 
 class LinkTracker(Generic[K]):
-    """Tracks every link of the fabric; all links start up and usable."""
+    """Tracks every link of the fabric; all links start unknown."""
 
-    def __init__(self, links: Iterable[tuple[K, End, End]], params: DampingParams) -> None:
+    def __init__(
+        self,
+        links: Iterable[tuple[K, End, End]],
+        params: DampingParams,
+        route_unknown: bool = True,
+    ) -> None:
         self.params = params
+        self.route_unknown = route_unknown
         self._links: dict[K, _Link] = {}
+        # Links whose state changed since the last `drain_changed` (what the store must keep).
+        self._changed: set[K] = set()
         self._by_end: dict[End, K] = {}
         # Links in hold-down or damped: the only ones `tick` has to look at.
         self._timed: set[K] = set()
@@ -105,35 +120,56 @@ class LinkTracker(Generic[K]):
         return frozenset(self._links[key].down_ends)
 
     def usable(self, key: K) -> bool:
-        return self._links[key].state is LinkState.UP
+        return self._usable(self._links[key].state)
+
+    def _usable(self, state: LinkState) -> bool:
+        return state is LinkState.UP or (state is LinkState.UNKNOWN and self.route_unknown)
+
+    def keys(self) -> list[K]:
+        return list(self._links)
 
     def down_links(self) -> list[K]:
-        """Links routing must avoid (down, held down or damped)."""
-        return [k for k, link in self._links.items() if link.state is not LinkState.UP]
+        """Links routing must avoid (down, held down, damped; unknown unless routed)."""
+        return [k for k, link in self._links.items() if not self._usable(link.state)]
+
+    def drain_changed(self) -> set[K]:
+        """Links whose state, since or flap count changed since the last call."""
+        out, self._changed = self._changed, set()
+        return out
 
     def report(self, now_ns: int, end: End, up: bool) -> list[Transition[K]]:
-        """Carrier report from one end. Unknown ends raise KeyError naming the port."""
+        """Carrier report from one end; repeating the last report changes nothing. Unknown
+        ends raise KeyError naming the port."""
         key = self._by_end.get(end)
         if key is None:
             raise KeyError(f"port {end[0]}:{end[1]} is not on any link of the fabric")
         link = self._links[key]
+        first = end not in link.observed
+        link.observed.add(end)
         if up:
-            link.down_ends.discard(end)
-            if link.down_ends or link.state not in (LinkState.DOWN,):
+            if end not in link.down_ends and not first:
                 return self.tick(now_ns)
-            link.up_since_ns = now_ns
-            self._set(link, LinkState.HOLD_DOWN, now_ns)
+            link.down_ends.discard(end)
+            out: list[Transition[K]] = []
+            if link.state is LinkState.UNKNOWN:
+                if link.observed == set(link.ends) and not link.down_ends:
+                    out = self._set(key, link, LinkState.UP, now_ns)
+            elif link.state is LinkState.DOWN and not link.down_ends:
+                link.up_since_ns = now_ns
+                out = self._set(key, link, LinkState.HOLD_DOWN, now_ns)
+            return out + self.tick(now_ns)
+        if end in link.down_ends:
             return self.tick(now_ns)
-        was_usable = link.state is LinkState.UP
         newly_down = not link.down_ends
         link.down_ends.add(end)
         if newly_down:
             link.flaps += 1
             link.penalty = self._decayed(link, now_ns) + self.params.penalty_per_flap
             link.penalty_at_ns = now_ns
+        self._changed.add(key)
+        out = []
         if link.state is not LinkState.DOWN:
-            self._set(link, LinkState.DOWN, now_ns)
-        out = [Transition(key, False, LinkState.DOWN)] if was_usable else []
+            out = self._set(key, link, LinkState.DOWN, now_ns)
         return out + self.tick(now_ns)
 
     def tick(self, now_ns: int) -> list[Transition[K]]:
@@ -145,13 +181,11 @@ class LinkTracker(Generic[K]):
                 if now_ns - link.up_since_ns < self.params.hold_down_ns:
                     continue
                 if self._decayed(link, now_ns) >= self.params.suppress:
-                    self._set(link, LinkState.DAMPED, now_ns)
+                    out += self._set(key, link, LinkState.DAMPED, now_ns)
                     continue
-                self._set(link, LinkState.UP, now_ns)
-                out.append(Transition(key, True, LinkState.UP))
+                out += self._set(key, link, LinkState.UP, now_ns)
             elif self._decayed(link, now_ns) < self.params.reuse:
-                self._set(link, LinkState.UP, now_ns)
-                out.append(Transition(key, True, LinkState.UP))
+                out += self._set(key, link, LinkState.UP, now_ns)
         return out
 
     def next_deadline_ns(self) -> int | None:
@@ -173,19 +207,52 @@ class LinkTracker(Generic[K]):
         link.flaps, link.since_ns = flaps, since_ns
         if state is LinkState.DOWN:
             link.down_ends = set(link.ends)
+            link.observed = set(link.ends)
             link.state = LinkState.DOWN
+        elif state is LinkState.UP:
+            link.down_ends.clear()
+            link.observed = set(link.ends)
+            link.state = LinkState.UP
         elif state in (LinkState.HOLD_DOWN, LinkState.DAMPED):
+            link.observed = set(link.ends)
             link.up_since_ns = since_ns
-            self._set(link, LinkState.HOLD_DOWN, since_ns)
+            self._set(key, link, LinkState.HOLD_DOWN, since_ns)
+        if link.state not in (LinkState.HOLD_DOWN, LinkState.DAMPED):
+            self._timed.discard(key)
+
+    def carry(self, old: LinkTracker[K]) -> None:
+        """Take over the state of every link `old` also has with the same ends (intent
+        reload): nothing observed is forgotten and no timer restarts."""
+        for key, link in self._links.items():
+            was = old._links.get(key)
+            if was is None or was.ends != link.ends:
+                continue
+            self._links[key] = _Link(
+                ends=was.ends,
+                down_ends=set(was.down_ends),
+                observed=set(was.observed),
+                state=was.state,
+                up_since_ns=was.up_since_ns,
+                penalty=was.penalty,
+                penalty_at_ns=was.penalty_at_ns,
+                flaps=was.flaps,
+                since_ns=was.since_ns,
+            )
+            if key in old._timed:
+                self._timed.add(key)
 
     def _decayed(self, link: _Link, now_ns: int) -> float:
         dt = max(0, now_ns - link.penalty_at_ns)
         return link.penalty * math.pow(0.5, dt / self.params.half_life_ns)
 
-    def _set(self, link: _Link, state: LinkState, now_ns: int) -> None:
+    def _set(self, key: K, link: _Link, state: LinkState, now_ns: int) -> list[Transition[K]]:
+        """Move `link` to `state`; the Transition when routing's view of it changes."""
+        was_usable = self._usable(link.state)
         link.state, link.since_ns = state, now_ns
-        key = self._by_end[link.ends[0]]
+        self._changed.add(key)
         if state in (LinkState.HOLD_DOWN, LinkState.DAMPED):
             self._timed.add(key)
         else:
             self._timed.discard(key)
+        usable = self._usable(state)
+        return [Transition(key, usable, state)] if usable != was_usable else []

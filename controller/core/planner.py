@@ -1,5 +1,5 @@
-"""What the daemon needs from the pure controller core, as a Protocol, so the async shell and
-the computation meet at one narrow seam (STYLE: pure core, thin I/O shell)."""
+"""What the decision core needs from route computation, as a Protocol: the core decides when
+and to whom, the planner computes what (STYLE: pure core, thin I/O shell)."""
 
 from __future__ import annotations
 
@@ -37,12 +37,18 @@ class Planner(Protocol):
 
     def full_state(self, switch: str) -> state_pb2.DesiredState:
         """The complete desired state of `switch` under the current link set (generation 0,
-        no digest: the daemon numbers and digests it)."""
+        digest filled in or empty; the core numbers it, and digests it when empty)."""
         ...
 
     def set_link_usable(self, key: str, usable: bool) -> Mapping[str, state_pb2.StateDelta]:
         """Take a link out of routing or put it back; the per-switch changes it causes
         (generations unset). Only switches whose state changes appear."""
+        ...
+
+    @property
+    def last_compute_ns(self) -> int:
+        """How long the last `set_link_usable` computed, for convergence figures (the planner
+        the daemon runs measures it; the core reads no clock)."""
         ...
 
     def fresh(self) -> Planner:

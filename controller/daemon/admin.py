@@ -4,18 +4,13 @@ from __future__ import annotations
 
 import grpc
 
-from controller.daemon.fabric_state import FabricState, SwitchView, UnknownSwitch
-from controller.daemon.linkstate import LinkState
+from controller.core.clock import Now
+from controller.core.machine import DecisionCore, link_state_message
+from controller.core.switches import SwitchView, UnknownSwitch
+from controller.daemon.runner import now
 from railfabric.v1 import admin_pb2, admin_pb2_grpc, state_pb2
 
 _Ctx = grpc.aio.ServicerContext[object, object]
-
-_LINK_STATE = {
-    LinkState.UP: admin_pb2.LINK_STATE_UP,
-    LinkState.DOWN: admin_pb2.LINK_STATE_DOWN,
-    LinkState.HOLD_DOWN: admin_pb2.LINK_STATE_HOLD_DOWN,
-    LinkState.DAMPED: admin_pb2.LINK_STATE_DAMPED,
-}
 _SEVERITY = {
     "info": admin_pb2.SEVERITY_INFO,
     "warning": admin_pb2.SEVERITY_WARNING,
@@ -25,28 +20,34 @@ _SEVERITY = {
 PFC_STORM_PAUSES = 1000
 
 
+def links(core: DecisionCore, only_down: bool, at: Now) -> list[admin_pb2.LinkInfo]:
+    """Every planned link with its state as routing sees it (only the unusable ones when
+    `only_down`)."""
+    tracker = core.tracker
+    out = []
+    for link in core.links():
+        if only_down and tracker.usable(link.key):
+            continue
+        out.append(
+            admin_pb2.LinkInfo(
+                a=admin_pb2.LinkEnd(switch_name=link.a[0], port=link.a[1]),
+                b=admin_pb2.LinkEnd(switch_name=link.b[0], port=link.b[1]),
+                speed_mbps=link.speed_mbps,
+                length_m=link.length_m,
+                state=link_state_message(tracker.state(link.key)),
+                since_wall_ns=at.wall_of(tracker.since_ns(link.key)),
+                flaps=tracker.flaps(link.key),
+            )
+        )
+    return out
+
+
 class AdminService(admin_pb2_grpc.FabricAdminServicer):
-    def __init__(self, fabric: FabricState) -> None:
-        self.fabric = fabric
+    def __init__(self, core: DecisionCore) -> None:
+        self.fabric = core
 
     def _links(self, only_down: bool) -> list[admin_pb2.LinkInfo]:
-        out = []
-        for link in self.fabric.planner.links():
-            state = self.fabric.tracker.state(link.key)
-            if only_down and state is LinkState.UP:
-                continue
-            out.append(
-                admin_pb2.LinkInfo(
-                    a=admin_pb2.LinkEnd(switch_name=link.a[0], port=link.a[1]),
-                    b=admin_pb2.LinkEnd(switch_name=link.b[0], port=link.b[1]),
-                    speed_mbps=link.speed_mbps,
-                    length_m=link.length_m,
-                    state=_LINK_STATE[state],
-                    since_wall_ns=self.fabric.tracker.since_ns(link.key),
-                    flaps=self.fabric.tracker.flaps(link.key),
-                )
-            )
-        return out
+        return links(self.fabric, only_down, now())
 
     async def GetTopology(
         self, request: admin_pb2.GetTopologyRequest, context: _Ctx
@@ -72,9 +73,10 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
             applied_generation=v.applied_generation,
             converged=v.converged,
             agent_version=v.agent_version,
-            last_seen_wall_ns=v.last_seen_ns,
+            last_seen_wall_ns=v.last_seen_wall_ns,
             route_count=len(v.state.routes),
             group_count=len(v.state.groups),
+            updates_written=v.updates_written,
         )
 
     async def ListSwitches(
@@ -96,20 +98,17 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
     async def ListEvents(
         self, request: admin_pb2.ListEventsRequest, context: _Ctx
     ) -> admin_pb2.ListEventsResponse:
-        events = self.fabric.store.events(request.limit or 100)
-        return admin_pb2.ListEventsResponse(
-            events=[
-                admin_pb2.Event(
-                    wall_ns=e.wall_ns,
-                    kind=e.kind,
-                    switch_name=e.switch,
-                    port=e.port,
-                    message=e.message,
-                    generation=e.generation,
-                )
-                for e in events
-            ]
-        )
+        types = set(request.types)
+        limit = request.limit or 100
+        picked: list[admin_pb2.Event] = []
+        for e in reversed(self.fabric.events):  # newest first, stop at the limit
+            if e.wall_ns <= request.after_wall_ns:
+                continue
+            if not types or e.type in types:
+                picked.append(e)
+                if len(picked) >= limit:
+                    break
+        return admin_pb2.ListEventsResponse(events=reversed(picked))
 
     def _alarms(self) -> list[admin_pb2.Alarm]:
         return [
@@ -122,7 +121,7 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
                 message=a.message,
                 raised_wall_ns=a.raised_wall_ns,
             )
-            for a in self.fabric.store.alarms()
+            for a in sorted(self.fabric.alarms.active.values(), key=lambda a: a.raised_wall_ns)
         ]
 
     async def ListAlarms(
@@ -145,7 +144,7 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
 
 
 def diagnose(
-    fabric: FabricState, down: list[admin_pb2.LinkInfo], alarms: list[admin_pb2.Alarm]
+    fabric: DecisionCore, down: list[admin_pb2.LinkInfo], alarms: list[admin_pb2.Alarm]
 ) -> admin_pb2.DiagnoseResponse:
     """Everything an operator should look at, each with its switch and port."""
     findings: list[admin_pb2.Finding] = []
@@ -207,15 +206,15 @@ def _counter_findings(v: SwitchView) -> list[admin_pb2.Finding]:
         return []
     before = {p.port: p for p in v.prev_counters.ports}
     out = []
-    for now in v.last_counters.ports:
-        old = before.get(now.port)
+    for cur in v.last_counters.ports:
+        old = before.get(cur.port)
         if old is None:
             continue
         grew = {
-            "drops": now.drops - old.drops,
-            "ecn_marks": now.ecn_marks - old.ecn_marks,
-            "pfc_storm": now.pfc_watchdog_storms - old.pfc_watchdog_storms,
-            "pfc_pause": now.pfc_pause_tx - old.pfc_pause_tx,
+            "drops": cur.drops - old.drops,
+            "ecn_marks": cur.ecn_marks - old.ecn_marks,
+            "pfc_storm": cur.pfc_watchdog_storms - old.pfc_watchdog_storms,
+            "pfc_pause": cur.pfc_pause_tx - old.pfc_pause_tx,
         }
         for kind, n in grew.items():
             if n <= 0 or (kind == "pfc_pause" and n < PFC_STORM_PAUSES):
@@ -228,8 +227,8 @@ def _counter_findings(v: SwitchView) -> list[admin_pb2.Finding]:
                     severity=severity,
                     kind=kind,
                     switch_name=v.name,
-                    port=now.port,
-                    message=f"{v.name} port {now.port}: {kind.replace('_', ' ')} +{n} since the "
+                    port=cur.port,
+                    message=f"{v.name} port {cur.port}: {kind.replace('_', ' ')} +{n} since the "
                     "previous counter report",
                 )
             )

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import ipaddress
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from controller import export
-from controller.daemon.planner import PlannedLink
+from controller.core.planner import PlannedLink
 from controller.fabric import Fabric, Role
 from controller.intent import load_fabric
 from controller.path import Flow, PathError, predict_path
@@ -30,6 +31,7 @@ class CorePlanner:
     def __init__(self, fabric: Fabric) -> None:
         self.fabric = fabric
         self.routing = FabricRouting(fabric)
+        self.last_compute_ns = 0
         self._links = tuple(
             PlannedLink(
                 link.key,
@@ -67,13 +69,13 @@ class CorePlanner:
         return len(self.fabric.nics)
 
     def full_state(self, switch: str) -> state_pb2.DesiredState:
-        state = export.desired_state(self.routing, switch)
-        state.digest = ""
-        return state
+        return export.desired_state(self.routing, switch)
 
     def set_link_usable(self, key: str, usable: bool) -> Mapping[str, state_pb2.StateDelta]:
         link = self._by_key[key]
+        t0 = time.perf_counter_ns()
         deltas = self.routing.apply([LinkEvent(link.a[0], link.a[1], usable)])
+        self.last_compute_ns = time.perf_counter_ns() - t0
         return {
             name: export.state_delta(self.routing, delta, 0, with_digest=False)
             for name, delta in deltas.items()

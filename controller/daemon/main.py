@@ -1,7 +1,8 @@
 """`railfabric-controller`: the controller daemon (ARCHITECTURE §1, §4, §7).
 
-One asyncio process: the gRPC server (FabricControl for agents, FabricAdmin for railctl,
-health and reflection), the hold-down/damping timer, and Prometheus metrics.
+One asyncio process around the decision core (controller/core/): the gRPC server
+(FabricControl for agents, FabricAdmin for railctl, health and reflection), the effect runner
+with its timer and delivery tasks, the store writer thread, and Prometheus metrics.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ import contextlib
 import logging
 import signal
 import sys
-import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import grpc
@@ -21,13 +22,15 @@ from grpc_health.v1 import _async as health_aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from controller.core.links import DampingParams
+from controller.core.machine import DecisionCore
 from controller.daemon.admin import AdminService
 from controller.daemon.core_planner import load_planner
-from controller.daemon.fabric_state import FabricState
-from controller.daemon.linkstate import DampingParams
-from controller.daemon.metrics import Metrics
+from controller.daemon.metrics import Metrics, snapshot
+from controller.daemon.runner import Runner, now
 from controller.daemon.service import ControlService, Sessions
-from controller.daemon.store import Store
+from controller.daemon.store import SqliteStore, StoreError
+from controller.daemon.store_writer import StoreWriter
 from controller.yamlnodes import IntentError
 from railfabric.v1 import admin_pb2, admin_pb2_grpc, control_pb2, control_pb2_grpc
 
@@ -80,21 +83,37 @@ def _host_port(value: str, flag: str) -> tuple[str, int]:
 
 async def serve(args: argparse.Namespace) -> int:
     planner = load_planner(args.fabric)
-    store = Store.in_dir(args.state_dir) if args.state_dir else Store(":memory:")
+    store = SqliteStore.in_dir(args.state_dir) if args.state_dir else SqliteStore.open(":memory:")
+    restored = store.load()
     damping = DampingParams(
         hold_down_ns=int(args.hold_down_s * 1e9),
         half_life_ns=int(args.damping_half_life_s * 1e9),
         suppress=args.damping_suppress,
         reuse=args.damping_reuse,
     )
+    loop = asyncio.get_running_loop()
     sessions = Sessions()
     metrics = Metrics()
-    fabric = FabricState(planner, store, damping, sessions.send, metrics.converged)
-    metrics.watch(fabric, sessions)
+    core = DecisionCore(planner, damping)
+    startup = core.start(restored, now())
+
+    runner: Runner | None = None
+
+    def store_health(available: bool, reason: str) -> None:  # on the writer's thread
+        def on_loop() -> None:
+            if runner is not None:
+                runner.input(partial(core.store_health, available, reason))
+
+        loop.call_soon_threadsafe(on_loop)
+
+    writer = StoreWriter(store, on_health=store_health)
+    runner = Runner(core, writer, sessions, metrics.event)
+    runner.apply(startup)
+    metrics.watch(loop, lambda: snapshot(core, len(sessions.by_switch), writer.stats.available))
 
     server = grpc.aio.server()
-    control_pb2_grpc.add_FabricControlServicer_to_server(ControlService(fabric, sessions), server)
-    admin_pb2_grpc.add_FabricAdminServicer_to_server(AdminService(fabric), server)
+    control_pb2_grpc.add_FabricControlServicer_to_server(ControlService(runner, sessions), server)
+    admin_pb2_grpc.add_FabricAdminServicer_to_server(AdminService(core), server)
     health_servicer = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     services = (
@@ -105,67 +124,58 @@ async def serve(args: argparse.Namespace) -> int:
     )
     reflection.enable_server_reflection(services, server)
     if server.add_insecure_port(args.listen) == 0:
+        writer.close()
         raise SystemExit(f"railfabric-controller: cannot listen on {args.listen}")
-    await server.start()
-    for name in ("", *services[:2]):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    if args.metrics:
-        host, port = _host_port(args.metrics, "--metrics")
-        metrics.serve(host, port)
-    log.info(
-        "serving fabric %s (%d switches, %d links) on %s",
-        planner.fabric_name,
-        len(fabric.views),
-        len(planner.links()),
-        args.listen,
-    )
-
     stop, reload = asyncio.Event(), asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, reload.set)
-    async with asyncio.TaskGroup() as tg:
-        timer = tg.create_task(_timers(fabric), name="link-timers")
-        reloader = tg.create_task(_reloads(args.fabric, fabric, sessions, reload), name="reload")
-        await stop.wait()
-        log.info("stopping")
-        timer.cancel()
-        reloader.cancel()
-        await server.stop(grace=1.0)
-    store.close()
+    try:
+        async with asyncio.TaskGroup() as tg:
+            tasks = [
+                tg.create_task(runner.timers(), name="core-timers"),
+                tg.create_task(runner.deliver(), name="push-delivery"),
+                tg.create_task(_reloads(args.fabric, runner, reload), name="reload"),
+            ]
+            await server.start()
+            for name in ("", *services[:2]):
+                await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+            if args.metrics:
+                host, port = _host_port(args.metrics, "--metrics")
+                metrics.serve(host, port)
+            log.info(
+                "serving fabric %s (%d switches, %d links) on %s",
+                planner.fabric_name,
+                len(core.views),
+                len(planner.links()),
+                args.listen,
+            )
+            await stop.wait()
+            # In order: stop accepting and end sessions (their ends are inputs too), hand
+            # out what is queued, then stop the tasks; the store is drained last.
+            log.info("stopping")
+            await server.stop(grace=1.0)
+            await runner.drain()
+            for task in tasks:
+                task.cancel()
+    finally:
+        writer.close()
     return 0
 
 
-async def _timers(fabric: FabricState) -> None:
-    """Run hold-down and damping expiries on time. Carrier reports can start a new hold-down at
-    any moment, so the timer re-reads the next deadline at least every 100 ms."""
-    while True:
-        deadline = fabric.next_deadline_ns()
-        now = time.time_ns()
-        if deadline is not None and deadline <= now:
-            fabric.tick(now)
-            continue
-        wait_s = 0.1 if deadline is None else min(0.1, (deadline - now) / 1e9)
-        await asyncio.sleep(wait_s)
-
-
-async def _reloads(
-    path: Path, fabric: FabricState, sessions: Sessions, wake: asyncio.Event
-) -> None:
+async def _reloads(path: Path, runner: Runner, wake: asyncio.Event) -> None:
     """SIGHUP: load the intent again. A file that fails validation is reported and the
     controller keeps serving the intent it has."""
+    core = runner.core
     while True:
         await wake.wait()
         wake.clear()
         try:
             planner = await asyncio.to_thread(load_planner, path)
         except (IntentError, OSError) as err:
-            log.error("reload refused, still serving the previous intent: %s", err)
-            fabric.event(time.time_ns(), "intent_refused", "", 0, str(err), 0)
+            runner.input(partial(core.intent_refused, str(err)))
             continue
-        for name in fabric.reload(planner, time.time_ns()):
-            sessions.close(name, "switch is no longer in the fabric intent")
+        runner.input(partial(core.reload, planner))
         log.info("reloaded %s", path)
 
 
@@ -180,6 +190,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except IntentError as err:
         print(f"railfabric-controller: {err}", file=sys.stderr)
         return 2
+    except StoreError as err:  # corrupt or unreadable store: the message says what to do
+        print(f"railfabric-controller: {err}", file=sys.stderr)
+        return 1
     except OSError as err:
         print(f"railfabric-controller: {err}", file=sys.stderr)
         return 2

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator
+from functools import partial
 
 import grpc
 
-from controller.daemon.fabric_state import FabricState, UnknownSwitch
+from controller.core.switches import UnknownSwitch
+from controller.daemon.runner import Runner
 from railfabric.v1 import control_pb2, control_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ class _Session:
 
 
 class Sessions:
-    """The live agent sessions by switch name; FabricState sends through it."""
+    """The live agent sessions by switch name; the runner delivers pushes through it."""
 
     def __init__(self) -> None:
         self.by_switch: dict[str, _Session] = {}
@@ -65,8 +66,11 @@ class Sessions:
 
 
 class ControlService(control_pb2_grpc.FabricControlServicer):
-    def __init__(self, fabric: FabricState, sessions: Sessions) -> None:
-        self.fabric = fabric
+    """Sessions in, core inputs out: every agent message becomes one `Runner.input`."""
+
+    def __init__(self, runner: Runner, sessions: Sessions) -> None:
+        self.runner = runner
+        self.core = runner.core
         self.sessions = sessions
 
     async def Session(
@@ -80,18 +84,18 @@ class ControlService(control_pb2_grpc.FabricControlServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"the first message of a session must be hello, got {first.WhichOneof('msg')}",
             )
+        name = first.hello.switch_name
         try:
-            reply = self.fabric.hello(first.hello, time.time_ns())
+            self.core.view(name)
         except UnknownSwitch as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
-        name = first.hello.switch_name
         old = self.sessions.by_switch.get(name)
         if old is not None:
             old.close("replaced by a newer session for the same switch")
+        # Registered before the core decides, so the snapshot it pushes finds the session.
         session = self.sessions.by_switch[name] = _Session(name)
+        self.runner.input(partial(self.core.hello, first.hello))
         log.info("%s: session up (agent %s)", name, first.hello.agent_version)
-        if reply is not None:
-            session.outbox.put_nowait(reply)
         reader = asyncio.create_task(self._read(name, request_iterator), name=f"read-{name}")
         try:
             while True:
@@ -109,32 +113,32 @@ class ControlService(control_pb2_grpc.FabricControlServicer):
             reader.cancel()
             if self.sessions.by_switch.get(name) is session:
                 del self.sessions.by_switch[name]
-                self.fabric.disconnected(name, time.time_ns())
+                self.runner.input(partial(self.core.disconnected, name))
                 log.info("%s: session down", name)
 
     async def _read(self, name: str, requests: AsyncIterator[control_pb2.AgentMessage]) -> None:
+        core = self.core
         async for msg in requests:
-            now = time.time_ns()
             kind = msg.WhichOneof("msg")
             try:
                 if kind == "applied":
-                    self.fabric.applied(name, msg.applied, now)
+                    self.runner.input(partial(core.applied, name, msg.applied))
                 elif kind == "port_status":
-                    self.fabric.port_status(name, msg.port_status, now)
+                    self.runner.input(partial(core.port_status, name, msg.port_status))
                 elif kind == "neighbors":
-                    self.fabric.neighbors(name, msg.neighbors, now)
+                    self.runner.input(partial(core.neighbors, name, msg.neighbors))
                 elif kind == "counters":
-                    self.fabric.counters(name, msg.counters, now)
+                    self.runner.input(partial(core.counters, name, msg.counters))
                 elif kind == "hello":
                     # A hello mid-session asks for a snapshot (the agent lost step).
                     if msg.hello.switch_name != name:
                         log.error(
-                            "%s: hello for %r on its session; ignored", name, msg.hello.switch_name
+                            "%s: hello for %r on its session; ignored",
+                            name,
+                            msg.hello.switch_name[:64],
                         )
                         continue
-                    reply = self.fabric.hello(msg.hello, now)
-                    if reply is not None:
-                        self.sessions.send(name, reply)
+                    self.runner.input(partial(core.hello, msg.hello))
                 else:
                     log.error("%s: empty agent message ignored", name)
             except Exception:

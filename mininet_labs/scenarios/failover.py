@@ -8,9 +8,11 @@ the cable, waits for the link to return to routing, and repeats.
 
 The loss window of a cut is measured from the probe's own timestamps: for each run of lost
 sequence numbers, the send-time distance between the datagrams received on either side, less
-one probe interval. The controller's "converged" event for the link gives the breakdown:
-detection (cut -> agent saw carrier loss), report, recomputation, push and applied; the agent's
-log gives its local repair time (carrier event -> committed P4Runtime Write)."""
+one probe interval. The controller's CONVERGED event for the link gives the breakdown in its
+typed ConvergenceFigures: detection (cut -> agent saw carrier loss), report, recomputation,
+push and applied; the PORT_DOWN event of the repairing switch's port gives its local repair
+time (carrier event -> committed P4Runtime Write, PortChange.local_repair_ns as the agent
+reported it). No figure is read back from text."""
 
 from __future__ import annotations
 
@@ -18,8 +20,6 @@ import itertools
 import time
 from dataclasses import dataclass
 
-from agent.writer import REPAIR_LOG_RE
-from controller.daemon.fabric_state import parse_convergence
 from mininet_labs.lab import Lab, Sender
 from mininet_labs.netlinks import LabError
 from mininet_labs.report import Result, Table, fmt, percentile
@@ -30,6 +30,7 @@ from railfabric.v1 import admin_pb2
 LOCAL_TARGET_MS = 50.0
 REMOTE_TARGET_MS = 250.0
 SETTLE_S = 0.4  # steady traffic on the new path after convergence, before the restore
+CUT_LEAD_NS = 50_000_000
 
 
 @dataclass(frozen=True)
@@ -67,27 +68,46 @@ class Cut:
     lost: int = 0
 
 
-def _converged_after(lab: Lab, link: str, after_wall_ns: int) -> Convergence | None:
-    for e in lab.events(limit=60):
-        if e.kind != "converged" or e.wall_ns < after_wall_ns:
+def _converged_after(lab: Lab, link: str, usable: bool, after_wall_ns: int) -> Convergence | None:
+    """The controller's CONVERGED event for `link` leaving (usable=False) or returning to
+    (usable=True) routing at or after `after_wall_ns`."""
+    kinds = (admin_pb2.EVENT_KIND_CONVERGED,)
+    for e in lab.events(limit=60, types=kinds, after_wall_ns=after_wall_ns):
+        if (
+            e.type != admin_pb2.EVENT_KIND_CONVERGED
+            or e.WhichOneof("detail") != "convergence"
+            or e.wall_ns < after_wall_ns
+        ):
             continue
-        r = parse_convergence(e.message)
-        if r is not None and r.link == link:
+        c = e.convergence
+        if c.link == link and c.usable == usable:
             return Convergence(
                 e.wall_ns,
-                r.event_to_applied_ms,
-                r.report_ms,
-                r.compute_ms,
-                r.push_ms,
-                r.apply_ms,
-                r.switches,
-                r.entries,
+                c.event_to_applied_ns / 1e6,
+                c.report_ns / 1e6,
+                c.compute_ns / 1e6,
+                c.push_ns / 1e6,
+                c.apply_ns / 1e6,
+                c.switches,
+                c.entries,
             )
     return None
 
 
-def _repairs(lab: Lab, switch: str, port: int) -> list[float]:
-    return [float(m[3]) for m in REPAIR_LOG_RE.finditer(lab.agent_log(switch)) if int(m[1]) == port]
+def _local_repair_ms(lab: Lab, switch: str, port: int, after_wall_ns: int) -> float:
+    """The agent's local repair of `switch`:`port` (carrier loss -> committed Write, ms) as
+    the controller's PORT_DOWN event for it carries it; NaN when no such event arrived after
+    `after_wall_ns` or nothing needed repair (local_repair_ns 0)."""
+    kinds = (admin_pb2.EVENT_KIND_PORT_DOWN,)
+    repairs = [
+        e.port_change.local_repair_ns
+        for e in lab.events(limit=200, types=kinds, after_wall_ns=after_wall_ns)
+        if e.type == admin_pb2.EVENT_KIND_PORT_DOWN
+        and e.WhichOneof("detail") == "port_change"
+        and e.wall_ns >= after_wall_ns
+        and (e.switch_name, e.port) == (switch, port)
+    ]
+    return repairs[0] / 1e6 if repairs and repairs[0] > 0 else float("nan")
 
 
 def _path_uses(lab: Lab, probe: FlowSpec, switch: str, port: int) -> bool:
@@ -105,24 +125,21 @@ def _one_cut(lab: Lab, probe: FlowSpec, kind: str, switch: str, port: int) -> Cu
         lambda: True if _path_uses(lab, probe, switch, port) else None,
         timeout_s=10,
     )
-    repairs_before = len(_repairs(lab, switch, port))
     cut = Cut(kind, key, switch, port, time.monotonic_ns(), time.time_ns())
     lab.topology.cut(key)
     cut.down = wait_for(
         f"the controller to converge after cutting {key}",
-        lambda: _converged_after(lab, key, cut.cut_wall_ns),
+        lambda: _converged_after(lab, key, False, cut.cut_wall_ns),
         timeout_s=10,
     )
     time.sleep(SETTLE_S)
-    repairs = _repairs(lab, switch, port)
-    if len(repairs) > repairs_before:
-        cut.local_repair_ms = repairs[-1]
+    cut.local_repair_ms = _local_repair_ms(lab, switch, port, cut.cut_wall_ns)
     restore_wall = time.time_ns()
     cut.restore_mono_ns = time.monotonic_ns()
     lab.topology.restore(key)
     cut.up = wait_for(
         f"{key} to return to routing",
-        lambda: _converged_after(lab, key, restore_wall),
+        lambda: _converged_after(lab, key, True, restore_wall),
         timeout_s=lab.options.hold_down_s + 10,
     )
     wait_for(
@@ -172,11 +189,17 @@ def run(lab: Lab, budget: Budget) -> Result:
             summary = lab.stop_sender(sender)
             time.sleep(0.2)
     packets = sorted((p for p in lab.records(out) if p.flow == 0), key=lambda p: p.seq)
-    for c in cuts:
+    # Windows are disjoint, so a gap counts once: a cut's window opens CUT_LEAD_NS before it
+    # (datagrams queued behind a cable when it is cut are lost with it) and closes the
+    # previous restore's window there.
+    for i, c in enumerate(cuts):
         c.loss_ms, c.lost = _loss(
-            packets, c.cut_mono_ns - 50_000_000, c.restore_mono_ns, interval_ns
+            packets, c.cut_mono_ns - CUT_LEAD_NS, c.restore_mono_ns, interval_ns
         )
-        c.restore_loss_ms, _ = _loss(packets, c.restore_mono_ns, c.end_mono_ns, interval_ns)
+        end = c.end_mono_ns
+        if i + 1 < len(cuts):
+            end = min(end, cuts[i + 1].cut_mono_ns - CUT_LEAD_NS)
+        c.restore_loss_ms, _ = _loss(packets, c.restore_mono_ns, end, interval_ns)
     return _result(lab, cuts, budget, summary, len(packets))
 
 

@@ -1,13 +1,15 @@
 """Helpers of the end-to-end fabric tests (test_fabric_e2e.py) on a running `mininet_labs.lab.Lab`:
 the switches' real forwarding state read back over P4Runtime and decoded with the agent's own
 codec, the egress ports that state gives a destination, restarts of the lab's processes with
-their original command lines, a sequence-numbered probe, and waiting on the controller."""
+their original command lines, a sequence-numbered probe, and the controller's typed view (events
+by EventKind with their figures in `detail`, SwitchStatus counters): no figure is parsed back
+from text."""
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import grpc
@@ -15,13 +17,12 @@ from finsy.proto import p4r, p4r_grpc
 
 from agent.codec import Codec
 from agent.translate import GroupEntry, MemberEntry, NextEntry, Pipeline, RouteEntry
-from agent.writer import WROTE_LOG_RE
 from controller.fabric import Nic, ipv4_str
 from mininet_labs.lab import LAB_PORT, Lab
 from mininet_labs.processes import DIE_WITH_PARENT, Child, wait_listening
 from mininet_labs.traffic import FlowSpec
 from railfabric.p4info import DEFAULT_P4INFO, load_p4info
-from railfabric.v1 import admin_pb2
+from railfabric.v1 import admin_pb2, state_pb2
 
 # -- the switches' real state ---------------------------------------------------------------
 
@@ -87,6 +88,29 @@ def egress_ports(pipeline: Pipeline, dst: int) -> frozenset[int]:
     return frozenset(ports)
 
 
+def forwarding(state: state_pb2.DesiredState) -> dict[tuple[int, int], frozenset[int]]:
+    """(address, length) -> the egress ports of its group: what a DesiredState forwards,
+    free of group ids (which an incremental and a fresh computation may number differently).
+    A route whose group the state lacks maps to no ports."""
+    ports = {g.id: frozenset(h.port for h in g.next_hops) for g in state.groups}
+    out: dict[tuple[int, int], frozenset[int]] = {}
+    for route in state.routes:
+        key = (route.prefix.address, route.prefix.length)
+        assert key not in out, f"{state.switch_name}: {key} routed twice"
+        out[key] = ports.get(route.group_id, frozenset())
+    return out
+
+
+def pipeline_differences(got: Pipeline, want: Pipeline) -> list[str]:
+    """What `got` holds that `want` does not, and the other way round (empty when equal)."""
+    out = []
+    for key in sorted(set(got.entries) | set(want.entries), key=repr):
+        g, w = got.entries.get(key), want.entries.get(key)
+        if g != w:
+            out.append(f"{key}: holds {g}, wants {w}")
+    return out
+
+
 def groups_watching(pipeline: Pipeline, port: int) -> list[int]:
     """Ids of the groups that still hold a member on `port`."""
     return [
@@ -145,21 +169,69 @@ def log_since(child: Child, offset: int) -> str:
         return f.read().decode(errors="replace")
 
 
-def updates_written(log: str) -> int:
-    """P4Runtime updates the agent says it wrote (it logs every sync that wrote something)."""
-    return sum(int(m[1]) for m in WROTE_LOG_RE.finditer(log))
-
-
 # -- controller -----------------------------------------------------------------------------
 
 
-def events_since(lab: Lab, wall_ns: int) -> list[admin_pb2.Event]:
-    return [e for e in lab.events(limit=5000) if e.wall_ns >= wall_ns]
+def events_since(
+    lab: Lab, wall_ns: int, types: Iterable[admin_pb2.EventKind.ValueType] = ()
+) -> list[admin_pb2.Event]:
+    """The controller's events at or after `wall_ns`, oldest first; only of `types` when given
+    (filtered here too, whatever the server did with the request's filter)."""
+    kinds = tuple(types)
+    return [
+        e
+        for e in lab.events(limit=5000, types=kinds, after_wall_ns=wall_ns)
+        if e.wall_ns >= wall_ns and (not kinds or e.type in kinds)
+    ]
+
+
+def converged_event(
+    events: Iterable[admin_pb2.Event], link: str, usable: bool
+) -> admin_pb2.Event | None:
+    """The first CONVERGED event for `link` leaving (usable=False) or returning to
+    (usable=True) routing; its figures are in `convergence`."""
+    for e in events:
+        if (
+            e.type == admin_pb2.EVENT_KIND_CONVERGED
+            and e.WhichOneof("detail") == "convergence"
+            and e.convergence.link == link
+            and e.convergence.usable == usable
+        ):
+            return e
+    return None
+
+
+def port_downs(events: Iterable[admin_pb2.Event], switch: str, port: int) -> list[admin_pb2.Event]:
+    """The PORT_DOWN events of `switch`:`port` (each carries the agent's PortStatus figures
+    in `port_change`: groups_repaired, local_repair_ns, detected_wall_ns)."""
+    return [
+        e
+        for e in events
+        if e.type == admin_pb2.EVENT_KIND_PORT_DOWN
+        and (e.switch_name, e.port) == (switch, port)
+        and e.WhichOneof("detail") == "port_change"
+    ]
 
 
 def switch_status(lab: Lab) -> dict[str, admin_pb2.SwitchStatus]:
     reply = lab.admin.ListSwitches(admin_pb2.ListSwitchesRequest(), timeout=5)
     return {s.info.name: s for s in reply.switches}
+
+
+def updates_written(lab: Lab) -> dict[str, int]:
+    """Switch -> P4Runtime updates its agent reported writing (Applied.updates_written),
+    summed by the controller since it started (SwitchStatus.updates_written)."""
+    return {name: s.updates_written for name, s in switch_status(lab).items()}
+
+
+def desired_states(lab: Lab) -> dict[str, state_pb2.DesiredState]:
+    """The desired state the controller holds for every switch (admin GetSwitchState)."""
+    return {
+        sw.name: lab.admin.GetSwitchState(
+            admin_pb2.GetSwitchStateRequest(switch_name=sw.name), timeout=5
+        )
+        for sw in lab.fabric.switches
+    }
 
 
 def all_converged(lab: Lab) -> bool:

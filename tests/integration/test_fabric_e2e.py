@@ -6,8 +6,9 @@ changes (cables, processes) and leaves the fabric converged.
 What the lab tier (tests/lab) judges is not repeated here beyond the all-pairs reachability
 the rest stands on: not ECMP vs prediction, loss windows, QoS, nor a miswire's alarms on all
 four ports with Diagnose. These tests look at the switches' real state: P4Runtime entries read
-back from softswitch, port counters, the agents' own logs of what they wrote, the controller's
-events and store, and sequence-numbered probes."""
+back from softswitch, port counters, the controller's typed view (events by EventKind with their
+figures in `detail`, SwitchStatus.updates_written for what the agents wrote) and store, and
+sequence-numbered probes. No figure is parsed back from a log line or an event's message."""
 
 from __future__ import annotations
 
@@ -20,23 +21,31 @@ import grpc
 import pytest
 from finsy.proto import p4r
 
-from agent.translate import RouteEntry
-from agent.writer import REPAIR_LOG_RE, WROTE_LOG_RE
-from controller.fabric import Nic
+from agent.translate import Pipeline, RouteEntry, translate
+from controller.export import desired_state
+from controller.fabric import Nic, ipv4_str
+from controller.intent import load_fabric
+from controller.routing import FabricRouting
 from mininet_labs.lab import Lab
 from mininet_labs.processes import REPO, free_port, make_target
 from mininet_labs.scenarios.common import wait_for
 from mininet_labs.traffic import FlowSpec
-from railfabric.v1 import admin_pb2
+from railfabric.v1 import admin_pb2, state_pb2
 from tests.integration.e2e_fabric import (
     SwitchReader,
     all_converged,
     argv_of,
+    controller_child,
+    converged_event,
+    desired_states,
     egress_ports,
     events_since,
+    forwarding,
     groups_watching,
     log_since,
     log_size,
+    pipeline_differences,
+    port_downs,
     probe,
     restart_agent,
     restart_controller,
@@ -130,24 +139,26 @@ def _restart_controller_and_check(lab: Lab, reader: SwitchReader) -> None:
         restart_controller(lab)
 
         def reconnected() -> bool | None:
-            ups = {e.switch_name for e in events_since(lab, restart_wall) if e.kind == "session_up"}
+            ups = {
+                e.switch_name
+                for e in events_since(lab, restart_wall, [admin_pb2.EVENT_KIND_SESSION_UP])
+            }
             return True if ups == set(before) and all_converged(lab) else None
 
         wait_for("every agent to reconnect", reconnected, timeout_s=30)
         time.sleep(0.5)
     after = switch_status(lab)
-    events = events_since(lab, restart_wall)
-    assert [e for e in events if e.kind == "pushed"] == []
+    assert events_since(lab, restart_wall, [admin_pb2.EVENT_KIND_PUSHED]) == []
     for name, s in after.items():
         log = log_since(lab.agents[name], offsets[name])
         assert "session" in log, f"{name} did not log its reconnection"
         # Same generation as before the restart: no new state was made or sent, and the
-        # agent wrote nothing.
-        assert (s.desired_generation, s.applied_generation, updates_written(log)) == (
+        # agent wrote nothing (the new controller counts its Applied.updates_written from 0).
+        assert (s.desired_generation, s.applied_generation, s.updates_written) == (
             before[name].desired_generation,
             before[name].desired_generation,
             0,
-        ), (name, log)
+        ), (name, s, log)
         assert reader.pipeline(name) == held[name], name
     assert result.sent >= 500 and not result.missing, (result.sent, result.missing[:10])
 
@@ -169,6 +180,7 @@ def test_agent_restart_under_traffic_writes_nothing_and_loses_nothing(
     src, dst = nic(lab, "srv-b1-s1/nic1"), nic(lab, "srv-b2-s1/nic1")
     switch = src.switch  # the probe's first hop: the probe crosses it
     before = reader.pipeline(switch)
+    written = updates_written(lab)
     offset = log_size(lab.agents[switch])
     with probe(lab, src, dst, "e2e-agent-restart") as result:
         restart_wall = time.time_ns()
@@ -179,8 +191,8 @@ def test_agent_restart_under_traffic_writes_nothing_and_loses_nothing(
             # full state; converged means the new agent applied it.
             ups = [
                 e
-                for e in events_since(lab, restart_wall)
-                if e.kind == "session_up" and e.switch_name == switch
+                for e in events_since(lab, restart_wall, [admin_pb2.EVENT_KIND_SESSION_UP])
+                if e.switch_name == switch
             ]
             s = switch_status(lab)[switch]
             return True if ups and s.connected and s.converged else None
@@ -189,7 +201,8 @@ def test_agent_restart_under_traffic_writes_nothing_and_loses_nothing(
         time.sleep(0.5)
     log = log_since(lab.agents[switch], offset)
     assert "primary (election id" in log and "adopted the" in log, log
-    assert updates_written(log) == 0, log
+    # The restarted agent's Applied reported no update written: no switch's count moved.
+    assert updates_written(lab) == written, log
     assert reader.pipeline(switch) == before
     assert result.sent >= 500 and not result.missing, (result.sent, result.missing[:10])
 
@@ -218,6 +231,7 @@ def test_a_second_agent_with_a_lower_election_id_cannot_write(
         f"127.0.0.1:{free_port()}",
     )
     before = reader.pipeline(switch)
+    written = updates_written(lab)
     primary_offset = log_size(lab.agents[switch])
     with probe(lab, src, dst, "e2e-backup") as result:
         backup = lab.processes.start(f"e2e-backup-agent-{switch}", argv)
@@ -252,11 +266,15 @@ def test_a_second_agent_with_a_lower_election_id_cannot_write(
         finally:
             lab.processes.stop(backup)
     log = log_since(backup, 0)
-    assert "primary (election id" not in log and updates_written(log) == 0, log
+    # The backup never became primary, and the switch holds exactly what it held: whatever
+    # the backup tried, the target took nothing from it (its refused Write above).
+    assert "primary (election id" not in log, log
     assert reader.pipeline(switch) == before
-    # The primary agent never lost the switch and its controller session stayed up.
+    # The primary agent never lost the switch, its controller session stayed up, and neither
+    # it nor any other agent had anything to rewrite.
     assert "backup" not in log_since(lab.agents[switch], primary_offset)
     assert switch_status(lab)[switch].converged
+    assert updates_written(lab) == written
     assert result.sent >= 500 and not result.missing, (result.sent, result.missing[:10])
 
 
@@ -276,17 +294,27 @@ def _uplinks_to(lab: Lab, spine: str) -> dict[str, int]:
 
 
 def _first_event(
-    events: list[admin_pb2.Event], kind: str, text: str = "", switch: str = "", port: int = 0
+    events: list[admin_pb2.Event],
+    kind: admin_pb2.EventKind.ValueType,
+    switch: str = "",
+    port: int = 0,
+    link: str = "",
 ) -> int:
+    """Index of the first event of `kind` on `switch`:`port` (when given) or, for link events,
+    about `link` (LinkChange.link, when given)."""
     for i, e in enumerate(events):
         if (
-            e.kind == kind
-            and text in e.message
+            e.type == kind
             and (not switch or (e.switch_name, e.port) == (switch, port))
+            and (
+                not link or (e.WhichOneof("detail") == "link_change" and e.link_change.link == link)
+            )
         ):
             return i
+    name = admin_pb2.EventKind.Name(kind)
     raise AssertionError(
-        f"no {kind} event {text!r} {switch}:{port} in {[(e.kind, e.message) for e in events]}"
+        f"no {name} event {switch}:{port} {link} in "
+        f"{[(admin_pb2.EventKind.Name(e.type), e.switch_name, e.port, e.message) for e in events]}"
     )
 
 
@@ -311,48 +339,52 @@ def test_link_cut_is_repaired_locally_then_globally_and_nothing_uses_it(
         # checks below can fail.
         assert port in egress_ports(reader.pipeline(t), dst.ipv4), t
 
-    offsets = {s: log_size(lab.agents[s]) for s in (dst_tor, spine)}
+    generations = {n: st.desired_generation for n, st in switch_status(lab).items()}
     cut_wall = time.time_ns()
     lab.topology.cut(key)
     try:
         converged = wait_for(
-            f"the controller's converged event for {key}",
-            lambda: next(
-                (
-                    e
-                    for e in events_since(lab, cut_wall)
-                    if e.kind == "converged" and f"link {key}:" in e.message
-                ),
-                None,
-            ),
+            f"the controller's CONVERGED event for {key} leaving routing",
+            lambda: converged_event(events_since(lab, cut_wall), key, usable=False),
             timeout_s=15,
         )
         events = events_since(lab, cut_wall)
+        # One PUSHED event per input that made new generations (PushSummary: how many switches).
+        pushed = [i for i, e in enumerate(events) if e.type == admin_pb2.EVENT_KIND_PUSHED]
 
         # Locally first: both ends took the port out of their groups on carrier loss (one
-        # Write each, logged by the agent after the commit) and only then reported it; the
-        # first report is what made the controller recompute and push.
+        # Write each) and only then reported it, with the repair's figures in the PortStatus
+        # (carried by the PORT_DOWN event); the first report is what made the controller
+        # recompute and push.
         for switch, port in ((dst_tor, tor_port), (spine, spine_port)):
-            log = log_since(lab.agents[switch], offsets[switch])
-            repairs = [m for m in REPAIR_LOG_RE.finditer(log) if int(m[1]) == port]
-            assert repairs and int(repairs[0][2]) > 0, f"{switch}:{port} was not repaired locally"
-            # Whatever the controller's delta made this agent write came after the repair.
-            wrote = WROTE_LOG_RE.search(log)
-            assert wrote is None or wrote.start() > repairs[0].start(), log
-            i = _first_event(events, "port_down", "groups repaired locally", switch, port)
-            assert events[i].wall_ns <= converged.wall_ns
+            downs = port_downs(events, switch, port)
+            assert downs, f"no PORT_DOWN event for {switch}:{port}"
+            change = downs[0].port_change
+            assert not change.up
+            assert change.groups_repaired > 0 and change.local_repair_ns > 0, (
+                f"{switch}:{port} was not repaired locally: {change}"
+            )
+            assert downs[0].wall_ns <= converged.wall_ns
+            # Reported only once the repair was committed: the controller received the report
+            # after the agent's carrier event plus its repair time (one host, one clock).
+            repaired_wall_ns = change.detected_wall_ns + change.local_repair_ns
+            assert downs[0].wall_ns >= repaired_wall_ns, (switch, change, downs[0].wall_ns)
         first_report = min(
-            _first_event(events, "port_down", "", s, p)
+            _first_event(events, admin_pb2.EVENT_KIND_PORT_DOWN, s, p)
             for s, p in ((dst_tor, tor_port), (spine, spine_port))
         )
-        assert "groups repaired locally" in events[first_report].message
+        assert events[first_report].port_change.groups_repaired > 0
         # Then globally: link_down, deltas pushed to every other ToR, converged.
-        i_down = _first_event(events, "link_down", f"link {key} leaves routing")
-        pushed = {e.switch_name: i for i, e in enumerate(events) if e.kind == "pushed"}
+        i_down = _first_event(events, admin_pb2.EVENT_KIND_LINK_DOWN, link=key)
+        assert not events[i_down].link_change.usable
         i_conv = events.index(converged)
-        assert first_report < i_down < min(pushed.values())
-        assert max(pushed.values()) < i_conv
-        assert set(uplink) <= set(pushed)
+        assert pushed, [admin_pb2.EventKind.Name(e.type) for e in events]
+        assert first_report < i_down < min(pushed)
+        assert max(pushed) < i_conv
+        now = switch_status(lab)
+        moved = {n for n, st in now.items() if st.desired_generation > generations[n]}
+        assert set(uplink) <= moved, (sorted(uplink), sorted(moved))
+        assert converged.convergence.switches >= len(uplink), converged.convergence
 
         # The switches' real state: no group holds a member on either end of the dead link,
         # and no ToR sends the destination's traffic to the spine that lost it.
@@ -400,19 +432,143 @@ def test_link_cut_is_repaired_locally_then_globally_and_nothing_uses_it(
         lab.topology.restore(key)
         wait_for(
             f"{key} to return to routing",
-            lambda: (
-                True
-                if any(
-                    e.kind == "converged" and f"link {key}:" in e.message
-                    for e in events_since(lab, restore_wall)
-                )
-                else None
-            ),
+            lambda: converged_event(events_since(lab, restore_wall), key, usable=True),
             timeout_s=lab.options.hold_down_s + 15,
         )
     # Back in routing: the other ToRs use that spine for the destination again.
     for t, port in uplink.items():
         assert port in egress_ports(reader.pipeline(t), dst.ipv4), t
+
+
+# -- both uplinks of a ToR return together ------------------------------------------------
+
+
+def _link_states(lab: Lab, keys: list[str]) -> dict[str, int] | None:
+    """The controller's state of each link in `keys`; None when the admin API did not answer."""
+    try:
+        links = lab.admin.ListLinks(admin_pb2.ListLinksRequest(), timeout=5).links
+    except grpc.RpcError:
+        return None
+    by_key = {f"{x.a.switch_name}:{x.a.port}--{x.b.switch_name}:{x.b.port}": x for x in links}
+    return {k: int(by_key[k].state) for k in keys}
+
+
+def _error_lines(log: str) -> list[str]:
+    """Lines logged at ERROR or above ("<date> <time> LEVEL name: message"), and tracebacks."""
+    return [
+        line
+        for line in log.splitlines()
+        if " ERROR " in line or " CRITICAL " in line or line.startswith("Traceback")
+    ]
+
+
+def _forwarding_differences(
+    got: dict[tuple[int, int], frozenset[int]], want: dict[tuple[int, int], frozenset[int]]
+) -> list[str]:
+    return [
+        f"{ipv4_str(address)}/{length}: controller {sorted(got.get((address, length), ()))}, "
+        f"fresh {sorted(want.get((address, length), ()))}"
+        for address, length in sorted(set(got) | set(want))
+        if got.get((address, length)) != want.get((address, length))
+    ]
+
+
+def test_two_uplinks_return_together_routes_match_fresh_computation(
+    lab: Lab, reader: SwitchReader
+) -> None:
+    """Both uplinks of tor-r1-b1 are cut (its NICs' 10.0.0.0/29 is cut off from both spines)
+    and put back within a second of each other. Once both are up and every switch converged,
+    the controller's incrementally maintained state must forward exactly as a fresh
+    computation over the same, all-up, fabric does (prefix -> next-hop ports; group ids may
+    differ), and every agent must hold exactly the controller's state."""
+    tor = "tor-r1-b1"
+    keys = sorted(c.link.key for c in lab.topology.cables.values() if tor in (c.link.a, c.link.b))
+    assert len(keys) == 2, keys
+    controller = controller_child(lab)
+    log_offset = log_size(controller)
+
+    def controller_alive() -> None:
+        assert controller.proc.poll() is None, (
+            f"the controller exited with {controller.proc.returncode}:\n"
+            + log_since(controller, log_offset)[-4000:]
+        )
+
+    # The fresh computation: the explicit fabric file the controller serves, every link up.
+    fresh = FabricRouting(load_fabric(lab.run_dir / "fabric.yaml"))
+    want = {sw.name: forwarding(desired_state(fresh, sw.name)) for sw in lab.fabric.switches}
+    tor_prefix = (0x0A000000, 29)  # 10.0.0.0/29: tor-r1-b1's NICs
+    assert want["tor-r2-b1"][tor_prefix] == {3, 4}
+
+    def links_are(state: int) -> bool | None:
+        controller_alive()
+        states = _link_states(lab, keys)
+        return True if states is not None and set(states.values()) == {state} else None
+
+    restored: list[float] = []
+    try:
+        for key in keys:
+            lab.topology.cut(key)
+        wait_for(
+            f"the controller to show both uplinks of {tor} down",
+            lambda: links_are(admin_pb2.LINK_STATE_DOWN),
+            timeout_s=15,
+        )
+    finally:
+        for key in keys:
+            lab.topology.restore(key)
+            restored.append(time.monotonic())
+    assert restored[-1] - restored[0] < 1.0, restored
+
+    # Both up again (after the hold-down) and every switch applied what that caused. The links
+    # are read before the switches, so a generation made by the links' return is seen.
+    wait_for(
+        f"both uplinks of {tor} up and every switch converged",
+        lambda: True if links_are(admin_pb2.LINK_STATE_UP) and all_converged(lab) else None,
+        timeout_s=30,
+    )
+
+    def settled() -> tuple[dict[str, state_pb2.DesiredState], dict[str, Pipeline]] | None:
+        """The controller's desired states and the switches' read-back state, taken while no
+        generation moved and every switch had applied the one read."""
+        controller_alive()
+        try:
+            before = switch_status(lab)
+            states = desired_states(lab)
+            held = {name: reader.pipeline(name) for name in states}
+            after = switch_status(lab)
+        except grpc.RpcError:
+            return None
+        for name, state in states.items():
+            for s in (before[name], after[name]):
+                if not (
+                    s.connected
+                    and s.converged
+                    and s.desired_generation == s.applied_generation == state.generation
+                ):
+                    return None
+        return states, held
+
+    states, held = wait_for("a consistent view of desired and applied state", settled, timeout_s=10)
+
+    # The controller's desired state forwards like the fresh computation, switch by switch.
+    differences = {
+        name: d
+        for name, state in states.items()
+        if (d := _forwarding_differences(forwarding(state), want[name]))
+    }
+    assert not differences, differences
+    assert forwarding(states["tor-r2-b1"])[tor_prefix] == {3, 4}
+
+    # What each agent applied (read back from its target) is the controller's desired state.
+    for name, state in states.items():
+        pipeline, problems = translate(state)
+        assert problems == [], (name, problems)
+        assert pipeline_differences(held[name], pipeline) == [], name
+    assert egress_ports(held["tor-r2-b1"], tor_prefix[0]) == {3, 4}
+
+    controller_alive()
+    errors = _error_lines(log_since(controller, log_offset))
+    assert not errors, errors
 
 
 def test_controller_restart_after_a_link_flap_pushes_nothing(

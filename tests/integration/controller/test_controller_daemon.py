@@ -237,8 +237,10 @@ async def test_prometheus_metrics_show_sessions_generations_and_links(
         f'railfabric_switch_generation{{kind="desired",switch="tor-r1-b1"}} '
         f"{float(state.generation + 1)}" in text
     )
+    # Nobody reported the other seven cables: unknown, and every state has its gauge.
     assert 'railfabric_links{state="down"} 1.0' in text
-    assert 'railfabric_links{state="up"} 7.0' in text
+    assert 'railfabric_links{state="unknown"} 7.0' in text
+    assert 'railfabric_links{state="up"} 0.0' in text
     assert "railfabric_convergence_seconds_bucket" in text
 
 

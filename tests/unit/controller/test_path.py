@@ -9,7 +9,7 @@ from pathlib import Path as FsPath
 
 import pytest
 
-from controller import railctl
+from controller.cli import railctl
 from controller.fabric import parse_ipv4
 from controller.intent import load_fabric, load_fabric_text
 from controller.path import Flow, PathError, predict_path

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from controller import railctl
+from controller.cli import railctl
 from controller.intent import load_fabric, load_fabric_text
 
 pytestmark = pytest.mark.unit

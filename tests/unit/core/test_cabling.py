@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.daemon.cabling import Heard, check_switch
+from controller.core.cabling import Heard, check_switch
 
 pytestmark = pytest.mark.unit
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from controller.daemon.linkstate import DampingParams, LinkState, LinkTracker, Transition
+from controller.core.links import DampingParams, LinkState, LinkTracker, Transition
 
 pytestmark = pytest.mark.unit
 

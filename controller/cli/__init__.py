@@ -1,0 +1,1 @@
+"""railctl, the operator command line (offline commands and the admin API client)."""

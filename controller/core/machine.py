@@ -1,0 +1,681 @@
+"""The decision core: the controller's state and every decision it makes, as a pure state
+machine (faucet's `datapath_connect(now, ...)` returning messages is the model).
+
+Each input — Hello, Applied, PortStatus, Neighbors, Counters, a session's end, a timer tick,
+an intent reload, the store's health — is a method that takes `now` and returns the effects it
+wants (controller/core/effects.py): the records of the input as one `Persist`, then `Push`es in
+the order they must leave, log lines, and the next `Schedule`. Nothing here reads a clock,
+touches a socket or the store, or writes a log line itself; the daemon's runner does that.
+
+Guarantees the model-based tests (tests/unit/core/test_machine_model.py) check after every step:
+each switch's deltas form a gap-free generation chain on its session (a delta leaves only when
+it starts at the generation the session was last sent, otherwise a full state does), deferred
+deltas leave in event order (convergence.HeldDelta), and at quiescence every switch's desired
+state forwards exactly as a from-scratch computation over the current link states.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from controller.core import events as ev
+from controller.core.alarms import Alarms
+from controller.core.cabling import Heard, check_switch
+from controller.core.clock import Now
+from controller.core.convergence import DEFER_LIMIT_NS, Convergence, Held, HeldDeltas
+from controller.core.effects import CloseSession, Effect, Level, Log, Persist, Push, Schedule
+from controller.core.links import DampingParams, LinkState, LinkTracker, Transition
+from controller.core.planner import PlannedLink, Planner
+from controller.core.records import (
+    AlarmCleared,
+    AlarmRecord,
+    EventRecord,
+    LinkRecord,
+    Meta,
+    Record,
+    Restored,
+    RoutingReset,
+    RoutingStep,
+    SwitchApplied,
+    SwitchGeneration,
+    SwitchGenerations,
+)
+from controller.core.switches import SwitchView, UnknownSwitch, lookup
+from railfabric.delta import DeltaError, apply_delta, delta_size
+from railfabric.digest import state_digest
+from railfabric.v1 import admin_pb2, control_pb2, state_pb2
+
+__all__ = ["DecisionCore", "UnknownSwitch"]
+
+# The routing log is replayed at start-up, so it is kept short: past this many steps, the first
+# moment every link is usable and nothing is in flight, routing restarts from scratch.
+ROUTING_LOG_LIMIT = 1000
+# Recent events kept in memory for the admin API (the store keeps its own bounded history).
+EVENTS_IN_MEMORY = 10_000
+STORE_ALARM = "store_unavailable"
+
+
+@dataclass
+class _Out:
+    """What one input produced, turned into effects by `_finish`."""
+
+    records: list[Record] = field(default_factory=list)
+    effects: list[Effect] = field(default_factory=list)
+    generations: dict[str, SwitchGeneration] = field(default_factory=dict)
+    pushed: dict[str, int] = field(default_factory=dict)  # switch -> generation
+    objects: int = 0
+    snapshots: int = 0
+
+    def log(self, level: Level, text: str) -> None:
+        self.effects.append(Log(level, text))
+
+
+class DecisionCore:
+    """The controller's decisions. Build it, call `start` once, then feed it inputs."""
+
+    tracker: LinkTracker[str]
+    plan: dict[tuple[str, int], tuple[str, int]]
+    views: dict[str, SwitchView]
+
+    def __init__(
+        self, planner: Planner, damping: DampingParams, route_unknown: bool = True
+    ) -> None:
+        self.planner = planner
+        self.damping = damping
+        self.route_unknown = route_unknown
+        self.views = {}
+        self.alarms = Alarms()
+        self.events: deque[admin_pb2.Event] = deque(maxlen=EVENTS_IN_MEMORY)
+        self.routing_log: list[RoutingStep] = []
+        self.refused: dict[str, int] = {}
+        self._links: dict[str, PlannedLink] = {}
+        self._pending: dict[int, Convergence] = {}
+        self._held = HeldDeltas()
+        self._next_event = 0
+        self._started = False
+
+    # -- start-up and reload
+    def start(self, restored: Restored, now: Now) -> list[Effect]:
+        """Resume from what the store kept: alarms, events, link states, the routing log
+        (replayed so group ids come out as agents hold them) and generations."""
+        assert not self._started, "start is called once"
+        self._started = True
+        out = _Out()
+        self.alarms = Alarms(restored.alarms)
+        self.events.extend(restored.events)
+        self.routing_log = list(restored.routing_log)
+        topology = _topology_digest(self.planner)
+        if restored.meta.get("topology_digest") != topology:
+            # Another fabric: its routing history and link states mean nothing here.
+            self.routing_log = []
+            links: Mapping[str, LinkRecord] = {}
+            out.records += [RoutingReset(), Meta("topology_digest", topology)]
+        else:
+            links = restored.links
+        previous = {n: (s.generation, s.digest) for n, s in restored.switches.items()}
+        self._load(previous, out, now, links=links)
+        for name, s in restored.switches.items():
+            v = self.views.get(name)
+            if v is not None:
+                v.applied_generation = s.applied_generation
+        return self._finish(out, now)
+
+    def reload(self, planner: Planner, now: Now) -> list[Effect]:
+        """Serve a new intent. Switches whose state changed get a full DesiredState at the
+        next generation; link states, timers and everything agents reported carry over;
+        sessions of switches the intent no longer has are closed."""
+        out = _Out()
+        self._reload(planner, now, out)
+        return self._finish(out, now)
+
+    def _reload(self, planner: Planner, now: Now, out: _Out) -> None:
+        for switch in self._held.switches():
+            for h in self._held.take_all(switch):
+                self._release(switch, h, now, out)
+        self._pending.clear()
+        old_views, old_tracker = self.views, self.tracker
+        self.planner = planner
+        previous = {n: (v.state.generation, v.state.digest) for n, v in old_views.items()}
+        self._load(previous, out, now, carry=old_tracker)
+        for name, v in list(self.views.items()):
+            was = old_views.get(name)
+            if was is None:
+                continue
+            carried = self.views[name] = v.carried_from(was)
+            if carried.state.digest != was.state.digest and carried.connected:
+                self._send_snapshot(carried, out)
+        gone = sorted(set(old_views) - set(self.views))
+        for name in gone:
+            if old_views[name].connected:
+                out.effects.append(CloseSession(name, "switch is no longer in the fabric intent"))
+        text = f"intent {planner.fabric_name} loaded: {len(self.views)} switches"
+        if gone:
+            text += f"; no longer in the intent: {', '.join(gone)}"
+        self._event(out, ev.event(now.wall_ns, ev.K.EVENT_KIND_INTENT_RELOADED, text))
+
+    def _load(
+        self,
+        previous: Mapping[str, tuple[int, str]],
+        out: _Out,
+        now: Now,
+        links: Mapping[str, LinkRecord] | None = None,
+        carry: LinkTracker[str] | None = None,
+    ) -> None:
+        planner = self.planner
+        self._links = {link.key: link for link in planner.links()}
+        self.tracker = LinkTracker(
+            ((link.key, link.a, link.b) for link in self._links.values()),
+            self.damping,
+            self.route_unknown,
+        )
+        self.plan = {}
+        for link in self._links.values():
+            self.plan[link.a], self.plan[link.b] = link.b, link.a
+        if carry is not None:
+            self.tracker.carry(carry)
+        for key, rec in (links or {}).items():
+            if key in self._links and rec.state != LinkState.UNKNOWN.value:
+                since = now.mono_of(rec.since_wall_ns)
+                self.tracker.restore(key, LinkState(rec.state), since, rec.flaps)
+        self.tracker.drain_changed()  # restored, not changed
+        # Replay what routing went through, in order, so group ids come out as the agents
+        # hold them; then take out whatever the link states say is unusable.
+        usable = dict.fromkeys(self._links, True)
+        for step in self.routing_log:
+            if step.link in usable and usable[step.link] != step.usable:
+                planner.set_link_usable(step.link, step.usable)
+                usable[step.link] = step.usable
+        for key, ok in usable.items():
+            if ok != self.tracker.usable(key):
+                planner.set_link_usable(key, not ok)
+                self._routing_step(RoutingStep(key, not ok), out)
+        self.views = {}
+        for info in planner.switches():
+            state = planner.full_state(info.name)
+            digest = state.digest or state_digest(state)
+            prev = previous.get(info.name)
+            if prev is None:
+                generation = 1
+            elif prev[1] == digest:
+                generation = prev[0]
+            else:
+                generation = prev[0] + 1
+            state.generation, state.digest = generation, digest
+            self.views[info.name] = SwitchView.of(info.name, state)
+            if prev != (generation, digest):
+                out.generations[info.name] = SwitchGeneration(info.name, generation, digest)
+
+    # -- agent sessions
+    def hello(self, hello: control_pb2.Hello, now: Now) -> list[Effect]:
+        """Attach a session (or resync one: a Hello mid-session asks for a snapshot). Raises
+        UnknownSwitch for a name the intent does not have."""
+        v = lookup(self.views, hello.switch_name)
+        out = _Out()
+        # No pushes while the catch-up below runs: whatever it changes is in the snapshot.
+        v.connected, v.sent_generation = False, None
+        v.agent_version, v.last_seen_wall_ns = hello.agent_version, now.wall_ns
+        v.applied_generation, v.applied_digest = hello.applied_generation, hello.applied_digest
+        v.applied_errors = []
+        self._event(
+            out,
+            ev.event(
+                now.wall_ns,
+                ev.K.EVENT_KIND_SESSION_UP,
+                f"agent {hello.agent_version} connected",
+                switch=v.name,
+                generation=hello.applied_generation,
+            ),
+        )
+        # Carrier as the agent sees it now (it may have changed while the agent was away, or
+        # the controller restarted): every reported port is an observation.
+        for port in hello.ports:
+            end = (v.name, port.port)
+            key = self.tracker.link_of(end)
+            if key is not None:
+                self._carrier(end, key, port.oper_up, now, out, event_wall_ns=now.wall_ns)
+        v.connected = True
+        if v.converged:
+            v.sent_generation = v.state.generation
+        else:
+            self._send_snapshot(v, out)
+        return self._finish(out, now)
+
+    def disconnected(self, name: str, now: Now) -> list[Effect]:
+        v = self.views.get(name)
+        if v is None:
+            return []
+        out = _Out()
+        v.connected, v.sent_generation = False, None
+        self._event(
+            out,
+            ev.event(
+                now.wall_ns,
+                ev.K.EVENT_KIND_SESSION_DOWN,
+                "agent disconnected",
+                switch=name,
+                generation=v.applied_generation,
+            ),
+        )
+        # Its held deltas join its state now (it gets a snapshot when it returns), and
+        # nothing waits for it any more.
+        for h in self._held.take_all(name):
+            self._release(name, h, now, out)
+        for event_id, conv in list(self._pending.items()):
+            if conv.waiting.pop(name, None) is not None and conv.done:
+                self._converged(event_id, conv, now, out)
+        self._release_ready(now, out)
+        return self._finish(out, now)
+
+    def applied(self, name: str, msg: control_pb2.Applied, now: Now) -> list[Effect]:
+        v = lookup(self.views, name)
+        out = _Out()
+        sent = v.sent_generation
+        if sent is None or msg.generation > sent:
+            self._refuse(
+                out,
+                "applied_unsent",
+                f"{name}: Applied for generation {msg.generation}, which was never sent "
+                f"(last sent {sent}); ignored",
+            )
+            return self._finish(out, now)
+        v.last_seen_wall_ns = now.wall_ns
+        v.applied_generation, v.applied_digest = msg.generation, msg.digest
+        v.applied_errors = list(msg.errors)
+        v.updates_written += msg.updates_written
+        out.records.append(SwitchApplied(name, msg.generation))
+        if msg.errors:
+            first = msg.errors[0]
+            self._event(
+                out,
+                ev.event(
+                    now.wall_ns,
+                    ev.K.EVENT_KIND_APPLY_FAILED,
+                    f"{len(msg.errors)} objects refused, first: {first.object}: {first.message}",
+                    switch=name,
+                    generation=msg.generation,
+                ),
+            )
+        applied_wall = msg.wall_ns or now.wall_ns
+        for event_id, conv in list(self._pending.items()):
+            wanted = conv.waiting.get(name)
+            if wanted is not None and msg.generation >= wanted:
+                del conv.waiting[name]
+                conv.last_applied_wall_ns = max(conv.last_applied_wall_ns, applied_wall)
+                conv.last_received_wall_ns = max(conv.last_received_wall_ns, msg.received_wall_ns)
+                if conv.done:
+                    self._converged(event_id, conv, now, out)
+        self._release_ready(now, out)
+        return self._finish(out, now)
+
+    def port_status(self, name: str, msg: control_pb2.PortStatus, now: Now) -> list[Effect]:
+        v = lookup(self.views, name)
+        out = _Out()
+        if msg.port not in v.ports:
+            self._refuse(
+                out,
+                "port_status_unknown_port",
+                f"{name}: PortStatus for port {msg.port}, "
+                "which the switch does not have in the intent; ignored",
+            )
+            return self._finish(out, now)
+        v.last_seen_wall_ns = now.wall_ns
+        change = admin_pb2.PortChange(
+            up=msg.up,
+            groups_repaired=msg.groups_repaired,
+            local_repair_ns=msg.local_repair_ns,
+            detected_wall_ns=msg.wall_ns,
+        )
+        self._event(out, ev.port_change(now.wall_ns, name, msg.port, change))
+        end = (name, msg.port)
+        key = self.tracker.link_of(end)
+        if key is not None:  # else a host-facing port: no switch link to route around
+            self._carrier(end, key, msg.up, now, out, event_wall_ns=msg.wall_ns or now.wall_ns)
+        return self._finish(out, now)
+
+    def neighbors(self, name: str, msg: control_pb2.Neighbors, now: Now) -> list[Effect]:
+        v = lookup(self.views, name)
+        out = _Out()
+        v.last_seen_wall_ns, v.neighbors = now.wall_ns, msg
+        heard = [Heard(n.port, n.system_name, n.port_id) for n in msg.neighbors]
+        miswired, correct = check_switch(name, heard, self.plan)
+        for m in miswired:
+            self._raise(
+                AlarmRecord(
+                    m.alarm_id, "critical", "miswire", name, m.port, m.message, now.wall_ns
+                ),
+                out,
+            )
+        for port in correct:
+            self._clear(
+                f"miswire:{name}:{port}",
+                now,
+                out,
+                switch=name,
+                port=port,
+                why="cabling matches the plan",
+            )
+        return self._finish(out, now)
+
+    def counters(self, name: str, msg: control_pb2.Counters, now: Now) -> list[Effect]:
+        v = lookup(self.views, name)
+        v.last_seen_wall_ns = now.wall_ns
+        v.prev_counters, v.last_counters = v.last_counters, msg
+        return []
+
+    # -- timers, the intent file, the store
+    def tick(self, now: Now) -> list[Effect]:
+        """Hold-down and damping expiries, and held deltas whose wait ran out."""
+        out = _Out()
+        self._release_ready(now, out)
+        self._route(self.tracker.tick(now.mono_ns), now, now.wall_ns, out)
+        return self._finish(out, now)
+
+    def next_deadline_ns(self) -> int | None:
+        """The monotonic time `tick` next has work, or None."""
+        deadlines = (self._held.next_deadline_ns(), self.tracker.next_deadline_ns())
+        present = [d for d in deadlines if d is not None]
+        return min(present) if present else None
+
+    def intent_refused(self, error: str, now: Now) -> list[Effect]:
+        out = _Out()
+        out.log(Level.ERROR, f"reload refused, still serving the previous intent: {error}")
+        self._event(out, ev.event(now.wall_ns, ev.K.EVENT_KIND_INTENT_REFUSED, error))
+        return self._finish(out, now)
+
+    def store_health(self, available: bool, reason: str, now: Now) -> list[Effect]:
+        """The store stopped (or resumed) taking writes. Deciding and forwarding go on from
+        memory either way; the alarm tells operators that a restart now would lose state."""
+        out = _Out()
+        if available:
+            self._clear(STORE_ALARM, now, out, why="the store takes writes again")
+        else:
+            text = (
+                f"the controller's store cannot be written ({reason}); deciding from memory, "
+                "retrying, and nothing is lost unless the controller stops before it recovers"
+            )
+            self._raise(
+                AlarmRecord(STORE_ALARM, "critical", STORE_ALARM, "", 0, text, now.wall_ns), out
+            )
+        return self._finish(out, now)
+
+    # -- queries (the admin API and metrics read these on the event loop)
+    def view(self, name: str) -> SwitchView:
+        return lookup(self.views, name)
+
+    def planned_link(self, key: str) -> PlannedLink:
+        return self._links[key]
+
+    def links(self) -> Iterable[PlannedLink]:
+        return self._links.values()
+
+    def quiescent(self) -> bool:
+        """Nothing held back and no convergence in flight."""
+        return not self._held and not self._pending
+
+    # -- routing
+    def _carrier(
+        self, end: tuple[str, int], key: str, up: bool, now: Now, out: _Out, *, event_wall_ns: int
+    ) -> None:
+        self._route(self.tracker.report(now.mono_ns, end, up), now, event_wall_ns, out)
+
+    def _routing_step(self, step: RoutingStep, out: _Out) -> None:
+        self.routing_log.append(step)
+        out.records.append(step)
+
+    def _route(
+        self, transitions: Iterable[Transition[str]], now: Now, event_wall_ns: int, out: _Out
+    ) -> None:
+        for t in transitions:
+            link = self._links[t.link]
+            self._routing_step(RoutingStep(t.link, t.usable), out)
+            deltas = self.planner.set_link_usable(t.link, t.usable)
+            compute_ns = self.planner.last_compute_ns
+            self._event(
+                out,
+                ev.link_change(
+                    now.wall_ns,
+                    admin_pb2.LinkChange(
+                        link=t.link,
+                        a=admin_pb2.LinkEnd(switch_name=link.a[0], port=link.a[1]),
+                        b=admin_pb2.LinkEnd(switch_name=link.b[0], port=link.b[1]),
+                        usable=t.usable,
+                        state=_LINK_STATE[t.state],
+                        switches_changed=len(deltas),
+                        compute_ns=compute_ns,
+                    ),
+                ),
+            )
+            event_id = self._next_event
+            self._next_event += 1
+            conv = self._pending[event_id] = Convergence(
+                link=t.link,
+                usable=t.usable,
+                event_wall_ns=event_wall_ns,
+                reported_wall_ns=now.wall_ns,
+                compute_ns=compute_ns,
+            )
+            # Make before break: a returning link's own switches first, the rest once those
+            # applied; a link that went away is left by everyone at once.
+            ends = {link.a[0], link.b[0]} if t.usable else set(deltas)
+            for switch, delta in deltas.items():
+                if switch in ends:
+                    self._push_now(switch, delta, event_id, now, out)
+            gate = dict(conv.waiting)
+            for switch, delta in deltas.items():
+                if switch in ends:
+                    continue
+                if gate:
+                    deadline = now.mono_ns + DEFER_LIMIT_NS
+                    self._held.hold(switch, Held(event_id, delta, gate, deadline))
+                    conv.held += 1
+                else:
+                    self._push_now(switch, delta, event_id, now, out)
+            if conv.done:
+                del self._pending[event_id]  # nothing to wait for (no agent connected)
+
+    def _gate_open(self, switch: str, generation: int) -> bool:
+        v = self.views.get(switch)
+        return v is None or not v.connected or v.applied_generation >= generation
+
+    def _release_ready(self, now: Now, out: _Out) -> None:
+        for switch, h in self._held.take_ready(now.mono_ns, self._gate_open):
+            if not all(self._gate_open(s, g) for s, g in h.gate.items()):
+                out.log(
+                    Level.WARNING,
+                    f"{switch}: link-up delta released after waiting "
+                    f"{DEFER_LIMIT_NS // 1_000_000} ms for {', '.join(sorted(h.gate))}",
+                )
+            self._release(switch, h, now, out)
+
+    def _push_now(
+        self, switch: str, delta: state_pb2.StateDelta, event_id: int, now: Now, out: _Out
+    ) -> None:
+        # Deltas for one switch leave in the order they were computed: flush what is held.
+        for h in self._held.take_all(switch):
+            self._release(switch, h, now, out)
+        self._apply(switch, delta, event_id, out)
+
+    def _release(self, switch: str, h: Held, now: Now, out: _Out) -> None:
+        conv = self._pending.get(h.event_id)
+        if conv is not None:
+            conv.held -= 1
+        self._apply(switch, h.delta, h.event_id, out)
+        if conv is not None and conv.done and h.event_id in self._pending:
+            self._converged(h.event_id, conv, now, out)
+
+    def _apply(self, switch: str, delta: state_pb2.StateDelta, event_id: int, out: _Out) -> None:
+        """Extend `switch`'s chain by one generation and send it, as a delta when the session
+        is at the chain's head, else as a full state."""
+        v = self.views[switch]
+        delta.switch_name = switch
+        delta.from_generation = v.state.generation
+        delta.to_generation = v.state.generation + 1
+        try:
+            new = apply_delta(v.state, delta)
+            size = delta_size(delta)
+        except DeltaError as err:
+            # Cannot happen with in-order deltas; if it does, the planner's current state is
+            # still right: send that, with what was held for the switch (it is included).
+            out.log(Level.ERROR, f"core delta for {switch} does not apply ({err}); full state")
+            for h in self._held.take_all(switch):
+                conv = self._pending.get(h.event_id)
+                if conv is not None:
+                    conv.held -= 1
+            new = self.planner.full_state(switch)
+            new.switch_name = switch
+            new.generation, new.digest = v.state.generation + 1, new.digest or state_digest(new)
+            size = 0
+        if new.digest == v.state.digest:
+            return
+        if size:
+            delta.digest = new.digest
+        v.state = new
+        out.generations[switch] = SwitchGeneration(switch, new.generation, new.digest)
+        out.objects += size
+        if not v.connected:
+            return
+        if size and v.sent_generation == delta.from_generation:
+            out.effects.append(Push(switch, control_pb2.ControllerMessage(state_delta=delta)))
+            out.pushed[switch] = new.generation
+        else:
+            self._send_snapshot(v, out)
+        v.sent_generation = new.generation
+        conv = self._pending.get(event_id)
+        if conv is not None:
+            conv.waiting[switch] = new.generation
+            conv.switches += 1
+            conv.entries += size
+
+    def _send_snapshot(self, v: SwitchView, out: _Out) -> None:
+        out.effects.append(Push(v.name, control_pb2.ControllerMessage(desired_state=v.state)))
+        v.sent_generation = v.state.generation
+        out.pushed[v.name] = v.state.generation
+        out.snapshots += 1
+
+    def _converged(self, event_id: int, conv: Convergence, now: Now, out: _Out) -> None:
+        del self._pending[event_id]
+        if conv.switches == 0:
+            return  # every switch it changed left before applying: nothing was measured
+        computed = conv.reported_wall_ns + conv.compute_ns
+        figures = admin_pb2.ConvergenceFigures(
+            link=conv.link,
+            usable=conv.usable,
+            event_to_applied_ns=conv.last_applied_wall_ns - conv.event_wall_ns,
+            report_ns=conv.reported_wall_ns - conv.event_wall_ns,
+            compute_ns=conv.compute_ns,
+            push_ns=max(0, conv.last_received_wall_ns - computed),
+            apply_ns=conv.last_applied_wall_ns - max(conv.last_received_wall_ns, computed),
+            switches=conv.switches,
+            entries=conv.entries,
+        )
+        self._event(out, ev.converged(conv.last_applied_wall_ns or now.wall_ns, figures))
+        if (
+            not self._pending
+            and not self._held
+            and not self.tracker.down_links()
+            and len(self.routing_log) > ROUTING_LOG_LIMIT
+        ):
+            self._compact(now, out)
+
+    def _compact(self, now: Now, out: _Out) -> None:
+        """Forget the routing history: recompute from scratch and send full states to the
+        switches whose group ids that renames. Forwarding does not change (every link is up)."""
+        steps = len(self.routing_log)
+        self.routing_log = []
+        out.records.append(RoutingReset())
+        self._reload(self.planner.fresh(), now, out)
+        self._event(
+            out,
+            ev.event(
+                now.wall_ns,
+                ev.K.EVENT_KIND_ROUTING_COMPACTED,
+                f"routing recomputed from scratch after {steps} link changes",
+            ),
+        )
+
+    # -- alarms and events
+    def _raise(self, alarm: AlarmRecord, out: _Out) -> None:
+        if not self.alarms.raise_(alarm):
+            return
+        out.records.append(alarm)
+        out.log(Level.WARNING, f"alarm: {alarm.message}")
+        self._event(
+            out,
+            ev.event(
+                alarm.raised_wall_ns,
+                ev.K.EVENT_KIND_ALARM_RAISED,
+                alarm.message,
+                switch=alarm.switch,
+                port=alarm.port,
+            ),
+        )
+
+    def _clear(
+        self, alarm_id: str, now: Now, out: _Out, *, switch: str = "", port: int = 0, why: str
+    ) -> None:
+        if self.alarms.clear(alarm_id) is None:
+            return
+        out.records.append(AlarmCleared(alarm_id))
+        self._event(
+            out, ev.event(now.wall_ns, ev.K.EVENT_KIND_ALARM_CLEARED, why, switch=switch, port=port)
+        )
+
+    def _refuse(self, out: _Out, reason: str, text: str) -> None:
+        self.refused[reason] = self.refused.get(reason, 0) + 1
+        out.log(Level.WARNING, text)
+
+    def _event(self, out: _Out, event: admin_pb2.Event) -> None:
+        self.events.append(event)
+        out.records.append(EventRecord(event))
+
+    def _finish(self, out: _Out, now: Now) -> list[Effect]:
+        if out.pushed:
+            summary = admin_pb2.PushSummary(
+                switches=len(out.pushed), objects=out.objects, snapshots=out.snapshots
+            )
+            only = next(iter(out.pushed.items())) if len(out.pushed) == 1 else ("", 0)
+            self._event(out, ev.pushed(now.wall_ns, summary, *only))
+        records = list(out.records)
+        if out.generations:
+            records.append(SwitchGenerations(tuple(out.generations.values())))
+        for key in sorted(self.tracker.drain_changed()):
+            records.append(
+                LinkRecord(
+                    key,
+                    self.tracker.state(key).value,
+                    now.wall_of(self.tracker.since_ns(key)),
+                    self.tracker.flaps(key),
+                )
+            )
+        effects: list[Effect] = [Persist(tuple(records))] if records else []
+        effects += out.effects
+        deadline = self.next_deadline_ns()
+        if deadline is not None:
+            effects.append(Schedule(deadline))
+        return effects
+
+
+_LINK_STATE = {
+    LinkState.UP: admin_pb2.LINK_STATE_UP,
+    LinkState.DOWN: admin_pb2.LINK_STATE_DOWN,
+    LinkState.HOLD_DOWN: admin_pb2.LINK_STATE_HOLD_DOWN,
+    LinkState.DAMPED: admin_pb2.LINK_STATE_DAMPED,
+    LinkState.UNKNOWN: admin_pb2.LINK_STATE_UNKNOWN,
+}
+
+
+def link_state_message(state: LinkState) -> admin_pb2.LinkState.ValueType:
+    return _LINK_STATE[state]
+
+
+def _topology_digest(planner: Planner) -> str:
+    """Identity of the switches and cables, to tell whether stored history applies."""
+    h = hashlib.sha256()
+    for info in planner.switches():
+        h.update(f"{info.name}\n".encode())
+    for link in planner.links():
+        h.update(f"{link.key}\n".encode())
+    return h.hexdigest()

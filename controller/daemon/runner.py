@@ -1,0 +1,123 @@
+"""The effect runner: the one place the decision core's effects meet the world.
+
+Every input goes through `Runner.input`: the core decides (synchronously, on the event loop),
+and the runner applies what it returned, in order. The records of the input go to the store
+writer as one transaction (off the event loop); the pushes of that input leave only once that
+transaction is durable — or once the writer says the store is unavailable, when the embedded
+store's policy is to keep forwarding from memory — so a restarted controller never meets an
+agent holding a generation it has no record of. Pushes of later inputs queue behind earlier
+ones, so nothing is reordered by waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import ParamSpec, Protocol
+
+from controller.core.clock import Now
+from controller.core.effects import CloseSession, Effect, Log, Persist, Push, Schedule
+from controller.core.machine import DecisionCore
+from controller.core.records import EventRecord, Record
+from railfabric.v1 import admin_pb2, control_pb2
+
+log = logging.getLogger("railfabric.controller")
+
+P = ParamSpec("P")
+
+
+def now() -> Now:
+    return Now(mono_ns=time.monotonic_ns(), wall_ns=time.time_ns())
+
+
+class Writer(Protocol):
+    def submit(self, records: Sequence[Record]) -> concurrent.futures.Future[bool]: ...
+
+
+class Outlet(Protocol):
+    """Where pushes go: the live agent sessions."""
+
+    def send(self, switch: str, msg: control_pb2.ControllerMessage) -> None: ...
+
+    def close(self, switch: str, reason: str) -> None: ...
+
+
+class Runner:
+    def __init__(
+        self,
+        core: DecisionCore,
+        writer: Writer,
+        outlet: Outlet,
+        on_event: Callable[[admin_pb2.Event], None] = lambda _e: None,
+    ) -> None:
+        self.core = core
+        self.writer = writer
+        self.outlet = outlet
+        self.on_event = on_event
+        self._deliveries: asyncio.Queue[
+            tuple[concurrent.futures.Future[bool] | None, list[Push | CloseSession]]
+        ] = asyncio.Queue()
+        self._deadline: int | None = None
+        self._rescheduled = asyncio.Event()
+
+    def input(self, decide: Callable[[Now], Sequence[Effect]]) -> None:
+        """Run one input (a core method bound to its arguments, taking `now`)."""
+        self.apply(decide(now()))
+
+    def apply(self, effects: Sequence[Effect]) -> None:
+        durable: concurrent.futures.Future[bool] | None = None
+        deliveries: list[Push | CloseSession] = []
+        for effect in effects:
+            if isinstance(effect, Persist):
+                durable = self.writer.submit(effect.records)
+                for record in effect.records:
+                    if isinstance(record, EventRecord):
+                        self.on_event(record.event)
+            elif isinstance(effect, Push | CloseSession):
+                deliveries.append(effect)
+            elif isinstance(effect, Log):
+                log.log(effect.level, "%s", effect.text)
+            elif isinstance(effect, Schedule):
+                self._deadline = effect.at_mono_ns
+                self._rescheduled.set()
+        if deliveries:
+            self._deliveries.put_nowait((durable, deliveries))
+
+    async def deliver(self) -> None:
+        """Owned task: send each input's pushes once its records are durable, in order."""
+        while True:
+            durable, deliveries = await self._deliveries.get()
+            if durable is not None:
+                await asyncio.wrap_future(durable)  # False: store unavailable, go on anyway
+            for d in deliveries:
+                if isinstance(d, Push):
+                    self.outlet.send(d.switch, d.message)
+                else:
+                    self.outlet.close(d.switch, d.reason)
+            self._deliveries.task_done()
+
+    async def drain(self) -> None:
+        """Wait until every queued push has been handed to its session (shutdown)."""
+        await self._deliveries.join()
+
+    async def timers(self) -> None:
+        """Owned task: call the core's `tick` at the deadline it last scheduled."""
+        while True:
+            self._rescheduled.clear()
+            deadline = self._deadline
+            if deadline is None:
+                await self._rescheduled.wait()
+                continue
+            wait_s = (deadline - time.monotonic_ns()) / 1e9
+            if wait_s > 0:
+                try:
+                    await asyncio.wait_for(self._rescheduled.wait(), timeout=wait_s)
+                    continue  # a new deadline arrived first
+                except TimeoutError:
+                    pass
+            if self._deadline == deadline:
+                self._deadline = None
+            self.input(self.core.tick)

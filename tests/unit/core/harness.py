@@ -1,0 +1,272 @@
+"""A decision core driven by simulated agents, for the core's tests.
+
+The agents are a model, not a fake of anything that exists here: each holds the state it was
+sent, applies snapshots and deltas in order with the one `apply_delta` the real agent uses
+(so a gap in the generation chain or a delta that does not apply fails the test at once), and
+acknowledges when told to. The store is the real SQLite store in memory, so a controller
+restart resumes from exactly what the core asked to persist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from controller import export
+from controller.core.clock import Now
+from controller.core.effects import Effect, Level, Log, Persist, Push, Schedule
+from controller.core.links import DampingParams
+from controller.core.machine import DecisionCore
+from controller.daemon.core_planner import CorePlanner, load_planner
+from controller.daemon.store import SqliteStore
+from railfabric.delta import apply_delta
+from railfabric.v1 import control_pb2, state_pb2
+
+ROOT = Path(__file__).resolve().parents[3]
+LAB = ROOT / "examples" / "lab-2rail.yaml"
+S = 1_000_000_000
+
+Forwarding = dict[tuple[int, int], frozenset[int]]
+
+
+def forwarding(state: state_pb2.DesiredState) -> Forwarding:
+    """prefix -> set of next-hop ports: what the switch does, whatever its group ids are."""
+    groups = {g.id: frozenset(nh.port for nh in g.next_hops) for g in state.groups}
+    return {(r.prefix.address, r.prefix.length): groups[r.group_id] for r in state.routes}
+
+
+@dataclass
+class Agent:
+    name: str
+    held: state_pb2.DesiredState | None = None
+    inbox: list[control_pb2.ControllerMessage] = field(default_factory=list)
+    connected: bool = False
+    # What the agent will hold once it applied its inbox: each message is applied here as it
+    # is queued, so a gap in the chain or a delta that does not apply fails at the push.
+    tail: state_pb2.DesiredState | None = None
+
+    def queue(self, msg: control_pb2.ControllerMessage) -> None:
+        if msg.WhichOneof("msg") == "desired_state":
+            self.tail = state_pb2.DesiredState()
+            self.tail.CopyFrom(msg.desired_state)
+        else:
+            delta = msg.state_delta
+            assert self.tail is not None, f"{self.name}: delta before any snapshot"
+            assert delta.from_generation == self.tail.generation, (
+                f"{self.name}: gap in the chain: delta {delta.from_generation}->"
+                f"{delta.to_generation} queued after generation {self.tail.generation}"
+            )
+            self.tail = apply_delta(self.tail, delta)
+            assert self.tail.digest == delta.digest, f"{self.name}: digest differs"
+        self.inbox.append(msg)
+
+    def receive(self) -> None:
+        """Apply everything delivered so far, in order."""
+        if self.inbox:
+            self.held = self.tail
+            self.inbox.clear()
+
+    def drop_inbox(self) -> None:
+        """The session ended: what was queued is lost."""
+        self.inbox.clear()
+        self.tail = self.held
+
+
+class Harness:
+    def __init__(self, fabric: Path = LAB, hold_down_s: float = 2.0) -> None:
+        self.fabric = fabric
+        self.damping = DampingParams(hold_down_ns=int(hold_down_s * S))
+        self.store = SqliteStore.open(":memory:")
+        self.now = Now(mono_ns=1_000 * S, wall_ns=1_700_000_000 * S)
+        self.deadline: int | None = None
+        self.transactions = 0
+        # Switches pushed to, in order, since the last `take_pushed`.
+        self.pushed: list[str] = []
+        # Log lines at ERROR the core asked for: a correct core never needs one.
+        self.errors: list[str] = []
+        self.core = self._start()
+        self.agents = {name: Agent(name) for name in self.core.views}
+        # Physical carrier of every switch-to-switch port.
+        self.carrier = {end: True for link in self.core.links() for end in (link.a, link.b)}
+
+    def _start(self) -> DecisionCore:
+        core = DecisionCore(load_planner(self.fabric), self.damping)
+        self.deadline = None
+        self.run(core.start(self.store.load(), self.now), core)
+        return core
+
+    def restart_controller(self) -> None:
+        """The controller process dies and starts again from its store; sessions drop."""
+        self.core = self._start()
+        for agent in self.agents.values():
+            agent.connected = False
+            agent.drop_inbox()
+
+    # -- time
+    def advance(self, ns: int) -> None:
+        """Let `ns` pass, running every timer the core scheduled on time."""
+        end = self.now.mono_ns + ns
+        while self.deadline is not None and self.deadline <= end:
+            self._to(max(self.deadline, self.now.mono_ns))
+            self.deadline = None
+            self.run(self.core.tick(self.now))
+        self._to(end)
+
+    def _to(self, mono_ns: int) -> None:
+        dt = mono_ns - self.now.mono_ns
+        self.now = Now(self.now.mono_ns + dt, self.now.wall_ns + dt)
+
+    # -- effects
+    def run(self, effects: Iterable[Effect], core: DecisionCore | None = None) -> None:
+        for e in effects:
+            if isinstance(e, Persist):
+                self.store.commit(e.records)
+                self.transactions += 1
+            elif isinstance(e, Push):
+                agent = self.agents[e.switch]
+                assert agent.connected, f"push to {e.switch}, which has no session"
+                agent.queue(e.message)
+                self.pushed.append(e.switch)
+            elif isinstance(e, Schedule):
+                self.deadline = e.at_mono_ns
+            elif isinstance(e, Log) and e.level >= Level.ERROR:
+                self.errors.append(e.text)
+
+    # -- agents
+    def hello(self, name: str) -> None:
+        agent = self.agents[name]
+        agent.connected = True
+        agent.drop_inbox()
+        held = agent.held
+        ports = [
+            control_pb2.PortInfo(port=port, oper_up=up)
+            for (switch, port), up in self.carrier.items()
+            if switch == name
+        ]
+        hello = control_pb2.Hello(
+            switch_name=name,
+            ports=ports,
+            applied_generation=held.generation if held else 0,
+            applied_digest=held.digest if held else "",
+        )
+        self.run(self.core.hello(hello, self.now))
+
+    def disconnect(self, name: str) -> None:
+        agent = self.agents[name]
+        if agent.connected:
+            agent.connected = False
+            agent.drop_inbox()
+            self.run(self.core.disconnected(name, self.now))
+
+    def ack(self, name: str) -> None:
+        agent = self.agents[name]
+        agent.receive()
+        if agent.connected and agent.held is not None:
+            applied = control_pb2.Applied(
+                generation=agent.held.generation,
+                digest=agent.held.digest,
+                wall_ns=self.now.wall_ns,
+            )
+            self.run(self.core.applied(name, applied, self.now))
+
+    def report(self, end: tuple[str, int]) -> None:
+        """The agent at `end` reports its port's carrier (if it has a session)."""
+        if self.agents[end[0]].connected:
+            msg = control_pb2.PortStatus(
+                port=end[1], up=self.carrier[end], wall_ns=self.now.wall_ns
+            )
+            self.run(self.core.port_status(end[0], msg, self.now))
+
+    def take_pushed(self) -> list[str]:
+        out, self.pushed = self.pushed, []
+        return out
+
+    def ack_all(self) -> None:
+        for name in self.agents:
+            self.ack(name)
+
+    def cut(self, key: str) -> None:
+        """The cable loses carrier and the first end reports it."""
+        self.set_carrier(key, False)
+        self.report(self.core.planned_link(key).a)
+
+    def restore(self, key: str) -> None:
+        """The cable gets carrier back and both ends report it."""
+        self.set_carrier(key, True)
+        link = self.core.planned_link(key)
+        self.report(link.a)
+        self.report(link.b)
+
+    def reload(self, fabric: Path | None = None) -> None:
+        """SIGHUP with the same file (or another one)."""
+        self.run(self.core.reload(load_planner(fabric or self.fabric), self.now))
+
+    def check_no_route_over_unusable_links(self) -> None:
+        tracker = self.core.tracker
+        for name, v in self.core.views.items():
+            for g in v.state.groups:
+                for nh in g.next_hops:
+                    key = tracker.link_of((name, nh.port))
+                    assert key is None or tracker.usable(key), (
+                        f"{name} group {g.id} uses port {nh.port} of {key}, which is "
+                        f"{tracker.state(key).value}"
+                    )
+
+    def check_acked_hold_what_the_controller_believes(self) -> None:
+        for name, agent in self.agents.items():
+            v = self.core.views[name]
+            acked = agent.connected and v.applied_generation == v.state.generation
+            if acked and agent.held and agent.held.generation == v.state.generation:
+                assert agent.inbox or agent.held.digest == v.state.digest, name
+
+    def check_no_error(self) -> None:
+        assert not self.errors, self.errors
+
+    def check_matches_fresh_computation(self) -> None:
+        self.check_no_error()
+        fresh = self.fresh_forwarding()
+        for name, v in self.core.views.items():
+            assert forwarding(v.state) == fresh[name], f"{name}: routes differ from a fresh run"
+            agent = self.agents[name]
+            assert agent.held is not None and agent.held.digest == v.state.digest, name
+            assert v.converged, name
+
+    def set_carrier(self, link_key: str, up: bool) -> None:
+        link = self.core.planned_link(link_key)
+        self.carrier[link.a] = self.carrier[link.b] = up
+
+    def connect_all(self) -> None:
+        for name in self.agents:
+            self.hello(name)
+        self.settle()
+
+    def settle(self) -> None:
+        """Every agent reports its carrier and applies everything until nothing moves, with
+        time running past every hold-down and deferral. Agents without a session say Hello."""
+        for name, agent in self.agents.items():
+            if not agent.connected:
+                self.hello(name)
+        for end in self.carrier:
+            self.report(end)
+        for _ in range(100):
+            for name in self.agents:
+                self.ack(name)
+            idle = not any(a.inbox for a in self.agents.values())
+            if self.core.quiescent() and idle and self.deadline is None:
+                return
+            self.advance(max(S, (self.deadline or 0) - self.now.mono_ns))
+        raise AssertionError("the core did not settle")
+
+    # -- the from-scratch truth
+    def fresh_forwarding(self) -> dict[str, Forwarding]:
+        planner = load_planner(self.fabric)
+        for key in self.core.tracker.down_links():
+            planner.set_link_usable(key, False)
+        return {
+            name: forwarding(export.desired_state(planner.routing, name))
+            for name in self.core.views
+        }
+
+
+__all__ = ["LAB", "Agent", "CorePlanner", "Harness", "S", "forwarding"]

@@ -1,0 +1,397 @@
+"""The decision core, scenario by scenario: what it pushes, to whom, when, and what it
+records. The random interleavings are in test_machine_model.py; the cases here pin the
+behaviours by name, including every bug the model found."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from controller.core import machine
+from controller.core.clock import Now
+from controller.core.convergence import DEFER_LIMIT_NS
+from controller.core.effects import Persist, Push
+from controller.core.records import AlarmRecord, EventRecord, SwitchGenerations
+from controller.core.switches import SwitchView, UnknownSwitch
+from railfabric.v1 import admin_pb2, control_pb2, state_pb2
+from tests.unit.core.harness import LAB, Harness, S, forwarding
+
+pytestmark = pytest.mark.unit
+
+FABRICS = Path(__file__).resolve().parent / "fabrics"
+SHAPES = [LAB, FABRICS / "three-tier.yaml", FABRICS / "pods.yaml"]
+
+
+def connected(fabric: Path = LAB, hold_down_s: float = 2) -> Harness:
+    h = Harness(fabric, hold_down_s)
+    h.connect_all()
+    h.take_pushed()
+    return h
+
+
+def events_of(h: Harness, kind: int) -> list[admin_pb2.Event]:
+    return [e for e in h.core.events if e.type == kind]
+
+
+def uplinks(h: Harness, tor: str) -> list[str]:
+    return sorted(link.key for link in h.core.links() if tor in (link.a[0], link.b[0]))
+
+
+def test_hello_gets_a_snapshot_once_and_nothing_when_in_step() -> None:
+    h = connected()
+    name = "tor-r1-b1"
+    h.hello(name)
+    assert h.take_pushed() == []
+    h.agents[name].held.digest = "v2:" + "0" * 64  # type: ignore[union-attr]
+    h.hello(name)
+    assert h.take_pushed() == [name]
+
+
+def test_unknown_switch_is_refused_with_the_closest_name_and_a_bounded_echo() -> None:
+    h = Harness()
+    with pytest.raises(UnknownSwitch, match=r"unknown switch 'tor-r1-b9'; did you mean"):
+        h.core.hello(control_pb2.Hello(switch_name="tor-r1-b9"), h.now)
+    with pytest.raises(UnknownSwitch) as err:
+        h.core.hello(control_pb2.Hello(switch_name="x" * 10_000), h.now)
+    assert len(str(err.value)) < 200
+
+
+def test_link_down_pushes_deltas_to_exactly_the_switches_whose_state_changes() -> None:
+    h = connected()
+    before = {n: forwarding(v.state) for n, v in h.core.views.items()}
+    key = uplinks(h, "tor-r1-b1")[0]
+    h.cut(key)
+    truth = h.fresh_forwarding()
+    changed = {n for n in truth if truth[n] != before[n]}
+    assert changed and set(h.take_pushed()) == changed
+    h.advance(S)
+    h.ack_all()
+    (conv,) = events_of(h, admin_pb2.EVENT_KIND_CONVERGED)
+    assert conv.convergence.link == key and not conv.convergence.usable
+    assert conv.convergence.switches == len(changed)
+    assert conv.convergence.event_to_applied_ns == S
+    for name in changed:
+        assert forwarding(h.agents[name].held) == truth[name]  # type: ignore[arg-type]
+
+
+def test_link_returns_after_the_hold_down_ends_first_then_the_rest() -> None:
+    h = connected(hold_down_s=2)
+    before = {n: forwarding(v.state) for n, v in h.core.views.items()}
+    key = uplinks(h, "tor-r1-b1")[0]
+    link = h.core.planned_link(key)
+    h.cut(key)
+    h.ack_all()
+    h.take_pushed()
+    h.restore(key)
+    assert h.take_pushed() == []  # held down
+    h.advance(2 * S)
+    assert sorted(h.take_pushed()) == sorted({link.a[0], link.b[0]})
+    h.ack(link.a[0])
+    assert h.take_pushed() == []  # the spine has not applied yet
+    h.ack(link.b[0])
+    remote = h.take_pushed()
+    assert remote and not set(remote) & {link.a[0], link.b[0]}
+    h.ack_all()
+    assert {n: forwarding(v.state) for n, v in h.core.views.items()} == before
+    assert [e.convergence.usable for e in events_of(h, admin_pb2.EVENT_KIND_CONVERGED)] == [
+        False,
+        True,
+    ]
+
+
+def test_held_back_deltas_go_out_when_the_ends_do_not_answer() -> None:
+    h = connected(hold_down_s=0)
+    key = uplinks(h, "tor-r1-b1")[0]
+    h.cut(key)
+    h.ack_all()
+    h.take_pushed()
+    h.restore(key)
+    assert len(h.take_pushed()) == 2
+    assert h.deadline == h.now.mono_ns + DEFER_LIMIT_NS
+    h.advance(DEFER_LIMIT_NS - 1)
+    assert h.take_pushed() == []
+    h.advance(1)
+    assert h.take_pushed()
+
+
+@pytest.mark.parametrize("fabric", SHAPES, ids=lambda p: p.stem)
+def test_two_links_returning_together_leave_every_switch_as_a_fresh_computation(
+    fabric: Path,
+) -> None:
+    """The bug of the issue: two link-ups each held deltas for the same remote switches, and
+    the later batch left first. Here the second link's ends answer first, the first's late."""
+    h = connected(fabric, hold_down_s=1)
+    tor = min(n for n in h.core.views if n.startswith("tor-"))
+    first, second = uplinks(h, tor)[:2]
+    before = {n: forwarding(v.state) for n, v in h.core.views.items()}
+    for key in (first, second):
+        h.cut(key)
+    h.ack_all()
+    h.set_carrier(first, True)
+    h.set_carrier(second, True)
+    l1, l2 = h.core.planned_link(first), h.core.planned_link(second)
+    h.report(l1.a)
+    h.report(l1.b)
+    h.advance(S // 5)
+    h.report(l2.a)
+    h.report(l2.b)
+    h.advance(S * 4 // 5)  # the first link is usable: its remote deltas are held ...
+    h.advance(S // 5)  # ... and the second's, both within the deferral limit
+    assert h.core.tracker.usable(first) and h.core.tracker.usable(second)
+    for end in (l2.a[0], l2.b[0]):
+        h.ack(end)  # the second link's ends answer ...
+    h.advance(S // 20)
+    for end in (l1.a[0], l1.b[0]):
+        h.ack(end)  # ... before the first's
+    h.settle()
+    h.check_matches_fresh_computation()
+    assert {n: forwarding(v.state) for n, v in h.core.views.items()} == before
+
+
+def test_lab_tor_r2_b1_sends_tor_r1_b1s_prefix_over_both_uplinks_after_a_double_return() -> None:
+    h = connected(hold_down_s=1)
+    first, second = uplinks(h, "tor-r1-b1")
+    for key in (first, second):
+        h.cut(key)
+    h.ack_all()
+    h.restore(first)
+    h.advance(S // 2)
+    h.restore(second)
+    h.advance(2 * S)
+    h.settle()
+    routes = forwarding(h.core.views["tor-r2-b1"].state)
+    prefix = next(p for p in routes if p[1] == 29 and p[0] == (10 << 24))
+    assert routes[prefix] == frozenset({3, 4})
+
+
+def test_a_delta_leaves_only_from_the_generation_the_session_was_sent() -> None:
+    """A Hello mid-flight resets the session's chain: what follows is a snapshot or extends
+    the snapshot, never a delta from an older generation."""
+    h = connected(hold_down_s=0)
+    key = uplinks(h, "tor-r1-b1")[0]
+    h.cut(key)  # deltas queued for several agents, none applied
+    for name in h.agents:
+        h.hello(name)  # every agent asks again before applying
+    h.restore(key)
+    h.settle()  # Agent.queue asserts every delta starts where its session stands
+    h.check_matches_fresh_computation()
+
+
+def test_a_restart_keeps_generations_and_link_state_and_pushes_nothing() -> None:
+    h = connected()
+    key = uplinks(h, "tor-r1-b1")[0]
+    h.cut(key)
+    h.ack_all()
+    h.take_pushed()
+    held = {n: (a.held.generation, a.held.digest) for n, a in h.agents.items() if a.held}
+    h.restart_controller()
+    assert not h.core.tracker.usable(key)
+    for name, (generation, digest) in held.items():
+        v = h.core.views[name]
+        assert (v.state.generation, v.state.digest) == (generation, digest), name
+        h.hello(name)
+    assert h.take_pushed() == []
+
+
+def test_a_restart_after_flaps_rebuilds_the_same_group_ids() -> None:
+    h = connected(hold_down_s=0)
+    first, second = uplinks(h, "tor-r1-b1")[0], uplinks(h, "tor-r2-b1")[0]
+    for key, up in [(first, False), (second, False), (first, True)]:
+        h.restore(key) if up else h.cut(key)
+        h.settle()
+    states = {n: v.state.digest for n, v in h.core.views.items()}
+    h.take_pushed()
+    h.restart_controller()
+    assert {n: v.state.digest for n, v in h.core.views.items()} == states
+    for name in h.agents:
+        h.hello(name)
+    assert h.take_pushed() == []
+
+
+def test_swapped_cables_raise_alarms_that_clear_when_fixed() -> None:
+    h = connected()
+    l1, l2 = (h.core.planned_link(k) for k in uplinks(h, "tor-r1-b1"))
+    tor = l1.a[0]
+
+    def heard(pairs: list[tuple[int, tuple[str, int]]]) -> control_pb2.Neighbors:
+        return control_pb2.Neighbors(
+            neighbors=[
+                control_pb2.LldpNeighbor(port=p, system_name=peer[0], port_id=str(peer[1]))
+                for p, peer in pairs
+            ]
+        )
+
+    h.run(h.core.neighbors(tor, heard([(l1.a[1], l2.b), (l2.a[1], l1.b)]), h.now))
+    p1, p2 = f"{l1.b[0]} port {l1.b[1]}", f"{l2.b[0]} port {l2.b[1]}"
+    assert sorted(a.message for a in h.core.alarms.active.values()) == sorted(
+        [
+            f"{tor} port {l1.a[1]} expected {p1}, sees {p2}",
+            f"{tor} port {l2.a[1]} expected {p2}, sees {p1}",
+        ]
+    )
+    h.restart_controller()  # alarms are kept
+    assert len(h.core.alarms) == 2
+    h.run(h.core.neighbors(tor, heard([(l1.a[1], l1.b), (l2.a[1], l2.b)]), h.now))
+    assert h.core.alarms.active == {}
+
+
+def test_a_new_intent_sends_full_states_and_keeps_what_agents_reported(tmp_path: Path) -> None:
+    h = connected()
+    name = "tor-r1-b1"
+    v = h.core.views[name]
+    refused = control_pb2.ObjectError(object="route 10.0.0.0/29", code=8, message="table full")
+    applied = control_pb2.Applied(
+        generation=v.state.generation, digest=v.state.digest, errors=[refused]
+    )
+    h.run(h.core.applied(name, applied, h.now))
+    assert not h.core.views[name].converged
+    h.reload()
+    assert h.take_pushed() == []  # the same intent changes nothing
+    # ... and what the agent reported is kept: the refused objects still count.
+    assert not h.core.views[name].converged
+    assert h.core.views[name].applied_errors == [refused]
+    other = tmp_path / "lab.yaml"
+    other.write_text(LAB.read_text().replace("mtu_bytes: 9100", "mtu_bytes: 4200"))
+    h.reload(other)
+    assert sorted(h.take_pushed()) == sorted(h.agents)  # PFC headroom depends on the MTU
+
+
+def test_reload_carries_every_observed_field_of_a_switch_view() -> None:
+    """A field added to SwitchView is carried over a reload unless it is declared as coming
+    from the intent; this fails when someone adds an intent field without saying so."""
+    names = {f.name for f in dataclasses.fields(SwitchView)}
+    assert {"name", "state", "ports"} == SwitchView.INTENT_FIELDS
+    old = SwitchView.of("s", state_pb2.DesiredState(generation=3))
+    new = SwitchView.of("s", state_pb2.DesiredState(generation=4))
+    for i, f in enumerate(sorted(names - SwitchView.INTENT_FIELDS)):
+        default = getattr(new, f)
+        value: object
+        if isinstance(default, bool):
+            value = not default
+        elif isinstance(default, str):
+            value = f"value-{i}"
+        elif isinstance(default, list):
+            value = [control_pb2.ObjectError(object=str(i))]
+        elif f.endswith("counters"):
+            value = control_pb2.Counters(wall_ns=i + 1)
+        elif f == "neighbors":
+            value = control_pb2.Neighbors()
+        else:
+            value = 100 + i
+        setattr(old, f, value)
+    carried = new.carried_from(old)
+    for f in names - SwitchView.INTENT_FIELDS:
+        assert getattr(carried, f) == getattr(old, f), f
+    assert carried.state.generation == 4
+
+
+def test_a_long_routing_history_is_compacted_once_the_fabric_is_healthy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(machine, "ROUTING_LOG_LIMIT", 3)
+    h = connected(hold_down_s=0)
+    before = {n: forwarding(v.state) for n, v in h.core.views.items()}
+    key = uplinks(h, "tor-r1-b1")[0]
+    for _ in range(2):
+        h.cut(key)
+        h.settle()
+        h.restore(key)
+        h.settle()
+    assert len(h.core.routing_log) == 0
+    assert events_of(h, admin_pb2.EVENT_KIND_ROUTING_COMPACTED)
+    assert {n: forwarding(v.state) for n, v in h.core.views.items()} == before
+    h.take_pushed()
+    h.restart_controller()
+    for name in h.agents:
+        h.hello(name)
+    assert h.take_pushed() == []
+
+
+def test_applied_for_a_generation_never_sent_is_refused() -> None:
+    h = connected()
+    name = "tor-r1-b1"
+    v = h.core.views[name]
+    for generation in (v.state.generation + 1, 10**12, 2**64 - 1):
+        effects = h.core.applied(name, control_pb2.Applied(generation=generation), h.now)
+        assert not any(isinstance(e, Persist) for e in effects)
+    assert h.core.views[name].applied_generation == v.state.generation
+    assert h.core.refused == {"applied_unsent": 3}
+
+
+def test_port_status_for_a_port_the_switch_does_not_have_is_refused_not_an_event() -> None:
+    h = connected()
+    count = len(h.core.events)
+    for port in (0, 999, 2**32 - 1):
+        h.run(h.core.port_status("tor-r1-b1", control_pb2.PortStatus(port=port), h.now))
+    assert len(h.core.events) == count
+    assert h.core.refused == {"port_status_unknown_port": 3}
+
+
+def test_store_unavailable_is_a_critical_alarm_raised_and_cleared() -> None:
+    h = connected()
+    effects = h.core.store_health(False, "database or disk is full", h.now)
+    (persist,) = [e for e in effects if isinstance(e, Persist)]
+    (alarm,) = [r for r in persist.records if isinstance(r, AlarmRecord)]
+    assert (alarm.id, alarm.severity) == ("store_unavailable", "critical")
+    assert "database or disk is full" in alarm.message
+    assert h.core.store_health(False, "still full", h.now) == []  # raised once
+    h.run(h.core.store_health(True, "", h.now))
+    assert "store_unavailable" not in h.core.alarms
+
+
+def test_one_input_is_one_persist_with_one_record_for_all_generations() -> None:
+    h = connected()
+    effects = h.core.port_status(
+        "tor-r1-b1", control_pb2.PortStatus(port=3, up=False, wall_ns=h.now.wall_ns), h.now
+    )
+    persists = [e for e in effects if isinstance(e, Persist)]
+    assert len(persists) == 1
+    gens = [r for r in persists[0].records if isinstance(r, SwitchGenerations)]
+    assert len(gens) == 1 and len(gens[0].entries) == len(
+        [e for e in effects if isinstance(e, Push)]
+    )
+    kinds = [r.event.type for r in persists[0].records if isinstance(r, EventRecord)]
+    assert kinds[:2] == [admin_pb2.EVENT_KIND_PORT_DOWN, admin_pb2.EVENT_KIND_LINK_DOWN]
+    assert effects.index(persists[0]) == 0  # records first: pushes wait for them
+
+
+def test_timers_run_on_the_monotonic_clock_whatever_the_wall_clock_does() -> None:
+    h = connected(hold_down_s=2)
+    key = uplinks(h, "tor-r1-b1")[0]
+    h.cut(key)
+    h.settle()
+    h.restore(key)
+    # An NTP step sends wall time back an hour: the hold-down still ends 2 s later.
+    h.now = Now(h.now.mono_ns, h.now.wall_ns - 3600 * S)
+    h.advance(2 * S - 1)
+    assert not h.core.tracker.usable(key)
+    h.advance(1)
+    assert h.core.tracker.usable(key)
+
+
+def test_port_events_carry_the_agents_local_repair_figures_as_fields() -> None:
+    h = connected()
+    msg = control_pb2.PortStatus(
+        port=3, up=False, wall_ns=h.now.wall_ns, groups_repaired=2, local_repair_ns=1_250_000
+    )
+    h.run(h.core.port_status("tor-r1-b1", msg, h.now))
+    (e,) = events_of(h, admin_pb2.EVENT_KIND_PORT_DOWN)
+    assert e.port_change.local_repair_ns == 1_250_000 and e.port_change.groups_repaired == 2
+    assert (e.switch_name, e.port, e.kind) == ("tor-r1-b1", 3, "port_down")
+
+
+def test_the_core_reads_no_clock_and_touches_no_socket_store_or_log() -> None:
+    core = Path(machine.__file__).parent
+    forbidden = {"time", "socket", "sqlite3", "logging", "asyncio", "grpc", "threading", "os"}
+    for source in sorted(core.glob("*.py")):
+        tree = ast.parse(source.read_text())
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name.split(".")[0] for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module.split(".")[0]]
+            assert not set(names) & forbidden, f"{source.name} imports {names}"

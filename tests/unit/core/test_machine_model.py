@@ -1,0 +1,151 @@
+"""Model-based tests of the decision core: random interleavings of link cuts and returns
+(reported by either end, late, or not at all), flaps inside the hold-down, several links at
+once, acks late or never, agents leaving and saying Hello again, controller restarts from the
+store, and intent reloads. After every step: no exception and no error logged, every queued
+message extends its agent's chain, no switch routes over a link that is not usable, acked
+agents hold what the controller believes. At the end, once everything settled: every switch
+forwards exactly as a from-scratch computation over the same link states, and holds it.
+
+Sizes: the `ci` hypothesis profile (default) runs 2,000 examples of 50 steps; `make
+test-deep` sets HYPOTHESIS_PROFILE=deep for more.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+)
+
+from tests.unit.core.harness import LAB, Harness, S
+
+pytestmark = pytest.mark.unit
+
+FABRICS = Path(__file__).resolve().parent / "fabrics"
+
+settings.register_profile(
+    "ci",
+    max_examples=2000,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+settings.register_profile(
+    "deep",
+    max_examples=20_000,
+    stateful_step_count=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+PROFILE = settings.get_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+DELAYS = st.sampled_from([1_000_000, 100_000_000, 400_000_000, 600_000_000, 2 * S, 5 * S])
+
+
+class CoreModel(RuleBasedStateMachine):
+    fabric = LAB
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.h = Harness(self.fabric)
+        self.h.connect_all()
+        self.links = sorted(link.key for link in self.h.core.links())
+        self.ends = sorted(self.h.carrier)
+        self.switches = sorted(self.h.agents)
+
+    # -- the physical fabric and what agents report
+    @rule(data=st.data())
+    def cut(self, data: st.DataObject) -> None:
+        self.h.set_carrier(data.draw(st.sampled_from(self.links)), False)
+
+    @rule(data=st.data())
+    def restore(self, data: st.DataObject) -> None:
+        self.h.set_carrier(data.draw(st.sampled_from(self.links)), True)
+
+    @rule(data=st.data(), up=st.booleans())
+    def two_links_change_together(self, data: st.DataObject, up: bool) -> None:
+        a, b = data.draw(st.lists(st.sampled_from(self.links), min_size=2, max_size=2, unique=True))
+        for key in (a, b):
+            self.h.set_carrier(key, up)
+        for key in (a, b):
+            link = self.h.core.planned_link(key)
+            self.h.report(link.a)
+            self.h.report(link.b)
+
+    @rule(data=st.data())
+    def report(self, data: st.DataObject) -> None:
+        self.h.report(data.draw(st.sampled_from(self.ends)))
+
+    @rule(dt=DELAYS)
+    def advance(self, dt: int) -> None:
+        self.h.advance(dt)
+
+    # -- agents
+    @rule(data=st.data())
+    def ack(self, data: st.DataObject) -> None:
+        self.h.ack(data.draw(st.sampled_from(self.switches)))
+
+    @rule()
+    def ack_all(self) -> None:
+        for name in self.switches:
+            self.h.ack(name)
+
+    @rule(data=st.data())
+    def disconnect(self, data: st.DataObject) -> None:
+        self.h.disconnect(data.draw(st.sampled_from(self.switches)))
+
+    @rule(data=st.data())
+    def hello(self, data: st.DataObject) -> None:
+        """A reconnect, or a Hello mid-session (the agent asks for a snapshot)."""
+        self.h.hello(data.draw(st.sampled_from(self.switches)))
+
+    # -- the controller
+    @precondition(lambda self: self.h.transactions < 10_000)
+    @rule()
+    def restart_controller(self) -> None:
+        self.h.restart_controller()
+
+    @rule()
+    def reload_intent(self) -> None:
+        self.h.reload()
+
+    @invariant()
+    def nothing_logged_as_an_error(self) -> None:
+        self.h.check_no_error()
+
+    @invariant()
+    def no_route_over_an_unusable_link(self) -> None:
+        self.h.check_no_route_over_unusable_links()
+
+    @invariant()
+    def acked_agents_hold_what_the_controller_believes(self) -> None:
+        self.h.check_acked_hold_what_the_controller_believes()
+
+    def teardown(self) -> None:
+        self.h.settle()
+        self.h.check_matches_fresh_computation()
+
+
+class ThreeTierModel(CoreModel):
+    fabric = FABRICS / "three-tier.yaml"
+
+
+class PodsModel(CoreModel):
+    fabric = FABRICS / "pods.yaml"
+
+
+# The lab fabric carries most of the budget; the larger shapes a share each.
+TestLabFabric = CoreModel.TestCase
+TestLabFabric.settings = PROFILE
+TestThreeTier = ThreeTierModel.TestCase
+TestThreeTier.settings = settings(PROFILE, max_examples=max(50, PROFILE.max_examples // 20))
+TestPods = PodsModel.TestCase
+TestPods.settings = settings(PROFILE, max_examples=max(50, PROFILE.max_examples // 20))
