@@ -359,6 +359,27 @@ class DecisionCore:
             )
         return self._finish(out, now)
 
+    def duplicate_agent(self, name: str, serving: str, waiting: str, now: Now) -> list[Effect]:
+        """Two agents claim `name`: the serving one keeps it, the other waits (the daemon
+        holds its session); operators must stop one."""
+        out = _Out()
+        text = (
+            f"{name}: two agents claim this switch: {serving} serves, {waiting} waits; "
+            "stop one of them"
+        )
+        alarm = AlarmRecord(
+            f"duplicate_agent:{name}", "critical", "duplicate_agent", name, 0, text, now.wall_ns
+        )
+        self._raise(alarm, out)
+        return self._finish(out, now)
+
+    def duplicate_agent_gone(self, name: str, now: Now) -> list[Effect]:
+        out = _Out()
+        self._clear(
+            f"duplicate_agent:{name}", now, out, switch=name, why="one agent left for the switch"
+        )
+        return self._finish(out, now)
+
     def counters(self, name: str, msg: control_pb2.Counters, now: Now) -> list[Effect]:
         v = lookup(self.views, name)
         v.last_seen_wall_ns = now.wall_ns

@@ -395,3 +395,19 @@ def test_the_core_reads_no_clock_and_touches_no_socket_store_or_log() -> None:
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module.split(".")[0]]
             assert not set(names) & forbidden, f"{source.name} imports {names}"
+
+
+def test_a_second_agent_for_a_switch_is_an_alarm_naming_both_until_one_leaves() -> None:
+    h = connected()
+    h.run(
+        h.core.duplicate_agent("tor-r1-b1", "ipv4:127.0.0.1:40001", "ipv4:127.0.0.1:40002", h.now)
+    )
+    (alarm,) = h.core.alarms.active.values()
+    assert (alarm.kind, alarm.severity, alarm.switch) == (
+        "duplicate_agent",
+        "critical",
+        "tor-r1-b1",
+    )
+    assert "127.0.0.1:40001" in alarm.message and "127.0.0.1:40002" in alarm.message
+    h.run(h.core.duplicate_agent_gone("tor-r1-b1", h.now))
+    assert not h.core.alarms.active
