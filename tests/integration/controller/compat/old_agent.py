@@ -1,0 +1,57 @@
+"""An agent's side of the Session as an agent of the previous release speaks it: built only
+from the .proto files beside this script (compiled by the test), never from railfabric.v1.
+
+Usage: old_agent.py ADDRESS SWITCH PORT_TO_CUT. It says Hello, acknowledges every snapshot and
+delta with the generation and digest it carries, reports PORT_TO_CUT down after the first
+snapshot, and prints one JSON line per message received. It stops when stdin closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator
+
+import grpc
+
+from railfabric.v1 import control_pb2, control_pb2_grpc  # the old stubs (PYTHONPATH)
+
+
+async def main(address: str, switch: str, cut_port: int) -> None:
+    print(json.dumps({"stubs": control_pb2.__file__}), flush=True)
+    outbox: asyncio.Queue[control_pb2.AgentMessage | None] = asyncio.Queue()
+
+    async def requests() -> AsyncIterator[control_pb2.AgentMessage]:
+        while (msg := await outbox.get()) is not None:
+            yield msg
+
+    async def until_stdin_closes() -> None:
+        await asyncio.to_thread(sys.stdin.read)
+        await outbox.put(None)
+
+    stopper = asyncio.create_task(until_stdin_closes())
+    async with grpc.aio.insecure_channel(address) as channel:
+        call = control_pb2_grpc.FabricControlStub(channel).Session(requests())
+        await outbox.put(control_pb2.AgentMessage(hello=control_pb2.Hello(switch_name=switch)))
+        cut = False
+        async for msg in call:
+            kind = msg.WhichOneof("msg")
+            if kind == "desired_state":
+                generation, digest = msg.desired_state.generation, msg.desired_state.digest
+            elif kind == "state_delta":
+                generation, digest = msg.state_delta.to_generation, msg.state_delta.digest
+            else:
+                continue
+            print(json.dumps({"kind": kind, "generation": generation}), flush=True)
+            applied = control_pb2.Applied(generation=generation, digest=digest)
+            await outbox.put(control_pb2.AgentMessage(applied=applied))
+            if not cut:
+                cut = True
+                status = control_pb2.PortStatus(port=cut_port, up=False)
+                await outbox.put(control_pb2.AgentMessage(port_status=status))
+    stopper.cancel()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
