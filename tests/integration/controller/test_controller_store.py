@@ -23,8 +23,8 @@ from controller.daemon.store import FILE_NAME
 from railfabric.delta import apply_delta
 from railfabric.v1 import admin_pb2, admin_pb2_grpc, control_pb2, state_pb2
 from tests.conftest import Processes
+from tests.integration.controller.diskfull import fill, tmpfs
 from tests.integration.controller.test_controller_daemon import CONTROLLER, LAB, Agent, start
-from tests.integration.controller.test_store_diskfull import fill
 
 if TYPE_CHECKING:  # only in the generated .pyi
     from railfabric.v1.admin_pb2_grpc import FabricAdminAsyncStub
@@ -43,22 +43,11 @@ K = admin_pb2
 def state_tmpfs(tmp_path: Path, processes: Processes) -> Iterator[Path]:
     """A 4 MiB tmpfs for the controller's --state-dir; the controllers on it are stopped and
     it is unmounted afterwards whatever happens."""
-    mnt = tmp_path / "state"
-    mnt.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
-        yield mnt
-    finally:
-        processes.kill_all()  # nothing may hold the mount
-        if subprocess.run(["umount", str(mnt)], capture_output=True, check=False).returncode:
-            subprocess.run(["umount", "-l", str(mnt)], capture_output=True, check=False)
+    with tmpfs(tmp_path / "state", "4m") as mnt:
+        try:
+            yield mnt
+        finally:
+            processes.kill_all()  # nothing may hold the mount
 
 
 class Switch:

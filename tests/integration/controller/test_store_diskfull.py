@@ -4,9 +4,7 @@ once space is back writes them all and reports it available; the file then holds
 
 from __future__ import annotations
 
-import errno
 import os
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +15,7 @@ from controller.core.records import EventRecord, LinkRecord
 from controller.daemon.store import FILE_NAME, SqliteStore
 from controller.daemon.store_writer import StoreWriter
 from railfabric.v1 import admin_pb2
+from tests.integration.controller.diskfull import fill, tmpfs
 
 pytestmark = [
     pytest.mark.integration,
@@ -32,39 +31,8 @@ BEFORE = 10_000  # the event written before the disk fills
 @pytest.fixture
 def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs, unmounted afterwards whatever happens."""
-    mnt = tmp_path / "tmpfs"
-    mnt.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "tmpfs", "1m") as mnt:
         yield mnt
-    finally:
-        if subprocess.run(["umount", str(mnt)], capture_output=True, check=False).returncode:
-            subprocess.run(["umount", "-l", str(mnt)], capture_output=True, check=False)
-
-
-def fill(path: Path) -> None:
-    """Write `path` until the file system has no byte left."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        for size in (65536, 4096, 512, 1):
-            chunk = b"\0" * size
-            while True:
-                try:
-                    os.write(fd, chunk)
-                except OSError as exc:
-                    if exc.errno != errno.ENOSPC:
-                        raise
-                    break
-    finally:
-        os.close(fd)
-    assert os.statvfs(path.parent).f_bavail == 0
 
 
 def event(n: int) -> EventRecord:
