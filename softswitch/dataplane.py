@@ -41,7 +41,11 @@ STATUS_LOW_BYTE = 0 if sys.byteorder == "little" else 3  # of the native-endian 
 
 
 class PortError(OSError):
-    """A port's interface is missing or cannot be opened."""
+    """A port's interface is missing or cannot be opened; the message names the interface."""
+
+    def __init__(self, ifname: str, reason: str) -> None:
+        super().__init__(f"interface {ifname!r} {reason}")
+        self.ifname = ifname
 
 
 def open_port_socket(ifname: str) -> tuple[socket.socket, socket.socket, bool, bool]:
@@ -50,12 +54,21 @@ def open_port_socket(ifname: str) -> tuple[socket.socket, socket.socket, bool, b
     try:
         ifindex = socket.if_nametoindex(ifname)
     except OSError:
-        raise PortError(f"interface {ifname!r} does not exist") from None
-    # Protocol 0 receives nothing until bind names the protocol: no frames from other ports.
-    rx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
-    # Transmit on a socket of its own (protocol 0: it never receives), without the
-    # virtio_net_hdr that the receive socket asks for.
-    tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+        raise PortError(ifname, "does not exist") from None
+    try:
+        # Protocol 0 receives nothing until bind names the protocol: no frames from other
+        # ports. Transmit on a socket of its own (protocol 0: it never receives), without the
+        # virtio_net_hdr that the receive socket asks for.
+        rx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+    except OSError as err:  # EPERM without CAP_NET_RAW
+        raise PortError(
+            ifname, f"cannot be opened: {err.strerror} (raw sockets need root)"
+        ) from err
+    try:
+        tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+    except OSError as err:
+        rx.close()
+        raise PortError(ifname, f"cannot be opened: {err.strerror}") from err
     try:
         tx.bind((ifname, 0))
         tx.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
@@ -80,7 +93,7 @@ def open_port_socket(ifname: str) -> tuple[socket.socket, socket.socket, bool, b
     except OSError as err:
         rx.close()
         tx.close()
-        raise PortError(f"cannot open interface {ifname!r}: {err}") from err
+        raise PortError(ifname, f"cannot be opened: {err.strerror or err}") from err
     return rx, tx, ignores_outgoing, vnet
 
 
@@ -130,18 +143,19 @@ class DataPlane:
     def __init__(self, switch: Switch) -> None:
         self.switch = switch
         self.ports: dict[int, Port] = {}
-        try:
-            for number, ifname in switch.ports.items():
-                self.ports[number] = Port(number, ifname)
-        except PortError:
-            self.close()
-            raise
         self._buf = bytearray(MAX_FRAME)
         self._view = memoryview(self._buf)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._carrier_task: asyncio.Task[None] | None = None
         self.rx_frames = 0
         self.internal_errors = 0
+        # Every attribute close() reads is set before a port can fail to open.
+        try:
+            for number, ifname in switch.ports.items():
+                self.ports[number] = Port(number, ifname)
+        except PortError:
+            self.close()
+            raise
 
     def transmit_direct(self, fwd: Forward, in_port: int | None) -> None:
         """Send a frame out of its port now (no traffic manager)."""

@@ -1,27 +1,35 @@
 """`railfabric-softswitch`: the P4Runtime software target, one process per switch.
 
 Same shape as bmv2's `simple_switch_grpc`: `--device-id N --grpc-addr HOST:PORT -i 1@veth1
--i 2@veth2 [--cpu-port 255] [--port-rate-mbps R]`. Starts with no pipeline; a controller pushes
-the P4Info with SetForwardingPipelineConfig. SIGTERM/SIGINT stop it cleanly.
+-i 2@veth2 [--cpu-port 255] [--port-rate-mbps R]`, plus railfabric's --log-level and --version.
+Starts with no pipeline; a controller pushes the P4Info with SetForwardingPipelineConfig.
+SIGTERM/SIGINT stop it cleanly. A start it refuses prints one line naming the flag and exits 2
+(bad command line) or 1 (an interface or the address cannot be had).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import errno
+import io
 import logging
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from railfabric import cli
 from softswitch.dataplane import DataPlane, PortError
 from softswitch.egress import TmEgress
-from softswitch.server import P4RuntimeService, create_server
+from softswitch.server import BindError, P4RuntimeService, create_server
 from softswitch.switch import Switch
 
 LOG = logging.getLogger("softswitch")
 
+PROG = "railfabric-softswitch"
 MAX_PORT = 511  # bit<9>; 511 is v1model's drop port
 
 
@@ -39,11 +47,15 @@ class Options:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="railfabric-softswitch",
-        description="P4Runtime software switch running a model of p4/fabric.p4.",
+    parser = cli.parser(PROG, "P4Runtime software switch running a model of p4/fabric.p4.")
+    # SUPPRESS: no "(default: None)" in --help for a flag that must be given.
+    parser.add_argument(
+        "--device-id",
+        type=int,
+        required=True,
+        default=argparse.SUPPRESS,
+        help="P4Runtime device id",
     )
-    parser.add_argument("--device-id", type=int, required=True, help="P4Runtime device id")
     parser.add_argument("--grpc-addr", default="127.0.0.1:9559", help="P4Runtime HOST:PORT")
     parser.add_argument(
         "-i",
@@ -54,9 +66,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="bind port number PORT to Linux interface IFNAME (repeatable)",
     )
     parser.add_argument("--cpu-port", type=int, default=255, help="CPU port number")
-    parser.add_argument("--port-rate-mbps", type=float, help="egress rate of every port")
-    parser.add_argument("--log-level", default="INFO", help="logging level (stderr)")
+    parser.add_argument(
+        "--port-rate-mbps", type=float, help="egress rate of every port, Mb/s; None: line rate"
+    )
     return parser
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """argparse's answer, its errors as UsageError: it prints the usage before the error line,
+    and a refused start should say one thing."""
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(printed):
+            return parser.parse_args(argv)
+    except SystemExit as done:
+        if not done.code:  # --help and --version print to stdout and end here
+            raise
+        lines = printed.getvalue().strip().splitlines() or ["bad arguments"]
+        raise UsageError(lines[-1].removeprefix(f"{parser.prog}: error: ")) from None
 
 
 def parse_options(args: argparse.Namespace) -> Options:
@@ -89,15 +116,46 @@ def parse_options(args: argparse.Namespace) -> Options:
     return Options(args.device_id, args.grpc_addr, ports, args.cpu_port, args.port_rate_mbps)
 
 
+def check_address(address: str) -> None:
+    """Bind `address` as gRPC will (SO_REUSEADDR, no SO_REUSEPORT) and let go, so that the
+    usual failures get one line naming the flag rather than gRPC's log lines; raise
+    BindError. gRPC binds what it can of the resolved addresses: so does this."""
+    host, _, port = address.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    try:
+        found = socket.getaddrinfo(
+            host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as err:
+        raise BindError(f"--grpc-addr {address}: cannot resolve {host!r}: {err.strerror}") from None
+    failures: list[OSError] = []
+    for family, kind, proto, _name, sockaddr in found:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(sockaddr)
+            except OSError as err:
+                failures.append(err)
+    if any(err.errno == errno.EADDRINUSE for err in failures):
+        raise BindError(f"--grpc-addr {address} is in use")
+    if len(failures) == len(found):
+        raise BindError(f"--grpc-addr {address}: cannot listen: {failures[0].strerror}")
+
+
 async def run(options: Options) -> None:
     """Serve P4Runtime and forward frames until SIGTERM/SIGINT."""
     loop = asyncio.get_running_loop()
     switch = Switch(options.device_id, options.ports, options.cpu_port)
-    dataplane = DataPlane(switch)
+    service = P4RuntimeService(switch)
+    # Bind first: a taken address fails before any interface is opened.
+    server = create_server(service, options.grpc_addr)
+    try:
+        dataplane = DataPlane(switch)
+    except BaseException:
+        await server.stop(None)
+        raise
     rate_bps = None if options.port_rate_mbps is None else int(options.port_rate_mbps * 1e6)
     egress = TmEgress(switch, dataplane, loop, rate_bps)
-    service = P4RuntimeService(switch)
-    server = create_server(service, options.grpc_addr)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -122,22 +180,29 @@ async def run(options: Options) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
+    """Exit 0 when stopped by a signal, 2 for a bad command line, 1 when it cannot start."""
     try:
+        args = parse_args(build_parser(), argv)
         options = parse_options(args)
-        asyncio.run(run(options))
     except UsageError as err:
-        print(f"railfabric-softswitch: error: {err}", file=sys.stderr)
-        return 2
-    except (PortError, OSError) as err:
-        print(f"railfabric-softswitch: error: {err}", file=sys.stderr)
-        return 1
+        return _refuse(str(err), 2)
+    cli.setup_logging(args.log_level)
+    try:
+        check_address(options.grpc_addr)
+        asyncio.run(run(options))
+    except PortError as err:
+        spec = next((f"{n}@{i}" for n, i in options.ports.items() if i == err.ifname), "")
+        return _refuse(f"-i {spec}: {err}" if spec else str(err), 1)
+    except OSError as err:  # BindError, and whatever else the system refused
+        return _refuse(str(err), 1)
+    except KeyboardInterrupt:  # SIGINT before the loop's handler was installed
+        return 130
     return 0
+
+
+def _refuse(message: str, code: int) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@ raises `SchemaError` listing everything missing or different.
 from __future__ import annotations
 
 import enum
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from finsy.proto import p4i
 
@@ -176,6 +178,27 @@ _COUNTERS: dict[str, tuple[CounterUnit, ...]] = {
 
 _PACKET_METADATA = {"packet_in": "ingress_port", "packet_out": "egress_port"}
 
+# What one object costs the model, rounded up so the check errs on the safe side: a table entry
+# or profile member/group keeps its P4Runtime message and lookup state (~0.9 KB measured for a
+# routing_v4 entry, more for acl's four ternary fields); a counter index is two list slots now
+# and two int objects once it has counted.
+ENTRY_BYTES = 2048
+COUNTER_INDEX_BYTES = 80
+MEMORY_SHARE = 2  # the declared state may take at most 1/MEMORY_SHARE of the host's memory
+PORT_INDEXES = 512  # the model indexes every counter by port, a bit<9>
+_GIB = 1 << 30
+_CGROUP_LIMIT = Path("/sys/fs/cgroup/memory.max")
+
+
+def host_memory_bytes() -> int:
+    """This host's physical memory, or the cgroup's limit when that is lower."""
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    try:
+        limit = _CGROUP_LIMIT.read_text().strip()
+    except OSError:
+        return memory
+    return min(memory, int(limit)) if limit.isdigit() else memory
+
 
 @dataclass(frozen=True)
 class FabricSchema:
@@ -195,8 +218,9 @@ class FabricSchema:
     packet_out: PacketMetadataInfo
 
     @classmethod
-    def build(cls, p4info: p4i.P4Info) -> FabricSchema:
-        """Index `p4info`; raise SchemaError naming every contract object it lacks."""
+    def build(cls, p4info: p4i.P4Info, memory_bytes: int | None = None) -> FabricSchema:
+        """Index `p4info`; raise SchemaError naming every contract object it lacks and every
+        size the model cannot hold in `memory_bytes` (default: this host's memory)."""
         problems: list[str] = []
         actions = {a.preamble.id: _action(a) for a in p4info.actions}
         tables = {t.preamble.id: _table(t) for t in p4info.tables}
@@ -263,10 +287,21 @@ class FabricSchema:
                 continue
             if port_field.bitwidth != 9:
                 problems.append(f"{header_name}.{field_name} must be bit<9>")
-        if problems:
-            raise SchemaError(
-                "P4Info is not fabric.p4 as softswitch models it: " + "; ".join(problems)
-            )
+        size_problems = _size_problems(
+            tables,
+            profiles,
+            counters,
+            host_memory_bytes() if memory_bytes is None else memory_bytes,
+        )
+        if problems or size_problems:
+            parts = []
+            if problems:
+                parts.append(
+                    "P4Info is not fabric.p4 as softswitch models it: " + "; ".join(problems)
+                )
+            if size_problems:
+                parts.append("P4Info sizes softswitch cannot hold: " + "; ".join(size_problems))
+            raise SchemaError(". ".join(parts))
         return cls(
             p4info=p4info,
             p4info_tables={t.preamble.id: t for t in p4info.tables},
@@ -281,6 +316,56 @@ class FabricSchema:
             packet_in=metadata["packet_in"],
             packet_out=metadata["packet_out"],
         )
+
+
+def _size_problems(
+    tables: dict[int, TableInfo],
+    profiles: dict[int, ProfileInfo],
+    counters: dict[int, CounterInfo],
+    memory_bytes: int,
+) -> list[str]:
+    """Sizes out of range, each naming its object; then the total against the memory share.
+    Counters are allocated at commit (a size of 2**62 would raise MemoryError, a negative one
+    would leave them silently empty); table and profile sizes bound what writes may add."""
+    budget = memory_bytes // MEMORY_SHARE
+    where = f"1/{MEMORY_SHARE} of this host's {memory_bytes / _GIB:.1f} GiB"
+    max_entries = budget // ENTRY_BYTES
+    max_indexes = budget // COUNTER_INDEX_BYTES
+    problems: list[str] = []
+    for kind, name, size in [
+        *(("table", t.name, t.size) for t in tables.values()),
+        *(("action profile", p.name, p.size) for p in profiles.values()),
+    ]:
+        if not 1 <= size <= max_entries:
+            problems.append(
+                f"{kind} {name!r}: size {size} is out of 1..{max_entries}"
+                f" ({ENTRY_BYTES} bytes an entry in {where})"
+            )
+    for profile in profiles.values():
+        if profile.max_group_size < 0:
+            problems.append(
+                f"action profile {profile.name!r}: max_group_size {profile.max_group_size} < 0"
+            )
+    for counter in counters.values():
+        low = PORT_INDEXES if counter.name in _COUNTERS else 1
+        if not low <= counter.size <= max_indexes:
+            why = ", the model indexes it by port (bit<9>)" if low > 1 else ""
+            problems.append(
+                f"counter {counter.name!r}: size {counter.size} is out of {low}..{max_indexes}"
+                f" ({COUNTER_INDEX_BYTES} bytes an index in {where}{why})"
+            )
+    if problems:
+        return problems
+    entries = sum(t.size for t in tables.values()) + sum(p.size for p in profiles.values())
+    indexes = sum(c.size for c in counters.values())
+    need = entries * ENTRY_BYTES + indexes * COUNTER_INDEX_BYTES
+    if need > budget:
+        problems.append(
+            f"tables, action profiles and counters together need {need / _GIB:.1f} GiB"
+            f" ({entries} entries x {ENTRY_BYTES} B + {indexes} counter indexes"
+            f" x {COUNTER_INDEX_BYTES} B), more than {where}"
+        )
+    return problems
 
 
 def _action(action: p4i.Action) -> ActionInfo:

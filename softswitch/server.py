@@ -4,6 +4,8 @@ Semantics follow the P4Runtime spec 1.3/1.4: arbitration on the StreamChannel (a
 Write only from the primary with CONTINUE_ON_ERROR batches whose per-update errors travel as
 p4.v1.Error in the google.rpc.Status details (overall code UNKNOWN), Read with wildcards,
 Set/GetForwardingPipelineConfig, packet-in/out with the P4Info's controller_packet_metadata.
+Beside it: gRPC health and reflection (services.py); undecodable requests are refused
+INVALID_ARGUMENT (requestguard.py).
 """
 
 from __future__ import annotations
@@ -16,13 +18,16 @@ from typing import Any
 
 import grpc
 from finsy.proto import U128, p4r, p4r_grpc, rpc_status
-from google.protobuf import any_pb2
 
 from railfabric import p4bytes
+from railfabric.grpcopts import server_options
 from softswitch.arbitration import Arbiter, ArbitrationAnswer
 from softswitch.p4state import Code, P4Error
+from softswitch.requestguard import RequestGuard, UndecodableRequest
 from softswitch.schema import SchemaError
+from softswitch.services import Services
 from softswitch.switch import Switch
+from softswitch.write_report import TRAILER_LIMIT, write_report
 
 LOG = logging.getLogger("softswitch.p4rt")
 
@@ -185,23 +190,21 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                 failed += 1
         if not failed:
             return p4r.WriteResponse()
-        status = rpc_status.Status(code=int(Code.UNKNOWN))
-        first = ""
-        for index, update_error in enumerate(errors):
-            detail = p4r.Error()
-            if update_error is not None:
-                detail.canonical_code = int(update_error.code)
-                detail.message = update_error.message
-                if not first:
-                    first = f"update {index}: {update_error.code.name}: {update_error.message}"
-            packed = any_pb2.Any()
-            packed.Pack(detail)
-            status.details.append(packed)
-        status.message = f"{failed} of {len(errors)} updates failed; first: {first}"
+        report = write_report(errors)
+        if report.encoded_bytes > TRAILER_LIMIT:
+            LOG.warning(
+                "Write from %s: %d of %d updates failed; their report is %d bytes, more than"
+                " the %d a client accepts unless it raises grpc.max_metadata_size",
+                context.peer(),
+                failed,
+                len(errors),
+                report.encoded_bytes,
+                TRAILER_LIMIT,
+            )
         await context.abort(
             grpc.StatusCode.UNKNOWN,
-            status.message,
-            trailing_metadata=(("grpc-status-details-bin", status.SerializeToString()),),
+            report.status.message,
+            trailing_metadata=(("grpc-status-details-bin", report.status.SerializeToString()),),
         )
         raise AssertionError  # abort raises
 
@@ -276,6 +279,8 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                     self._packet_out(stream, request.packet)
                 else:
                     LOG.debug("ignoring stream message %s from %s", kind, stream.peer)
+        except UndecodableRequest as err:  # logged by the guard; the stream ends with it
+            failure.append(P4Error(Code.INVALID_ARGUMENT, f"undecodable request: {err}"))
         except (grpc.aio.AioRpcError, asyncio.CancelledError):
             pass
         finally:
@@ -382,10 +387,38 @@ def _status_text(code: Code) -> str:
     }.get(code, code.name)
 
 
-def create_server(service: P4RuntimeService, address: str) -> grpc.aio.Server:
-    """A grpc.aio server serving `service` on `address` (HOST:PORT); raise if it cannot bind."""
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)])
-    p4r_grpc.add_P4RuntimeServicer_to_server(service, server)
-    if server.add_insecure_port(address) == 0:
-        raise OSError(f"cannot listen on {address}")
-    return server
+P4RUNTIME: str = p4r.DESCRIPTOR.services_by_name["P4Runtime"].full_name
+
+
+class BindError(OSError):
+    """The server cannot listen on the address it was given."""
+
+
+class P4RuntimeServer:
+    """The grpc.aio server: P4Runtime, health and reflection, bound exclusively to one address
+    (no SO_REUSEPORT: a second softswitch on the address fails instead of serving beside)."""
+
+    def __init__(self, service: P4RuntimeService, address: str) -> None:
+        self.address = address
+        self.grpc = grpc.aio.server(interceptors=[RequestGuard()], options=server_options())
+        p4r_grpc.add_P4RuntimeServicer_to_server(service, self.grpc)
+        self.services = Services(self.grpc, (P4RUNTIME,))
+        try:
+            bound = self.grpc.add_insecure_port(address)
+        except RuntimeError:  # current grpcio raises; older releases returned 0
+            bound = 0
+        if bound == 0:
+            raise BindError(f"cannot listen on {address}")
+
+    async def start(self) -> None:
+        await self.grpc.start()
+        await self.services.serving()
+
+    async def stop(self, grace: float | None) -> None:
+        await self.services.stopping()
+        await self.grpc.stop(grace)
+
+
+def create_server(service: P4RuntimeService, address: str) -> P4RuntimeServer:
+    """A server for `service` bound to `address` (HOST:PORT); raise BindError if it cannot."""
+    return P4RuntimeServer(service, address)

@@ -1,23 +1,31 @@
 """P4Runtime conformance of softswitch's server with a real client (finsy) and raw gRPC over
 loopback: pipeline set/get, write error codes in the status details, wildcard reads,
-arbitration, packet-out and packet-in. The server runs in-process on a free port in front of
-a switch without data-plane sockets; what it transmits is captured at the switch's transmit
-hook (the packet tests in namespaces cover real ports)."""
+arbitration, packet-out and packet-in; and the edges: P4Info sizes, undecodable requests,
+failed batches too large for a trailer, health and reflection, exclusive bind. The server runs
+in-process on a free port in front of a switch without data-plane sockets; what it transmits
+is captured at the switch's transmit hook (the packet tests in namespaces cover real ports)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import finsy as fy
 import grpc
 import pytest
-from finsy.proto import U128, p4r, p4r_grpc
+from finsy.proto import U128, p4i, p4r, p4r_grpc, rpc_status
+from google.protobuf import descriptor_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+    ProtoReflectionDescriptorDatabase,
+)
 
 from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from softswitch.pipeline import Forward
-from softswitch.server import P4RuntimeService, create_server
+from softswitch.server import BindError, P4RuntimeService, create_server
+from softswitch.services import v1_message
 from softswitch.switch import Switch
 from tests.p4_entries import SELECTOR, member, route
 
@@ -364,3 +372,251 @@ async def test_refused_packet_out_is_answered_with_a_stream_error(target: Target
         assert reply.error.packet_out.packet_out == port_out
         assert target.sent == []
         stream.cancel()
+
+
+# ---- the edges ------------------------------------------------------------------------------
+
+TRAILER_LIMIT = 8 * 1024  # what gRPC clients accept by default (grpc.max_metadata_size)
+
+
+async def _set_pipeline(stub: Any, p4info: p4i.P4Info, election_id: int) -> None:
+    await stub.SetForwardingPipelineConfig(
+        p4r.SetForwardingPipelineConfigRequest(
+            device_id=DEVICE_ID,
+            election_id=U128.encode(election_id),
+            action=p4r.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT,
+            config=p4r.ForwardingPipelineConfig(p4info=p4info),
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "size", "needle"),
+    [
+        ("counter", 2**62, f"size {2**62} is out of 512.."),  # was UNKNOWN MemoryError
+        ("counter", -5, "size -5 is out of 512.."),  # was committed with empty counters
+        ("table", 2**40, f"size {2**40} is out of 1.."),
+        ("table", -1, "size -1 is out of 1.."),
+    ],
+)
+async def test_pipeline_sizes_beyond_the_model_are_refused(
+    target: Target, kind: str, size: int, needle: str
+) -> None:
+    p4info = load_p4info(DEFAULT_P4INFO)
+    objects: Any = p4info.counters if kind == "counter" else p4info.tables
+    objects[0].size = size
+    name = objects[0].preamble.name
+    async with grpc.aio.insecure_channel(target.address) as channel:
+        stub: Any = p4r_grpc.P4RuntimeStub(channel)
+        stream, _ = await _arbitrate(stub, 7)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await _set_pipeline(stub, p4info, 7)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        details = err.value.details() or ""
+        assert f"{kind} {name!r}" in details and needle in details
+        assert "GiB" in details  # says what the host's memory allows
+        assert target.switch.pipeline is None
+        stream.cancel()
+
+
+async def test_undecodable_requests_are_invalid_argument(
+    target: Target, caplog: pytest.LogCaptureFixture
+) -> None:
+    garbage = b"\xff\xff\xff"  # a field tag with no end: no message parses it
+    caplog.set_level(logging.INFO)
+    async with grpc.aio.insecure_channel(target.address) as opened:
+        channel: Any = opened  # raw bytes in and out: no serializers
+        calls: list[Any] = [
+            channel.unary_unary("/p4.v1.P4Runtime/Write")(garbage),
+            channel.unary_unary("/p4.v1.P4Runtime/SetForwardingPipelineConfig")(garbage),
+            channel.unary_unary("/p4.v1.P4Runtime/Capabilities")(garbage),
+            channel.unary_unary("/grpc.health.v1.Health/Check")(garbage),
+        ]
+        read = channel.unary_stream("/p4.v1.P4Runtime/Read")(garbage)
+        stream = channel.stream_stream("/p4.v1.P4Runtime/StreamChannel")()
+        await stream.write(garbage)
+        codes = []
+        for call in calls:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call
+            codes.append(err.value.code())
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            async for _ in read:
+                pass
+        codes.append(err.value.code())
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await asyncio.wait_for(stream.read(), 5)
+        codes.append(err.value.code())
+        assert "undecodable request" in (err.value.details() or "")
+    assert codes == [grpc.StatusCode.INVALID_ARGUMENT] * 6
+    guard = [r for r in caplog.records if r.name == "softswitch.grpc"]
+    assert len(guard) == 6  # one line per request
+    assert all(r.levelno == logging.WARNING and "\n" not in r.getMessage() for r in guard)
+    assert not [r for r in caplog.records if r.exc_info]
+    assert "Traceback" not in caplog.text
+
+
+def _lpm_errors(schema: Any, count: int) -> list[p4r.Update]:
+    """INSERTs refused INVALID_ARGUMENT (bits beyond the prefix), each with a long message."""
+    updates = []
+    for i in range(count):
+        msg = (+route("10.0.0.0/8", 1)).encode_update(schema)
+        msg.entity.table_entry.match[0].lpm.value = (0x0A000000 + i + 1).to_bytes(4, "big")
+        updates.append(msg)
+    return updates
+
+
+def _error_report(err: grpc.aio.AioRpcError) -> tuple[bytes, list[p4r.Error]]:
+    metadata: Any = err.trailing_metadata() or ()
+    [trailer] = [v for k, v in metadata if k == "grpc-status-details-bin"]
+    assert isinstance(trailer, bytes)
+    status = rpc_status.Status.FromString(trailer)
+    errors = []
+    for detail in status.details:
+        error = p4r.Error()
+        assert detail.Unpack(error)
+        errors.append(error)
+    return trailer, errors
+
+
+async def test_failed_batch_report_fits_a_default_client(target: Target) -> None:
+    """170 failed updates: with every message the report was ~18 KB and a client with gRPC's
+    default limits got RESOURCE_EXHAUSTED "received metadata size exceeds hard limit"."""
+    async with fy.Switch("sw", target.address, options()) as sw:
+        await sw.write([+route("11.0.0.0/8", 1)])
+        updates = _lpm_errors(sw.p4info, 170)
+        updates.insert(0, (+route("12.0.0.0/8", 1)).encode_update(sw.p4info))  # applied
+        updates.insert(1, (+route("11.0.0.0/8", 1)).encode_update(sw.p4info))  # exists
+        request = p4r.WriteRequest(
+            device_id=DEVICE_ID, election_id=U128.encode(sw.election_id), updates=updates
+        )
+        async with grpc.aio.insecure_channel(target.address) as channel:  # default limits
+            stub: Any = p4r_grpc.P4RuntimeStub(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await stub.Write(request)
+        assert err.value.code() == grpc.StatusCode.UNKNOWN
+        trailer, errors = _error_report(err.value)
+        assert len(trailer) <= 7 * 1024
+        message = err.value.details() or ""
+        assert len(trailer) + len(message) + 4 * 32 + 100 <= TRAILER_LIMIT
+        assert len(errors) == len(updates)  # one per update, in order
+        assert errors[0] == p4r.Error()  # OK: code only
+        assert errors[1].canonical_code == grpc.StatusCode.ALREADY_EXISTS.value[0]
+        assert errors[1].message == "FabricIngress.routing_v4: entry already exists"
+        codes = [e.canonical_code for e in errors[2:]]
+        assert codes == [grpc.StatusCode.INVALID_ARGUMENT.value[0]] * 170  # kept for all
+        described = [e for e in errors[1:] if e.message]
+        assert 2 <= len(described) < 171
+        assert errors[1 : 1 + len(described)] == described  # the first errors keep theirs
+        assert message.startswith("171 of 172 updates failed; first: update 1: ALREADY_EXISTS")
+        assert f"({171 - len(described)} of them carry only their code" in message
+
+
+async def test_thousand_update_failed_batch_reaches_finsy(target: Target) -> None:
+    """finsy raises grpc.max_metadata_size to 64 KiB; the report of 1,000 failed updates was
+    87 KB with every message (RESOURCE_EXHAUSTED, no details) and is 39 KB now."""
+    async with fy.Switch("sw", target.address, options()) as sw:
+        await sw.write([+route(f"10.{i // 256}.{i % 256}.0/24", 1) for i in range(1000)])
+        with pytest.raises(fy.P4ClientError) as err:
+            await sw.write([+route(f"10.{i // 256}.{i % 256}.0/24", 2) for i in range(1000)])
+        assert err.value.code == fy.GRPCStatusCode.UNKNOWN
+        codes = {e.canonical_code for e in err.value.details.values()}
+        assert len(err.value.details) == 1000 and codes == {fy.GRPCStatusCode.ALREADY_EXISTS}
+        assert err.value.details[0].message  # the first keeps its message
+
+
+async def test_write_past_table_capacity_reports_each_update(target: Target) -> None:
+    """100,000 INSERTs into routing_v4 (16,384 entries): the first 16,384 apply and every one
+    after gets RESOURCE_EXHAUSTED in its own p4.v1.Error. The report was 8.3 MB (no client
+    with a 4 MiB metadata limit could read it) and is 3.8 MB: 35-39 bytes an update."""
+    async with fy.Switch("sw", target.address, options()) as sw:
+        template = (+route("10.0.0.0/32", 1)).encode_update(sw.p4info)
+        request = p4r.WriteRequest(device_id=DEVICE_ID, election_id=U128.encode(sw.election_id))
+        for i in range(100_000):
+            update = request.updates.add()
+            update.CopyFrom(template)
+            update.entity.table_entry.match[0].lpm.value = (0x0A000000 + i).to_bytes(4, "big")
+        limits = [
+            ("grpc.max_metadata_size", 4 << 20),
+            ("grpc.absolute_max_metadata_size", 4 << 20),
+            ("grpc.max_send_message_length", 64 << 20),
+        ]
+        async with grpc.aio.insecure_channel(target.address, options=limits) as channel:
+            stub: Any = p4r_grpc.P4RuntimeStub(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await stub.Write(request, timeout=120)
+        assert err.value.code() == grpc.StatusCode.UNKNOWN
+        trailer, errors = _error_report(err.value)
+        assert len(errors) == 100_000
+        assert all(e.canonical_code == 0 for e in errors[:16_384])
+        exhausted = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+        assert all(e.canonical_code == exhausted for e in errors[16_384:])
+        assert "table full (16384 entries)" in errors[16_384].message
+        assert len(trailer) <= 100_000 * 39 + 8 * 1024
+        pipeline = target.switch.pipeline
+        assert pipeline is not None
+        routing = pipeline.schema.table_ids["FabricIngress.routing_v4"]
+        assert len(pipeline.state.entries[routing]) == 16_384
+
+
+async def test_health_and_reflection_are_served(target: Target) -> None:
+    async with grpc.aio.insecure_channel(target.address) as opened:
+        channel: Any = opened
+        health: Any = health_pb2_grpc.HealthStub(channel)
+        for service in ("", "p4.v1.P4Runtime"):
+            answer = await health.Check(health_pb2.HealthCheckRequest(service=service))
+            assert answer.status == health_pb2.HealthCheckResponse.SERVING
+        # v1: what current grpcurl and grpc_cli ask first (same wire format as v1alpha).
+        request_v1, response_v1 = (
+            v1_message("ServerReflectionRequest"),
+            v1_message("ServerReflectionResponse"),
+        )
+        info = channel.stream_stream(
+            "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+            request_serializer=request_v1.SerializeToString,
+            response_deserializer=response_v1.FromString,
+        )
+        call = info()
+        await call.write(request_v1(list_services=""))
+        listed = await call.read()
+        await call.write(request_v1(file_containing_symbol="grpc.reflection.v1.ServerReflection"))
+        described = await call.read()
+        await call.done_writing()
+    names = {s.name for s in listed.list_services_response.service}
+    assert names == {
+        "p4.v1.P4Runtime",
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1.ServerReflection",
+        "grpc.reflection.v1alpha.ServerReflection",
+    }
+    [raw] = described.file_descriptor_response.file_descriptor_proto
+    file = descriptor_pb2.FileDescriptorProto.FromString(raw)
+    assert file.package == "grpc.reflection.v1"
+    assert [m.input_type for m in file.service[0].method] == [
+        ".grpc.reflection.v1.ServerReflectionRequest"
+    ]
+
+    # v1alpha: grpcio-reflection's own client, from a thread (it uses a blocking channel).
+    def v1alpha() -> tuple[set[str], list[str]]:
+        with grpc.insecure_channel(target.address) as blocking:
+            database = ProtoReflectionDescriptorDatabase(blocking)
+            services = set(database.get_services())
+            p4runtime = database.FindFileContainingSymbol("p4.v1.P4Runtime")
+            return services, [s.name for s in p4runtime.service]
+
+    services, declared = await asyncio.to_thread(v1alpha)
+    assert services == names
+    assert declared == ["P4Runtime"]
+
+
+async def test_second_server_on_an_address_is_refused(free_port: Callable[[], int]) -> None:
+    """gRPC's default SO_REUSEPORT let a second softswitch bind and serve beside the first."""
+    address = f"127.0.0.1:{free_port()}"
+    first = grpc.aio.server()  # gRPC's defaults, as any other server would hold the port
+    first.add_insecure_port(address)
+    await first.start()
+    try:
+        with pytest.raises(BindError, match=address):
+            create_server(P4RuntimeService(Switch(DEVICE_ID, {})), address)
+    finally:
+        await first.stop(None)
