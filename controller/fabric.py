@@ -18,6 +18,7 @@ Conventions of generated fabrics (controller/generate.py):
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 
 CPU_PORT = 255
@@ -77,7 +78,7 @@ def parse_speed_mbps(text: str) -> int:
     if not unit:
         raise ValueError(f"{text!r} has no unit (expected e.g. 100G, 400G, 800G)")
     mbps = value * _SPEED_UNITS[unit]
-    if mbps <= 0 or mbps != int(mbps):
+    if not math.isfinite(mbps) or mbps <= 0 or mbps != int(mbps):  # 'nanG', '1e999G' too
         raise ValueError(f"{text!r} is not a positive whole number of Mb/s")
     return int(mbps)
 

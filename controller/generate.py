@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controller.fabric import Fabric, Link, Nic, Prefix, QosIntent, Role, Switch
+from controller.fabric import CPU_PORT, Fabric, Link, Nic, Prefix, QosIntent, Role, Switch
+from controller.intent_keys import GENERATED_PORT_MAX, check_limit
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,27 @@ class ClosParams:
     def tors_per_spine(self) -> int:
         return self.blocks_per_pod * (self.rails if self.spines_per == "pod" else 1)
 
+    @property
+    def planes(self) -> int:
+        """Spine planes: one per pod, or one per (pod, rail)."""
+        return self.pods * (self.rails if self.spines_per == "rail" else 1)
+
+    def counts(self) -> dict[str, int]:
+        """What `generate` would make, computed without making it."""
+        spines = self.planes * self.spines
+        return {
+            "nics": self.tor_count * self.servers_per_block,
+            "switches": self.tor_count + spines + self.spines * self.cores_per_group,
+            "links": self.tor_count * self.spines + spines * self.cores_per_group,
+        }
+
     def problem(self) -> tuple[str, str] | None:
         """(field, message) for parameters that cannot make a fabric, else None."""
+        # Size first: a file asking for millions of NICs is refused before anything is built.
+        for what, count in self.counts().items():
+            message = check_limit(what, count)
+            if message is not None:
+                return ("", f"the fabric would have {message}")
         plen = self.prefix_length()
         if (1 << (32 - plen)) < self.servers_per_block + 3:
             return (
@@ -76,19 +96,25 @@ class ClosParams:
                 f"nic_pool {self.nic_pool} holds {available} /{plen} ToR prefixes, "
                 f"but the fabric has {self.tor_count} ToRs",
             )
-        if self.radix is not None:
-            planes = self.pods * (self.rails if self.spines_per == "rail" else 1)
-            needs = {
-                "ToR": self.servers_per_block + self.spines,
-                "spine": self.tors_per_spine() + self.cores_per_group,
-                "core": planes if self.cores_per_group else 0,
-            }
-            for tier, ports in needs.items():
-                if ports > self.radix:
-                    return (
-                        "switch_radix",
-                        f"a {tier} needs {ports} ports but switch_radix is {self.radix}",
-                    )
+        # Ports are numbered from 1 per switch; they must stay within the radix and below
+        # the CPU port (the key of each tier's count names where to fix it).
+        needs = {
+            "ToR": (self.servers_per_block + self.spines, "servers_per_block"),
+            "spine": (self.tors_per_spine() + self.cores_per_group, "blocks_per_pod"),
+            "core": (self.planes if self.cores_per_group else 0, "pods"),
+        }
+        for tier, (ports, key) in needs.items():
+            if self.radix is not None and ports > self.radix:
+                return (
+                    "switch_radix",
+                    f"a {tier} needs {ports} ports but switch_radix is {self.radix}",
+                )
+            if ports > GENERATED_PORT_MAX:
+                return (
+                    key,
+                    f"a {tier} needs {ports} ports but generated fabrics number ports "
+                    f"1..{GENERATED_PORT_MAX}, below the CPU port {CPU_PORT}",
+                )
         return None
 
 

@@ -1,87 +1,107 @@
 """Load a fabric intent file (parametric or explicit form) into a validated `Fabric`.
 
 A file is explicit when it has a `switches` key, parametric otherwise (see examples/).
-Every mistake raises `IntentError` naming the file, the line and the field; a bad file never
-yields a partial fabric. `to_explicit` turns any fabric back into the explicit form, which
-loads to an equal fabric.
+Every key's type, default and bounds are declared in controller/intent_keys.py and read
+through it. Every mistake raises `IntentError` naming the file, the line and the field; a bad
+file never yields a partial fabric. `to_explicit` turns any fabric back into the explicit
+form, which loads to an equal fabric.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from controller import intent_keys as keys
 from controller import qos
 from controller.fabric import (
     CPU_PORT,
     Fabric,
     Link,
     Nic,
-    Prefix,
     QosIntent,
     Role,
     Switch,
     ipv4_str,
     mac_str,
-    parse_ipv4,
-    parse_mac,
-    parse_speed_mbps,
     speed_str,
 )
 from controller.generate import ClosParams, LinkClass, generate
-from controller.yamlnodes import IntentError, Mapping, Value, closest, compose
+from controller.yamlnodes import IntentError, Value, closest, compose, decode
 
 __all__ = ["IntentError", "load_fabric", "load_fabric_text", "to_explicit", "to_explicit_yaml"]
 
-MAX_PORT = 511  # ports are bit<9> in the pipeline; 255 is the CPU port
-
-_COMMON_KEYS = {"name", "rails", "switch_radix", "max_ecmp_group_size", "qos"}
-_PARAMETRIC_KEYS = _COMMON_KEYS | {
-    "pods",
-    "blocks_per_pod",
-    "servers_per_block",
-    "spines",
-    "cores",
-    "links",
-    "addressing",
-}
-_EXPLICIT_KEYS = _COMMON_KEYS | {"switches", "links", "hosts"}
-
 
 def load_fabric(path: str | Path) -> Fabric:
-    """Read and validate a fabric intent file (either form)."""
+    """Read and validate a fabric intent file (either form). Whatever the path holds (nothing,
+    a directory, a device, a huge or binary file), the answer is a Fabric or an IntentError."""
     file = str(path)
+    limit = keys.LIMITS["file_bytes"].high
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        info = os.stat(path)
+        if stat.S_ISDIR(info.st_mode):
+            raise IntentError(file, 0, "", "is a directory, not an intent file")
+        if not stat.S_ISREG(info.st_mode):  # a FIFO or device could block or never end
+            raise IntentError(file, 0, "", "is not a regular file")
+        if info.st_size > limit:
+            raise IntentError(file, 0, "", _too_big(info.st_size, limit))
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)  # the file may have grown since the stat
     except OSError as exc:
         raise IntentError(file, 0, "", f"cannot read the file: {exc.strerror}") from None
-    return load_fabric_text(text, file)
+    if len(data) > limit:
+        raise IntentError(file, 0, "", _too_big(len(data), limit))
+    return load_fabric_text(decode(data, file), file)
+
+
+def _too_big(size: int, limit: int) -> str:
+    return f"the file is {size} bytes; intent files are at most {limit} bytes ({limit >> 20} MiB)"
 
 
 def load_fabric_text(text: str, file: str = "<string>") -> Fabric:
     root = Value(compose(text, file), "", file)
     if not isinstance(root.node, yaml.MappingNode):
         raise root.error("expected a mapping of fabric fields at the top level")
-    keys = {str(k.value) for k, _ in root.node.value}
-    fabric = _explicit(root) if "switches" in keys else generate(_parametric(root))
+    names = {str(k.value) for k, _ in root.node.value}
+    if "switches" in names:
+        fabric = _explicit(keys.read(keys.EXPLICIT, root))
+    else:
+        fabric = generate(_parametric(keys.read(keys.PARAMETRIC, root)))
     _check_qos(fabric, root)
     return fabric
 
 
 def _check_qos(fabric: Fabric, root: Value) -> None:
     """Compute the QoS settings of every kind of cable once, so that overrides that cannot
-    work (Kmin above Kmax, xon above xoff...) fail here and not when a switch is served."""
+    work (Kmin above Kmax, xon above xoff, a threshold wider than the pipeline's) fail here and
+    not when a switch is served."""
     where = next((Value(v, "qos", root.file) for k, v in root.node.value if k.value == "qos"), root)
     try:
         params = qos.resolve(fabric.qos)
         cables = {(ln.speed_mbps, ln.length_m) for ln in fabric.links}
         cables |= {(nic.speed_mbps, nic.length_m) for nic in fabric.nics}
         for speed, length in sorted(cables):
-            qos.pfc_thresholds(speed, length, params)
+            ecn = qos.ecn_thresholds(speed, params)
+            pfc = qos.pfc_thresholds(speed, length, params)
+            computed = {
+                "ecn_kmin_bytes": ecn.kmin_bytes,
+                "ecn_kmax_bytes": ecn.kmax_bytes,
+                "pfc_xoff_bytes": pfc.xoff_bytes,
+                "pfc_xon_bytes": pfc.xon_bytes,
+                "pfc_headroom_bytes": pfc.headroom_bytes,
+            }
+            for name, amount in computed.items():
+                message = keys.check_limit(name, amount)
+                if message is not None:
+                    raise qos.QosError(
+                        f"{name} for {speed_str(speed)} cables of {length:g} m would be {message}"
+                    )
     except qos.QosError as exc:
         raise IntentError(root.file, where.line, "qos", str(exc)) from None
 
@@ -89,90 +109,66 @@ def _check_qos(fabric: Fabric, root: Value) -> None:
 # --- shared pieces -----------------------------------------------------------------------
 
 
-def _qos(value: Value | None) -> QosIntent:
-    if value is None:
-        return QosIntent()
-    m = value.mapping({"profile", "mtu_bytes", "overrides"})
-    profile = m["profile"].choice(sorted(qos.PROFILES)) if "profile" in m else "hpcc"
-    mtu = m["mtu_bytes"].integer(576, 9216) if "mtu_bytes" in m else 9100
+def _qos(m: keys.Fields) -> QosIntent:
     overrides: list[tuple[str, float]] = []
-    if "overrides" in m:
-        om = m["overrides"].mapping(qos.OVERRIDE_KEYS)
-        for key in sorted(om):
-            overrides.append((key, om[key].number(low=0)))
-    return QosIntent(profile=profile, mtu_bytes=mtu, overrides=tuple(overrides))
+    om = m.sub("overrides")
+    for key in sorted(keys.OVERRIDES.keys):
+        if key in om:
+            value = om.get(key)
+            assert isinstance(value, int | float)
+            overrides.append((key, value))
+    return QosIntent(
+        profile=m.text("profile"), mtu_bytes=m.integer("mtu_bytes"), overrides=tuple(overrides)
+    )
 
 
-def _common(m: Mapping) -> tuple[str, int, int | None, int, QosIntent]:
-    name = m["name"].string()
-    rails = m["rails"].integer(1, 64)
-    radix = m["switch_radix"].integer(2, MAX_PORT - 1) if "switch_radix" in m else None
-    max_group = m["max_ecmp_group_size"].integer(1, 4096) if "max_ecmp_group_size" in m else 64
-    return name, rails, radix, max_group, _qos(m.get("qos"))
+def _common(m: keys.Fields) -> tuple[str, int, int | None, int, QosIntent]:
+    return (
+        m.text("name"),
+        m.integer("rails"),
+        m.opt_integer("switch_radix"),
+        m.integer("max_ecmp_group_size"),
+        _qos(m.sub("qos")),
+    )
 
 
-def _link_class(value: Value) -> LinkClass:
-    return _speed_length(value.mapping({"speed", "length_m"}, required={"speed", "length_m"}))
-
-
-def _speed_length(m: Mapping) -> LinkClass:
-    speed = m["speed"].parsed(parse_speed_mbps)
-    if speed not in qos.PAUSE_QUANTA_BY_SPEED_MBPS:
-        known = ", ".join(speed_str(s) for s in sorted(qos.PAUSE_QUANTA_BY_SPEED_MBPS))
-        raise m["speed"].error(
-            f"{speed_str(speed)} has no PFC pause quanta for the headroom; known speeds: {known}"
-        )
-    length = m["length_m"].number()
-    if length < 0:
-        raise m["length_m"].error(f"cable length must be >= 0 metres, got {length:g}")
-    return LinkClass(speed, length)
+def _cable(m: keys.Fields) -> LinkClass:
+    return LinkClass(m.integer("speed"), m.number("length_m"))
 
 
 # --- parametric form ---------------------------------------------------------------------
 
 
-def _parametric(root: Value) -> ClosParams:
-    m = root.mapping(
-        _PARAMETRIC_KEYS,
-        required={"name", "rails", "blocks_per_pod", "servers_per_block", "spines", "links"},
-    )
+def _parametric(m: keys.Fields) -> ClosParams:
     name, rails, radix, max_group, qos_intent = _common(m)
-    pods = m["pods"].integer(1, 4096) if "pods" in m else 1
-    blocks = m["blocks_per_pod"].integer(1, 100_000)
-    servers = m["servers_per_block"].integer(1, 4096)
-    sm = m["spines"].mapping({"per", "count"}, required={"per", "count"})
-    spines_per = sm["per"].choice(["pod", "rail"])
-    spines = sm["count"].integer(1, 4096)
-    cores_per_group = 0
-    if "cores" in m:
-        cm = m["cores"].mapping({"per_group"}, required={"per_group"})
-        cores_per_group = cm["per_group"].integer(1, 4096)
-    lm = m["links"].mapping({"host", "tor_spine", "spine_core"}, required={"host", "tor_spine"})
-    host = _link_class(lm["host"])
-    tor_spine = _link_class(lm["tor_spine"])
+    pods = m.integer("pods")
+    blocks = m.integer("blocks_per_pod")
+    servers = m.integer("servers_per_block")
+    sm = m.sub("spines")
+    spines_per = sm.text("per")
+    spines = sm.integer("count")
+    cores_per_group = m.sub("cores").integer("per_group") if "cores" in m else 0
+    lm = m.sub("links")
+    host = _cable(lm.sub("host"))
+    tor_spine = _cable(lm.sub("tor_spine"))
     spine_core = None
     if "spine_core" in lm:
         if not cores_per_group:
-            raise lm["spine_core"].error("spine_core links need a core tier (add 'cores')")
-        spine_core = _link_class(lm["spine_core"])
+            raise lm.error("spine_core", "spine_core links need a core tier (add 'cores')")
+        spine_core = _cable(lm.sub("spine_core"))
     elif cores_per_group:
-        raise IntentError(
-            root.file, lm.value.line, "links.spine_core", "missing: the core tier needs it"
-        )
-    if spines_per == "rail" and not cores_per_group and rails > 1:
-        # Rail planes that share nothing cannot reach each other.
-        raise sm["per"].error(
-            "spines per rail plane without a core tier leave the rails disconnected; "
-            "add 'cores' or use 'per: pod'"
-        )
-    pool = Prefix(0x0A000000, 8)
-    tor_plen: int | None = None
-    if "addressing" in m:
-        am = m["addressing"].mapping({"nic_pool", "tor_prefix_length"})
-        if "nic_pool" in am:
-            pool = am["nic_pool"].parsed(Prefix.parse)
-        if "tor_prefix_length" in am:
-            tor_plen = am["tor_prefix_length"].integer(1, 30)
+        raise lm.error("spine_core", "missing: the core tier needs it")
+    if not cores_per_group:
+        # Planes that share nothing cannot reach each other.
+        if spines_per == "rail" and rails > 1:
+            raise sm.error(
+                "per",
+                "spines per rail plane without a core tier leave the rails disconnected; "
+                "add 'cores' or use 'per: pod'",
+            )
+        if pods > 1:
+            raise m.error("pods", f"{pods} pods without a core tier are disconnected; add 'cores'")
+    am = m.sub("addressing")
     params = ClosParams(
         name=name,
         rails=rails,
@@ -185,8 +181,8 @@ def _parametric(root: Value) -> ClosParams:
         host_link=host,
         tor_spine_link=tor_spine,
         spine_core_link=spine_core,
-        nic_pool=pool,
-        tor_prefix_length=tor_plen,
+        nic_pool=am.prefix("nic_pool"),
+        tor_prefix_length=am.opt_integer("tor_prefix_length"),
         radix=radix,
         qos=qos_intent,
         max_ecmp_group_size=max_group,
@@ -194,23 +190,11 @@ def _parametric(root: Value) -> ClosParams:
     problem = params.problem()
     if problem is not None:
         key, message = problem
-        where = m.get(key) or root
-        raise IntentError(root.file, where.line, key, message)
+        raise m.error(key, message)
     return params
 
 
 # --- explicit form -----------------------------------------------------------------------
-
-_SWITCH_KEYS = {"name", "role", "rail", "pod", "block", "index", "prefix", "mac_base", "radix"}
-_LINK_KEYS = {"a", "b", "speed", "length_m"}
-_NIC_KEYS = {"name", "rail", "ipv4", "mac", "switch", "port", "speed", "length_m"}
-
-
-def _end(text: str) -> tuple[str, int]:
-    name, sep, port = text.rpartition(":")
-    if not sep or not name or not port.isdigit():
-        raise ValueError(f"{text!r} is not a port (expected SWITCH:PORT)")
-    return name, int(port)
 
 
 class _Ports:
@@ -224,8 +208,10 @@ class _Ports:
         if switch not in self.switches:
             raise by.error(f"unknown switch {switch!r}" + closest(switch, self.switches))
         sw = self.switches[switch][0]
-        if port < 1 or port > MAX_PORT or port == CPU_PORT:
-            raise by.error(f"port {port} of {switch} is invalid (1..{MAX_PORT}, not {CPU_PORT})")
+        if not 1 <= port <= keys.PORT_MAX or port == CPU_PORT:
+            raise by.error(
+                f"port {port} of {switch} is invalid (1..{keys.PORT_MAX}, not {CPU_PORT})"
+            )
         if sw.radix is not None and port > sw.radix:
             raise by.error(f"port {port} exceeds the radix {sw.radix} of {switch}")
         previous = self.used.get((switch, port))
@@ -235,26 +221,31 @@ class _Ports:
         return sw
 
 
-def _explicit(root: Value) -> Fabric:
-    m = root.mapping(_EXPLICIT_KEYS, required={"name", "rails", "switches"})
+def _explicit(m: keys.Fields) -> Fabric:
     name, rails, radix, max_group, qos_intent = _common(m)
+    for key in ("switches", "links"):  # counted before a single one is read
+        message = keys.check_limit(key, m.count(key))
+        if message is not None:
+            raise m.error(key, f"the fabric has {message}")
     switches: dict[str, tuple[Switch, Value]] = {}
     macs: dict[int, str] = {}
-    for ordinal, item in enumerate(m["switches"].items(), start=1):
+    for ordinal, item in enumerate(m.items("switches"), start=1):
         sw = _switch(item, ordinal, rails, radix)
+        at = _at(item)
         if sw.name in switches:
             prev = switches[sw.name][1]
-            raise item.error(f"duplicate switch name {sw.name!r} (first at line {prev.line})")
+            raise at.error(f"duplicate switch name {sw.name!r} (first at line {prev.line})")
         if sw.mac_base in macs:
-            raise item.error(f"mac_base {mac_str(sw.mac_base)} is also {macs[sw.mac_base]}'s")
+            raise at.error(f"mac_base {mac_str(sw.mac_base)} is also {macs[sw.mac_base]}'s")
         macs[sw.mac_base] = sw.name
-        switches[sw.name] = (sw, item)
+        switches[sw.name] = (sw, at)
     _check_prefixes(switches)
     ports = _Ports(switches)
-    links = [_link(item, ports) for item in (m["links"].items() if "links" in m else [])]
-    nics: list[Nic] = []
-    if "hosts" in m:
-        nics = _hosts(m["hosts"], ports, rails)
+    links = [_link(item, ports) for item in m.items("links")]
+    nics = _hosts(m, ports, rails)
+    message = keys.check_limit("nics", len(nics))
+    if message is not None:
+        raise m.error("hosts", f"the fabric has {message}")
     return Fabric(
         name=name,
         rails=rails,
@@ -266,50 +257,43 @@ def _explicit(root: Value) -> Fabric:
     )
 
 
-def _optional_int(m: Mapping, key: str, low: int, high: int) -> int | None:
-    value = m.get(key)
-    return None if value is None else value.integer(low, high)
+def _at(m: keys.Fields) -> Value:
+    assert m.at is not None
+    return m.at
 
 
-def _switch(item: Value, ordinal: int, rails: int, radix: int | None) -> Switch:
-    m = item.mapping(_SWITCH_KEYS, required={"name", "role"})
-    name = m["name"].string()
-    role = Role(m["role"].choice([r.value for r in Role]))
-    rail = m.get("rail")
-    rail_n = None
-    if rail is not None:
-        rail_n = rail.integer()
-        if not 1 <= rail_n <= rails:
-            raise rail.error(f"rail {rail_n} is out of range: the fabric has rails 1..{rails}")
-    prefix = m["prefix"].parsed(Prefix.parse) if "prefix" in m else None
+def _switch(m: keys.Fields, ordinal: int, rails: int, radix: int | None) -> Switch:
+    item = _at(m)
+    name = m.text("name")
+    role = Role(m.text("role"))
+    rail = m.opt_integer("rail")
+    if rail is not None and rail > rails:
+        raise m.error("rail", f"rail {rail} is out of range: the fabric has rails 1..{rails}")
+    prefix = m.opt_prefix("prefix")
     if role is Role.TOR:
         if prefix is None:
             raise item.error(f"ToR {name!r} needs a 'prefix' covering its NICs")
-        if rail_n is None:
+        if rail is None:
             raise item.error(f"ToR {name!r} needs a 'rail'")
-        if prefix.length > 30:
-            raise m["prefix"].error(
-                f"{prefix} is too small for a gateway and NICs (use /30 or shorter)"
-            )
     elif prefix is not None:
-        raise m["prefix"].error(f"only ToRs own a prefix; {name!r} is a {role.value}")
+        raise m.error("prefix", f"only ToRs own a prefix; {name!r} is a {role.value}")
     mac_base = (0x02 << 40) | (ordinal << 16)
     if "mac_base" in m:
-        mac_base = m["mac_base"].parsed(parse_mac)
+        mac_base = m.integer("mac_base")
         if mac_base & 0xFFFF:
-            raise m["mac_base"].error("the low 16 bits must be zero (port MAC = mac_base | port)")
+            raise m.error("mac_base", "the low 16 bits must be zero (port MAC = mac_base | port)")
         if mac_base & (1 << 40):
-            raise m["mac_base"].error("must be a unicast MAC (first octet even)")
+            raise m.error("mac_base", "must be a unicast MAC (first octet even)")
     return Switch(
         name=name,
         role=role,
-        rail=rail_n,
-        pod=_optional_int(m, "pod", 1, 1_000_000),
-        block=_optional_int(m, "block", 1, 1_000_000),
-        index=_optional_int(m, "index", 1, 1_000_000),
+        rail=rail,
+        pod=m.opt_integer("pod"),
+        block=m.opt_integer("block"),
+        index=m.opt_integer("index"),
         prefix=prefix,
         mac_base=mac_base,
-        radix=_optional_int(m, "radix", 1, MAX_PORT - 1) or radix,
+        radix=m.opt_integer("radix") or radix,
     )
 
 
@@ -322,39 +306,41 @@ def _check_prefixes(switches: dict[str, tuple[Switch, Value]]) -> None:
             raise item2.error(f"prefix {p2} of {n2} overlaps {p1} of {n1}")
 
 
-def _link(item: Value, ports: _Ports) -> Link:
-    m = item.mapping(_LINK_KEYS, required=_LINK_KEYS)
-    a, a_port = m["a"].parsed(_end)
-    b, b_port = m["b"].parsed(_end)
+def _link(m: keys.Fields, ports: _Ports) -> Link:
+    item = _at(m)
+    a, a_port = m.end("a")
+    b, b_port = m.end("b")
     if a == b:
         raise item.error(f"link joins {a} to itself")
-    sa = ports.take(a, a_port, m["a"], item.path)
-    sb = ports.take(b, b_port, m["b"], item.path)
+    a_at, b_at = m.value("a"), m.value("b")
+    assert a_at is not None and b_at is not None
+    sa = ports.take(a, a_port, a_at, item.path)
+    sb = ports.take(b, b_port, b_at, item.path)
     if abs(sa.role.tier - sb.role.tier) != 1:
         raise item.error(
             f"link {a} ({sa.role.value}) -- {b} ({sb.role.value}) must join adjacent tiers "
             "(tor-spine or spine-core)"
         )
-    lc = _speed_length(m)
+    lc = _cable(m)
     if sa.role.tier > sb.role.tier:
         a, a_port, b, b_port = b, b_port, a, a_port
     return Link(a, a_port, b, b_port, lc.speed_mbps, lc.length_m)
 
 
-def _hosts(value: Value, ports: _Ports, rails: int) -> list[Nic]:
+def _hosts(m: keys.Fields, ports: _Ports, rails: int) -> list[Nic]:
     nics: list[Nic] = []
     hosts: dict[str, int] = {}
     addresses: dict[int, str] = {}
-    for h_ordinal, item in enumerate(value.items(), start=1):
-        hm = item.mapping({"name", "nics"}, required={"name", "nics"})
-        host = hm["name"].string()
+    for h_ordinal, hm in enumerate(m.items("hosts"), start=1):
+        host = hm.text("name")
         if host in hosts:
-            raise hm["name"].error(f"duplicate host name {host!r} (first at line {hosts[host]})")
-        hosts[host] = item.line
+            raise hm.error("name", f"duplicate host name {host!r} (first at line {hosts[host]})")
+        hosts[host] = hm.line()
         names: set[str] = set()
         rails_used: dict[int, str] = {}
-        for n_ordinal, nic_item in enumerate(hm["nics"].items(), start=1):
-            nic = _nic(nic_item, host, h_ordinal, n_ordinal, ports, rails)
+        for n_ordinal, nm in enumerate(hm.items("nics"), start=1):
+            nic_item = _at(nm)
+            nic = _nic(nm, host, h_ordinal, n_ordinal, ports, rails)
             if nic.name in names:
                 raise nic_item.error(f"duplicate NIC name {nic.name!r} on host {host!r}")
             names.add(nic.name)
@@ -374,35 +360,37 @@ def _hosts(value: Value, ports: _Ports, rails: int) -> list[Nic]:
 
 
 def _nic(  # noqa: PLR0917 - one call site
-    item: Value, host: str, h_ordinal: int, n_ordinal: int, ports: _Ports, rails: int
+    m: keys.Fields, host: str, h_ordinal: int, n_ordinal: int, ports: _Ports, rails: int
 ) -> Nic:
-    m = item.mapping(_NIC_KEYS, required=_NIC_KEYS - {"mac"})
-    name = m["name"].string()
-    rail = m["rail"].integer()
-    if not 1 <= rail <= rails:
-        raise m["rail"].error(f"rail {rail} is out of range: the fabric has rails 1..{rails}")
-    ipv4 = m["ipv4"].parsed(parse_ipv4)
-    switch = m["switch"].string()
-    port = m["port"].integer()
-    sw = ports.take(switch, port, m["switch"], f"{host}/{name}")
+    name = m.text("name")
+    rail = m.integer("rail")
+    if rail > rails:
+        raise m.error("rail", f"rail {rail} is out of range: the fabric has rails 1..{rails}")
+    ipv4 = m.integer("ipv4")
+    switch = m.text("switch")
+    port = m.integer("port")
+    switch_at = m.value("switch")
+    assert switch_at is not None
+    sw = ports.take(switch, port, switch_at, f"{host}/{name}")
     if sw.role is not Role.TOR:
-        raise m["switch"].error(f"NICs attach to ToRs; {switch!r} is a {sw.role.value}")
+        raise m.error("switch", f"NICs attach to ToRs; {switch!r} is a {sw.role.value}")
     if sw.rail != rail:
-        raise m["rail"].error(
-            f"rail {rail} NIC is cabled to {switch}, the ToR of rail {sw.rail} (rail affinity)"
+        raise m.error(
+            "rail",
+            f"rail {rail} NIC is cabled to {switch}, the ToR of rail {sw.rail} (rail affinity)",
         )
     assert sw.prefix is not None
     pfx = sw.prefix
     if not pfx.contains(ipv4):
-        raise m["ipv4"].error(f"{ipv4_str(ipv4)} is outside {switch}'s prefix {pfx}")
+        raise m.error("ipv4", f"{ipv4_str(ipv4)} is outside {switch}'s prefix {pfx}")
     if ipv4 in (pfx.address, pfx.address + pfx.size - 1, sw.gateway_ipv4):
-        raise m["ipv4"].error(
-            f"{ipv4_str(ipv4)} is the network, broadcast or gateway address of {pfx}"
+        raise m.error(
+            "ipv4", f"{ipv4_str(ipv4)} is the network, broadcast or gateway address of {pfx}"
         )
-    mac = (0x06 << 40) | (h_ordinal << 16) | n_ordinal
-    if "mac" in m:
-        mac = m["mac"].parsed(parse_mac)
-    lc = _speed_length(m)
+    mac = m.opt_integer("mac")
+    if mac is None:
+        mac = (0x06 << 40) | (h_ordinal << 16) | n_ordinal
+    lc = _cable(m)
     return Nic(host, name, rail, ipv4, mac, switch, port, lc.speed_mbps, lc.length_m)
 
 

@@ -8,6 +8,7 @@ loading to plain dicts, which would drop the marks and silently merge duplicate 
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import TypeVar
 
@@ -37,16 +38,44 @@ def closest(name: str, choices: Collection[str]) -> str:
     return f" (did you mean {found[0]!r}?)" if found else ""
 
 
+def decode(data: bytes, file: str) -> str:
+    """UTF-8 text of an intent file; the first byte that is not UTF-8 is reported with its
+    line (YAML files are UTF-8, and a bad byte is usually a damaged file)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        line_start = data.rfind(b"\n", 0, exc.start) + 1
+        column = len(data[line_start : exc.start].decode("utf-8", "replace")) + 1  # characters
+        raise IntentError(
+            file,
+            line,
+            "",
+            f"the file is not UTF-8 text: byte 0x{data[exc.start]:02x} at column {column} "
+            f"({exc.reason})",
+        ) from None
+
+
 def compose(text: str, file: str) -> yaml.Node:
     """Parse YAML text to a node tree; syntax errors become IntentErrors with the line."""
     try:
         node = yaml.compose(text, Loader=_LOADER)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
-        line = mark.line + 1 if mark is not None else 0
+        line = mark.line + 1 if mark is not None else 1
         raise IntentError(file, line, "", f"YAML syntax error: {exc.problem}") from None
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow (NUL, controls)
+        # libyaml counts the position in UTF-8 bytes, the pure-Python reader in characters.
+        if _LOADER is yaml.SafeLoader:
+            line = text.count("\n", 0, exc.position) + 1
+        else:
+            line = text.encode("utf-8").count(b"\n", 0, exc.position) + 1
+        char = exc.character if isinstance(exc.character, str) else chr(exc.character)
+        raise IntentError(
+            file, line, "", f"YAML does not allow the character {char!r} ({exc.reason})"
+        ) from None
     except yaml.YAMLError as exc:
-        raise IntentError(file, 0, "", f"YAML error: {exc}") from None
+        raise IntentError(file, 1, "", f"YAML error: {exc}") from None
     if node is None:
         raise IntentError(file, 1, "", "the file is empty; expected a mapping of fabric fields")
     return node
@@ -82,7 +111,14 @@ class Value:
     def scalar(self) -> object:
         if not isinstance(self.node, yaml.ScalarNode):
             return self.node
-        return _CONSTRUCTOR.construct_object(self.node)
+        try:
+            return _CONSTRUCTOR.construct_object(self.node)
+        except Exception as exc:
+            # A tag or literal that does not construct (`!!int abc`, `0x_`, `!foo x`,
+            # `!!timestamp 2020-99-99`) is a bad value, not a crash; PyYAML raises
+            # ValueError, KeyError, IndexError or ConstructorError for them.
+            problem = exc.problem if isinstance(exc, yaml.MarkedYAMLError) else exc
+            raise self.error(f"cannot read the value {self.node.value!r}: {problem}") from None
 
     def mapping(self, allowed: Collection[str], required: Collection[str] = ()) -> Mapping:
         if not isinstance(self.node, yaml.MappingNode):
@@ -100,23 +136,22 @@ class Value:
             raise self.error(f"expected a non-empty string, got {self._kind()}")
         return value
 
-    def integer(self, low: int | None = None, high: int | None = None) -> int:
+    def integer(self) -> int:
+        """An int (bounds are the key's: controller/intent_keys.py)."""
         value = self.scalar()
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.error(f"expected an integer, got {self._kind()}")
-        if low is not None and value < low:
-            raise self.error(f"must be >= {low}, got {value}")
-        if high is not None and value > high:
-            raise self.error(f"must be <= {high}, got {value}")
         return value
 
-    def number(self, low: float | None = None) -> float:
+    def number(self) -> int | float:
+        """An int or a finite float, as written (a huge int does not fit a float: the caller
+        bounds it first)."""
         value = self.scalar()
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.error(f"expected a number, got {self._kind()}")
-        if low is not None and value < low:
-            raise self.error(f"must be >= {low}, got {value}")
-        return float(value)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise self.error(f"expected a finite number, got {value}")
+        return value
 
     def choice(self, choices: Sequence[str]) -> str:
         value = self.string()
@@ -135,7 +170,7 @@ class Value:
             raise self.error(f"expected a string, got {self._kind()}")
         try:
             return parse(text)
-        except ValueError as exc:
+        except (ValueError, OverflowError) as exc:
             raise self.error(str(exc)) from None
 
 

@@ -3,13 +3,16 @@ message naming the file, line and field (no partial fabric)."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
 import pytest
 
+from controller.daemon.core_planner import CorePlanner
 from controller.fabric import Role, ipv4_str, mac_str
 from controller.intent import IntentError, load_fabric, load_fabric_text, to_explicit_yaml
+from controller.intent_keys import LIMITS, Limit
 from controller.topology import host_nics, switch_ports
 
 pytestmark = pytest.mark.unit
@@ -200,7 +203,7 @@ NEGATIVE = [
     (
         "negative cable length",
         _sub("length_m: 30}", "length_m: -5}"),
-        r"^f\.yaml:8: links\[0\]\.length_m: cable length must be >= 0 metres, got -5$",
+        r"^f\.yaml:8: links\[0\]\.length_m: cable length must be > 0 metres, got -5$",
     ),
     (
         "prefix with host bits",
@@ -231,7 +234,7 @@ NEGATIVE = [
     (
         "CPU port",
         _sub('a: "tor-a:2"', 'a: "tor-a:255"'),
-        r"^f\.yaml:8: links\[0\]\.a: port 255 of tor-a is invalid \(1\.\.511, not 255\)$",
+        r"^f\.yaml:8: links\[0\]\.a: port 255 of tor-a is invalid \(1\.\.510, not 255\)$",
     ),
     (
         "port beyond radix",
@@ -323,6 +326,140 @@ NEGATIVE = [
         _sub("servers_per_block: 2", "servers_per_block: 0", PARAMETRIC),
         r"^f\.yaml:4: servers_per_block: must be >= 1, got 0$",
     ),
+    # Bounds (controller/intent_keys.py): each value the old loader took and a controller then
+    # died on, or that no pipeline could hold.
+    (
+        "cable length beyond 64 bits",
+        _sub("length_m: 30}", "length_m: 18446744073709551623}"),
+        r"^f\.yaml:8: links\[0\]\.length_m: cable length must be <= 10000 metres, got "
+        r"18446744073709551623$",
+    ),
+    (
+        "cable length of a million kilometres",
+        _sub("length_m: 30}", "length_m: 1000000000000}"),
+        r"^f\.yaml:8: links\[0\]\.length_m: cable length must be <= 10000 metres, got "
+        r"1000000000000$",
+    ),
+    (
+        "zero cable length",
+        _sub("length_m: 3}", "length_m: 0}"),
+        r"^f\.yaml:13: hosts\[0\]\.nics\[0\]\.length_m: cable length must be > 0 metres, got 0$",
+    ),
+    (
+        "infinite cable length",
+        _sub("length_m: 30}", "length_m: .inf}"),
+        r"^f\.yaml:8: links\[0\]\.length_m: expected a finite number, got inf$",
+    ),
+    (
+        "NaN cable length",
+        _sub("length_m: 30}", "length_m: .nan}"),
+        r"^f\.yaml:8: links\[0\]\.length_m: expected a finite number, got nan$",
+    ),
+    (
+        "speed that overflows a float",
+        _sub("speed: 400G, length_m: 30}", "speed: 1e400G, length_m: 30}"),
+        r"^f\.yaml:8: links\[0\]\.speed: '1e400G' is not a positive whole number of Mb/s$",
+    ),
+    (
+        "a tag that does not construct",
+        _sub("length_m: 30}", "length_m: !!int abc}"),
+        r"^f\.yaml:8: links\[0\]\.length_m: cannot read the value 'abc': invalid literal",
+    ),
+    (
+        "a hex literal without digits",
+        _sub("pod: 1, index: 1}", "pod: 0x_, index: 1}"),
+        r"^f\.yaml:6: switches\[2\]\.pod: cannot read the value '0x_': ",
+    ),
+    (
+        "port 511 is the drop port",
+        _sub('a: "tor-a:2"', 'a: "tor-a:511"'),
+        r"^f\.yaml:8: links\[0\]\.a: port 511 of tor-a is invalid \(1\.\.510, not 255\)$",
+    ),
+    (
+        "NIC port beyond the pipeline's",
+        _sub("switch: tor-a, port: 1", "switch: tor-a, port: 600"),
+        r"^f\.yaml:13: hosts\[0\]\.nics\[0\]\.port: must be <= 510, got 600$",
+    ),
+    (
+        "ECMP group wider than the pipeline's selector",
+        _sub("rails: 2", "rails: 2\nmax_ecmp_group_size: 65"),
+        r"^f\.yaml:3: max_ecmp_group_size: must be <= 64, got 65$",
+    ),
+    (
+        "MTU above any jumbo frame",
+        _sub("rails: 2", "rails: 2\nqos: {mtu_bytes: 65536}"),
+        r"^f\.yaml:3: qos\.mtu_bytes: must be <= 9216, got 65536$",
+    ),
+    (
+        "QoS override wider than 32 bits",
+        _sub("rails: 2", "rails: 2\nqos: {overrides: {ecn_kmin_bytes: 4294967296}}"),
+        r"^f\.yaml:3: qos\.overrides\.ecn_kmin_bytes: must be <= 4294967295, got 4294967296$",
+    ),
+    (
+        "xoff derived past 32 bits",
+        _sub("rails: 2", "rails: 2\nqos: {overrides: {ecn_kmax_bytes: 4294967295}}"),
+        r"^f\.yaml:3: qos: pfc_xoff_bytes for 400G cables of 3 m would be 4294985495 bytes, "
+        r"above the limit of 4294967295 \(Kmax \+ 2 × MTU",
+    ),
+    (
+        "PFC watchdog below SONiC's range",
+        _sub("rails: 2", "rails: 2\nqos: {overrides: {pfc_watchdog_detect_ms: 1}}"),
+        r"^f\.yaml:3: qos\.overrides\.pfc_watchdog_detect_ms: must be >= 100 ms, got 1$",
+    ),
+    (
+        "PFC watchdog that overflows",
+        _sub("rails: 2", "rails: 2\nqos: {overrides: {pfc_watchdog_restore_ms: .inf}}"),
+        r"^f\.yaml:3: qos\.overrides\.pfc_watchdog_restore_ms: expected a finite number, got inf$",
+    ),
+    (
+        "control character in a name",
+        _sub("name: tiny", 'name: "ti\\any"'),
+        r"^f\.yaml:1: name: must be printable text \(no control characters\), got 'ti\\x07ny'$",
+    ),
+    (
+        "name too long",
+        _sub("name: tiny", f"name: {'t' * 65}"),
+        r"^f\.yaml:1: name: must be at most 64 characters, got 65$",
+    ),
+    (
+        "ToR prefix too small",
+        _sub("prefix: 10.1.0.0/24", "prefix: 10.1.0.0/31"),
+        r"^f\.yaml:4: switches\[0\]\.prefix: 10\.1\.0\.0/31 is too small for a gateway and NICs "
+        r"\(use /30 or shorter\)$",
+    ),
+    (
+        "parametric: ToR ports past the CPU port",
+        _sub(
+            "count: 2}",
+            "count: 10}",
+            _sub("servers_per_block: 2", "servers_per_block: 250", PARAMETRIC),
+        ),
+        r"^f\.yaml:4: servers_per_block: a ToR needs 260 ports but generated fabrics number "
+        r"ports 1\.\.254, below the CPU port 255$",
+    ),
+    (
+        "parametric: too many pods for the core ports",
+        _sub("rails: 2", "rails: 2\npods: 255", PARAMETRIC),
+        r"^f\.yaml:3: pods: must be <= 254, got 255$",
+    ),
+    (
+        "parametric: pods without a core tier",
+        _sub("rails: 2", "rails: 2\npods: 2", PARAMETRIC),
+        r"^f\.yaml:3: pods: 2 pods without a core tier are disconnected; add 'cores'$",
+    ),
+    (
+        "parametric: a fabric of millions of NICs",
+        _sub(
+            "blocks_per_pod: 2",
+            "blocks_per_pod: 254",
+            _sub(
+                "servers_per_block: 2",
+                "servers_per_block: 200",
+                _sub("rails: 2", "rails: 64", PARAMETRIC),
+            ),
+        ),
+        r"^f\.yaml:1: the fabric would have 3251200 host NICs, above the limit of 262144 ",
+    ),
 ]
 
 
@@ -346,3 +483,81 @@ def test_there_are_at_least_20_distinct_mistakes() -> None:
 def test_unreadable_file_is_an_intent_error(tmp_path: Path) -> None:
     with pytest.raises(IntentError, match=r"cannot read the file"):
         load_fabric(tmp_path / "missing.yaml")
+
+
+def _file_err(path: Path) -> str:
+    with pytest.raises(IntentError) as info:
+        load_fabric(path)
+    return str(info.value)
+
+
+def test_non_utf8_bytes_are_refused_at_the_line_of_the_first(tmp_path: Path) -> None:
+    path = tmp_path / "f.yaml"
+    lines = (EXAMPLES / "lab-2rail.yaml").read_bytes().split(b"\n")
+    lines[11] = lines[11].replace(b"speed", b"sp\xffeed", 1)
+    lines[14] += b" \xc3"  # a second, later bad byte: the first is reported
+    path.write_bytes(b"\n".join(lines))
+    assert re.fullmatch(
+        rf"{re.escape(str(path))}:12: the file is not UTF-8 text: byte 0xff at column 17 "
+        r"\(invalid start byte\)",
+        _file_err(path),
+    ), _file_err(path)
+
+
+def test_a_character_yaml_does_not_allow_is_refused_with_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "f.yaml"
+    # Non-ASCII before it: the reader's position is in bytes, not characters.
+    text = EXPLICIT.replace("name: tiny", "name: tiny  # réseau rail ✓").replace(
+        "rails: 2", "rails: 2\x00"
+    )
+    path.write_text(text, encoding="utf-8")
+    assert re.fullmatch(
+        rf"{re.escape(str(path))}:2: YAML does not allow the character '\\x00' .*",
+        _file_err(path),
+    ), _file_err(path)
+
+
+def test_a_directory_a_fifo_and_a_huge_file_are_refused_without_reading(tmp_path: Path) -> None:
+    assert _file_err(tmp_path) == f"{tmp_path}: is a directory, not an intent file"
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)  # opening it would block until a writer comes
+    assert _file_err(fifo) == f"{fifo}: is not a regular file"
+    huge = tmp_path / "huge.yaml"
+    limit = LIMITS["file_bytes"].high
+    with huge.open("wb") as f:
+        f.truncate(limit + 1)  # sparse: no 64 MiB written
+    assert _file_err(huge) == (
+        f"{huge}: the file is {limit + 1} bytes; intent files are at most {limit} bytes (64 MiB)"
+    )
+
+
+def test_explicit_fabric_size_is_limited(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(LIMITS, "switches", Limit(2, "switches", "test"))
+    assert _err(EXPLICIT) == (
+        "f.yaml:4: switches: the fabric has 3 switches, above the limit of 2 (test)"
+    )
+    monkeypatch.setitem(LIMITS, "nics", Limit(1, "host NICs", "test"))
+    monkeypatch.setitem(LIMITS, "switches", Limit(3, "switches", "test"))
+    assert _err(EXPLICIT) == (
+        "f.yaml:11: hosts: the fabric has 2 host NICs, above the limit of 1 (test)"
+    )
+
+
+def test_bounds_keep_every_state_the_controller_builds_in_its_proto_fields() -> None:
+    """The longest cable at the fastest speed with the largest occupancy: every switch's
+    DesiredState serializes (the old loader took lengths whose headroom overflowed uint64)."""
+    text = EXPLICIT.replace("400G", "800G").replace("length_m: 30", "length_m: 10000")
+    text = text.replace(
+        "rails: 2", "rails: 2\nqos: {mtu_bytes: 9216, overrides: {cell_occupancy: 8}}"
+    )
+    fabric = load_fabric_text(text, "f.yaml")
+    planner = CorePlanner(fabric)
+    for info in planner.switches():
+        assert planner.full_state(info.name).SerializeToString()
+
+
+def test_overrides_round_trip_as_integers() -> None:
+    text = EXPLICIT.replace("rails: 2", "rails: 2\nqos: {overrides: {ecn_kmin_bytes: 5000}}")
+    fabric = load_fabric_text(text, "f.yaml")
+    assert fabric.qos.overrides == (("ecn_kmin_bytes", 5000),)
+    assert load_fabric_text(to_explicit_yaml(fabric), "again.yaml") == fabric
