@@ -6,7 +6,7 @@ STAMP := $(VENV)/.setup-done
 GEN_DIR := railfabric/v1
 PROTOS := $(wildcard proto/railfabric/v1/*.proto)
 
-.PHONY: setup demo test test-deep lint typecheck pytest proto proto-check clean p4
+.PHONY: setup demo test test-deep test-stress lint typecheck pytest proto proto-check clean p4
 
 setup: $(STAMP)
 
@@ -33,6 +33,23 @@ pytest: setup
 # The decision core's model-based tests at ten times CI's size (20,000 examples of 100 steps).
 test-deep: setup
 	HYPOTHESIS_PROFILE=deep $(VENV)/bin/pytest -p no:cacheprovider tests/unit/core/test_machine_model.py
+
+# `make test` 3 times in a row beside two busy loops (~30 minutes): a test that needs an idle
+# machine fails here. The loops are always killed, and any failed run fails the target.
+# (Not $(MAKE) in the recipe itself: that would run it, busy loops and all, under `make -n`.)
+STRESS_RUNS := 3
+STRESS_MAKE = $(MAKE) --no-print-directory
+test-stress: setup
+	@yes > /dev/null & hog1=$$!; yes > /dev/null & hog2=$$!; \
+	trap 'kill $$hog1 $$hog2 2>/dev/null; wait $$hog1 $$hog2 2>/dev/null' EXIT; \
+	trap 'exit 130' INT TERM; \
+	failed=0; \
+	for run in $$(seq 1 $(STRESS_RUNS)); do \
+	  echo "test-stress: run $$run of $(STRESS_RUNS) beside busy loops $$hog1 $$hog2"; \
+	  $(STRESS_MAKE) test || { failed=$$((failed + 1)); echo "test-stress: run $$run FAILED" >&2; }; \
+	done; \
+	if [ $$failed -ne 0 ]; then echo "test-stress: $$failed of $(STRESS_RUNS) runs failed" >&2; exit 1; fi; \
+	echo "test-stress: all $(STRESS_RUNS) runs passed"
 
 # Regenerate the railfabric.v1 stubs from proto/ (committed; proto-check keeps them honest).
 proto: setup

@@ -1,7 +1,9 @@
-"""What scenarios share: the budget, NIC choices, waiting on the controller."""
+"""What scenarios share: the budget, NIC choices, waiting on the controller, and the sample
+behind a loss or delivery figure."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,3 +70,59 @@ def wait_for(
         if time.monotonic() >= deadline:
             raise LabError(f"timed out after {timeout_s:g} s waiting for {what}")
         time.sleep(every_s)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The datagrams a loss or delivery figure was computed from: `sent`, and `received` of
+    those. A figure from an empty sample (nothing sent) or a broken one (more received than
+    sent) is a failure, never a pass: see `sample_problem`."""
+
+    sent: int
+    received: int
+
+    @property
+    def lost(self) -> int:
+        return self.sent - self.received
+
+    @property
+    def empty(self) -> bool:
+        return self.sent <= 0
+
+    @property
+    def broken(self) -> bool:
+        return not 0 <= self.received <= self.sent
+
+    @property
+    def delivered(self) -> float:
+        """Fraction received; NaN for an empty or broken sample."""
+        return math.nan if self.empty or self.broken else self.received / self.sent
+
+    def __add__(self, other: Sample) -> Sample:
+        return Sample(self.sent + other.sent, self.received + other.received)
+
+    def __sub__(self, other: Sample) -> Sample:
+        return Sample(self.sent - other.sent, self.received - other.received)
+
+    def __str__(self) -> str:
+        """'received/sent', e.g. 57,988/58,000."""
+        return f"{self.received:,}/{self.sent:,}"
+
+
+def sample_problem(
+    what: str, sample: Sample, min_delivered: float | None = None, where: str = ""
+) -> str | None:
+    """Why a figure about `what` (`where`) computed from `sample` cannot pass, None when it
+    may: the sample is empty or broken, or (with `min_delivered`) delivered less than that,
+    e.g. 'probe delivered 12/58,000 datagrams outside the cut windows (0.0%); need >= 95%'."""
+    place = f" {where}" if where else ""
+    if sample.broken:
+        return f"{what}{place}: broken sample ({sample} datagrams received/sent)"
+    if sample.empty:
+        return f"{what}{place}: empty sample (no datagram)"
+    if min_delivered is not None and not sample.delivered >= min_delivered:
+        return (
+            f"{what} delivered {sample} datagrams{place} ({100 * sample.delivered:.1f}%); "
+            f"need >= {min_delivered:.0%}"
+        )
+    return None

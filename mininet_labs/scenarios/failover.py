@@ -8,22 +8,36 @@ the cable, waits for the link to return to routing, and repeats.
 
 The loss window of a cut is measured from the probe's own timestamps: for each run of lost
 sequence numbers, the send-time distance between the datagrams received on either side, less
-one probe interval. The controller's CONVERGED event for the link gives the breakdown in its
-typed ConvergenceFigures: detection (cut -> agent saw carrier loss), report, recomputation,
-push and applied; the PORT_DOWN event of the repairing switch's port gives its local repair
-time (carrier event -> committed P4Runtime Write, PortChange.local_repair_ns as the agent
-reported it). No figure is read back from text."""
+one probe interval. Every loss figure comes with its sample, the datagrams it was computed
+from (sent, and received of those), and a figure from an empty or broken sample fails the
+scenario; so does a probe that delivered less than MIN_DELIVERY outside the cut windows (a
+target that forwards nothing loses no time "at the cuts"). The controller's CONVERGED event
+for the link gives the breakdown in its typed ConvergenceFigures: detection (cut -> agent saw
+carrier loss), report, recomputation, push and applied; the PORT_DOWN event of the repairing
+switch's port gives its local repair time (carrier event -> committed P4Runtime Write,
+PortChange.local_repair_ns as the agent reported it). No figure is read back from text."""
 
 from __future__ import annotations
 
+import bisect
 import itertools
+import math
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from mininet_labs.lab import Lab, Sender
 from mininet_labs.netlinks import LabError
 from mininet_labs.report import Result, Table, fmt, percentile
-from mininet_labs.scenarios.common import Budget, flow, nics_on, tor_pair, wait_for
+from mininet_labs.scenarios.common import (
+    Budget,
+    Sample,
+    flow,
+    nics_on,
+    sample_problem,
+    tor_pair,
+    wait_for,
+)
 from mininet_labs.traffic import FlowSpec, Packet
 from railfabric.v1 import admin_pb2
 
@@ -31,6 +45,7 @@ LOCAL_TARGET_MS = 50.0
 REMOTE_TARGET_MS = 250.0
 SETTLE_S = 0.4  # steady traffic on the new path after convergence, before the restore
 CUT_LEAD_NS = 50_000_000
+MIN_DELIVERY = 0.95  # of the probe, outside the cut windows
 
 
 @dataclass(frozen=True)
@@ -50,6 +65,33 @@ class Convergence:
         return self.wall_ns - int(self.total_ms * 1e6)
 
 
+@dataclass(frozen=True)
+class Window:
+    """What the probe did in one span of send time. A run of lost datagrams counts in the
+    window where the last datagram before it was sent (so in one window only); `sample` is
+    the datagrams received in the window plus those runs."""
+
+    loss_ms: float  # NaN: empty or broken sample
+    sample: Sample
+
+    @property
+    def lost(self) -> int:
+        return self.sample.lost
+
+
+NO_WINDOW = Window(math.nan, Sample(0, 0))
+
+
+@dataclass(frozen=True)
+class Probe:
+    """The whole probe: every datagram sent, and those outside the cut windows."""
+
+    total: Sample
+    outside: Sample
+    broken: str | None = None  # why the receiver's records cannot be trusted
+    duplicates: int = 0
+
+
 @dataclass
 class Cut:
     kind: str  # "local" | "remote"
@@ -63,9 +105,16 @@ class Cut:
     down: Convergence | None = None
     up: Convergence | None = None
     local_repair_ms: float = float("nan")
-    loss_ms: float = float("nan")
-    restore_loss_ms: float = float("nan")
-    lost: int = 0
+    window: Window = field(default=NO_WINDOW)  # from CUT_LEAD_NS before the cut to the restore
+    restore: Window = field(default=NO_WINDOW)  # from the restore to the next cut window
+
+    @property
+    def loss_ms(self) -> float:
+        return self.window.loss_ms
+
+    @property
+    def restore_loss_ms(self) -> float:
+        return self.restore.loss_ms
 
 
 def _converged_after(lab: Lab, link: str, usable: bool, after_wall_ns: int) -> Convergence | None:
@@ -152,16 +201,88 @@ def _one_cut(lab: Lab, probe: FlowSpec, kind: str, switch: str, port: int) -> Cu
     return cut
 
 
-def _loss(packets: list[Packet], start_ns: int, end_ns: int, interval_ns: int) -> tuple[float, int]:
-    """(ms of lost send time, datagrams lost) for gaps whose last datagram before the gap was
-    sent in [start_ns, end_ns)."""
-    lost_ns, lost = 0, 0
-    for before, after in itertools.pairwise(packets):
-        gap = after.seq - before.seq - 1
-        if gap > 0 and start_ns <= before.sent_ns < end_ns:
-            lost += gap
-            lost_ns += max(0, after.sent_ns - before.sent_ns - interval_ns)
-    return lost_ns / 1e6, lost
+def windows(
+    packets: Sequence[Packet], sent: int, spans: Sequence[tuple[int, int]], interval_ns: int
+) -> tuple[list[Window], Probe]:
+    """The probe's figures in each of the disjoint, ordered send-time `spans` [start, end)
+    from the receiver's records of one flow and the number of datagrams the sender reports
+    `sent` (sequence numbers 0 .. sent-1). Datagrams lost after the last one received count
+    where it was sent, one interval each; those lost before the first one received, where
+    the first was sent less the intervals. `Probe.outside` is what no span holds."""
+    by_seq: dict[int, Packet] = {}
+    for p in packets:
+        by_seq.setdefault(p.seq, p)
+    got = [by_seq[seq] for seq in sorted(by_seq)]
+    duplicates = len(packets) - len(got)
+    if got and got[-1].seq == sent:
+        sent += 1  # the sender was stopped between sending its last datagram and counting it
+    broken = None
+    if got and got[-1].seq >= sent:
+        broken = f"datagram #{got[-1].seq} received, but the sender reports {sent:,} sent"
+    elif any(b.sent_ns < a.sent_ns for a, b in itertools.pairwise(got)):
+        broken = "send stamps do not grow with sequence numbers"
+    if broken is not None:
+        empty = [NO_WINDOW for _ in spans]
+        return empty, Probe(Sample(sent, len(got)), Sample(0, 0), broken, duplicates)
+    starts = [start for start, _ in spans]
+
+    def span_of(sent_ns: int) -> int:
+        """Index of the span holding `sent_ns`, -1 for none."""
+        i = bisect.bisect_right(starts, sent_ns) - 1
+        return i if i >= 0 and sent_ns < spans[i][1] else -1
+
+    n = len(spans) + 1  # the last slot: outside every span
+    received, lost, lost_ns = [0] * n, [0] * n, [0] * n
+    for p in got:
+        received[span_of(p.sent_ns)] += 1
+    runs: list[tuple[int, int, int]] = []  # (send time the run counts at, datagrams, ns)
+    if got:
+        first, last = got[0], got[-1]
+        if first.seq:
+            runs.append(
+                (first.sent_ns - first.seq * interval_ns, first.seq, first.seq * interval_ns)
+            )
+        for before, after in itertools.pairwise(got):
+            gap = after.seq - before.seq - 1
+            if gap > 0:
+                runs.append(
+                    (before.sent_ns, gap, max(0, after.sent_ns - before.sent_ns - interval_ns))
+                )
+        if sent - 1 > last.seq:
+            tail = sent - 1 - last.seq
+            runs.append((last.sent_ns, tail, tail * interval_ns))
+    else:
+        lost[-1] = sent  # nothing arrived: when it was sent is unknown, so no span holds it
+    for at_ns, count, ns in runs:
+        i = span_of(at_ns)
+        lost[i] += count
+        lost_ns[i] += ns
+    result = []
+    for i in range(len(spans)):
+        sample = Sample(received[i] + lost[i], received[i])
+        result.append(Window(math.nan if sample.empty else lost_ns[i] / 1e6, sample))
+    outside = Sample(received[-1] + lost[-1], received[-1])
+    return result, Probe(Sample(sent, len(got)), outside, None, duplicates)
+
+
+def measure(cuts: Sequence[Cut], packets: Sequence[Packet], sent: int, interval_ns: int) -> Probe:
+    """Fill in each cut's windows from the probe's records; the whole probe and what it did
+    outside the cut windows. Windows are disjoint, so a gap counts once: a cut's window opens
+    CUT_LEAD_NS before it (datagrams queued behind a cable when it is cut are lost with it)
+    and closes the previous restore's window there."""
+    spans: list[tuple[int, int]] = []
+    for i, c in enumerate(cuts):
+        end = c.end_mono_ns
+        if i + 1 < len(cuts):
+            end = min(end, cuts[i + 1].cut_mono_ns - CUT_LEAD_NS)
+        spans += [(c.cut_mono_ns - CUT_LEAD_NS, c.restore_mono_ns), (c.restore_mono_ns, end)]
+    result, probe = windows(packets, sent, spans, interval_ns)
+    for i, c in enumerate(cuts):
+        c.window, c.restore = result[2 * i], result[2 * i + 1]
+    if probe.broken is not None:
+        return probe
+    in_cuts = sum((c.window.sample for c in cuts), Sample(0, 0))
+    return Probe(probe.total, probe.total - in_cuts, None, probe.duplicates)
 
 
 def run(lab: Lab, budget: Budget) -> Result:
@@ -188,24 +309,17 @@ def run(lab: Lab, budget: Budget) -> Result:
         finally:
             summary = lab.stop_sender(sender)
             time.sleep(0.2)
-    packets = sorted((p for p in lab.records(out) if p.flow == 0), key=lambda p: p.seq)
-    # Windows are disjoint, so a gap counts once: a cut's window opens CUT_LEAD_NS before it
-    # (datagrams queued behind a cable when it is cut are lost with it) and closes the
-    # previous restore's window there.
-    for i, c in enumerate(cuts):
-        c.loss_ms, c.lost = _loss(
-            packets, c.cut_mono_ns - CUT_LEAD_NS, c.restore_mono_ns, interval_ns
-        )
-        end = c.end_mono_ns
-        if i + 1 < len(cuts):
-            end = min(end, cuts[i + 1].cut_mono_ns - CUT_LEAD_NS)
-        c.restore_loss_ms, _ = _loss(packets, c.restore_mono_ns, end, interval_ns)
-    return _result(lab, cuts, budget, summary, len(packets))
+    packets = [p for p in lab.records(out) if p.flow == probe.flow]
+    sent = summary.get("sent")
+    sent_n = int(sent.get(str(probe.flow), 0)) if isinstance(sent, dict) else 0
+    return judge(cuts, measure(cuts, packets, sent_n, interval_ns), budget)
 
 
-def _result(
-    lab: Lab, cuts: list[Cut], budget: Budget, summary: dict[str, object], received: int
-) -> Result:
+def judge(cuts: Sequence[Cut], probe: Probe, budget: Budget) -> Result:
+    """The verdict and report from measured cuts (see `measure`). Every loss figure comes
+    with its sample (datagrams sent / received) in its row and in the metrics; a figure
+    from an empty or broken sample, or a probe that delivered less than MIN_DELIVERY
+    outside the cut windows, fails."""
     rows = []
     nan = float("nan")
     for i, c in enumerate(cuts, start=1):
@@ -222,39 +336,60 @@ def _result(
             if d
             else (nan, nan, nan, nan, nan, nan)
         )
+        w, r = c.window.sample, c.restore.sample
         rows.append(
             (
-                str(i), c.kind, c.link, fmt(c.loss_ms), fmt(c.restore_loss_ms), fmt(detection),
+                str(i), c.kind, c.link, fmt(c.loss_ms), f"{w.sent:,}", f"{w.received:,}",
+                fmt(c.restore_loss_ms), f"{r.sent:,}", f"{r.received:,}", fmt(detection),
                 fmt(c.local_repair_ms, 2), fmt(report), fmt(compute, 2), fmt(push), fmt(apply),
                 fmt(total),
             )
         )  # fmt: skip
     table = Table(
         (
-            "#", "cut", "link", "loss ms", "restore loss ms", "detect ms", "local repair ms",
-            "report ms", "recompute ms", "push ms", "applied ms", "converged ms",
+            "#", "cut", "link", "loss ms", "sent", "received", "restore loss ms",
+            "restore sent", "restore received", "detect ms", "local repair ms", "report ms",
+            "recompute ms", "push ms", "applied ms", "converged ms",
         ),
         tuple(rows),
     )  # fmt: skip
 
-    def values(kind: str, attr: str) -> list[float]:
-        return [getattr(c, attr) for c in cuts if c.kind == kind]
+    def measured(windows: list[Window]) -> tuple[list[float], Sample]:
+        """The figures of the windows with a sample, and all their samples together."""
+        figures = [w.loss_ms for w in windows if not w.sample.empty]
+        return figures, sum((w.sample for w in windows), Sample(0, 0))
 
-    local_loss, remote_loss = values("local", "loss_ms"), values("remote", "loss_ms")
+    local_loss, local_sample = measured([c.window for c in cuts if c.kind == "local"])
+    remote_loss, remote_sample = measured([c.window for c in cuts if c.kind == "remote"])
+    restore_loss, restore_sample = measured([c.restore for c in cuts])
     conv = [c.down.total_ms for c in cuts if c.down]
     detect = [(c.down.event_wall_ns - c.cut_wall_ns) / 1e6 for c in cuts if c.down]
     repair = [c.local_repair_ms for c in cuts if c.local_repair_ms == c.local_repair_ms]
-    sent = summary["sent"]
+    outside = probe.outside
+    empty = sum(w.sample.empty for c in cuts for w in (c.window, c.restore))
     metrics: dict[str, float | int | str] = {
         "repetitions": budget.failover_reps,
+        "cuts": len(cuts),
+        "cuts_converged": len(conv),
         "probe_pps": budget.probe_pps,
-        "probe_sent": sum(int(n) for n in sent.values()) if isinstance(sent, dict) else 0,
-        "probe_received": received,
+        "probe_sent": probe.total.sent,
+        "probe_received": probe.total.received,
+        "probe_duplicates": probe.duplicates,
+        "outside_cuts_sent": outside.sent,
+        "outside_cuts_received": outside.received,
+        "outside_cuts_delivered_pct": 100 * outside.delivered,
+        "windows_with_empty_sample": empty,
         "local_loss_ms_p50": percentile(local_loss, 50),
         "local_loss_ms_p99": percentile(local_loss, 99),
+        "local_loss_sent": local_sample.sent,
+        "local_loss_received": local_sample.received,
         "remote_loss_ms_p50": percentile(remote_loss, 50),
         "remote_loss_ms_p99": percentile(remote_loss, 99),
-        "restore_loss_ms_p99": percentile([c.restore_loss_ms for c in cuts], 99),
+        "remote_loss_sent": remote_sample.sent,
+        "remote_loss_received": remote_sample.received,
+        "restore_loss_ms_p99": percentile(restore_loss, 99),
+        "restore_loss_sent": restore_sample.sent,
+        "restore_loss_received": restore_sample.received,
         "convergence_ms_p50": percentile(conv, 50),
         "convergence_ms_p99": percentile(conv, 99),
         "detection_ms_p50": percentile(detect, 50),
@@ -268,18 +403,36 @@ def _result(
     }
     metrics = {k: round(v, 3) if isinstance(v, float) else v for k, v in metrics.items()}
     lp99, rp99 = percentile(local_loss, 99), percentile(remote_loss, 99)
-    problems = []
-    if not lp99 <= LOCAL_TARGET_MS:
+    problems: list[str] = []
+    if probe.broken is not None:
+        problems.append(f"the probe's records are broken: {probe.broken}")
+    else:
+        if not cuts:
+            problems.append("no cut was made")
+        for where, unmeasured in (
+            ("window", [i for i, c in enumerate(cuts, 1) if c.window.sample.empty]),
+            ("restore window", [i for i, c in enumerate(cuts, 1) if c.restore.sample.empty]),
+        ):
+            if unmeasured:
+                which = ", ".join(map(str, unmeasured))
+                cut = "cuts" if len(unmeasured) > 1 else "cut"
+                problems.append(f"empty sample (no probe datagram) in the {where} of {cut} {which}")
+        delivery = sample_problem("probe", outside, MIN_DELIVERY, where="outside the cut windows")
+        if delivery:
+            problems.append(delivery)
+    if local_loss and not lp99 <= LOCAL_TARGET_MS:
         problems.append(f"local loss p99 {fmt(lp99)} ms > {LOCAL_TARGET_MS:g} ms")
-    if not rp99 <= REMOTE_TARGET_MS:
+    if remote_loss and not rp99 <= REMOTE_TARGET_MS:
         problems.append(f"remote loss p99 {fmt(rp99)} ms > {REMOTE_TARGET_MS:g} ms")
     if len(conv) != len(cuts):
         problems.append(f"{len(cuts) - len(conv)} cuts without a convergence event")
     reason = (
         f"{len(cuts)} cuts at {budget.probe_pps} pps: loss p99 local {fmt(lp99)} ms "
-        f"(<= {LOCAL_TARGET_MS:g}), remote {fmt(rp99)} ms (<= {REMOTE_TARGET_MS:g}); "
-        f"convergence p99 {fmt(percentile(conv, 99))} ms; loss when links return p99 "
-        f"{fmt(percentile([c.restore_loss_ms for c in cuts], 99))} ms"
+        f"(<= {LOCAL_TARGET_MS:g}; {local_sample} datagrams received/sent), remote "
+        f"{fmt(rp99)} ms (<= {REMOTE_TARGET_MS:g}; {remote_sample}); convergence p99 "
+        f"{fmt(percentile(conv, 99))} ms; loss when links return p99 "
+        f"{fmt(percentile(restore_loss, 99))} ms ({restore_sample}); outside the cut "
+        f"windows {outside} delivered ({fmt(100 * outside.delivered)}%)"
     )
     if problems:
         reason += "; " + "; ".join(problems)

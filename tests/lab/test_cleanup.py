@@ -90,7 +90,7 @@ def test_a_killed_run_is_cleaned_up_by_its_reaper() -> None:
     proc, tag = _start_run()
     proc.kill()  # SIGKILL: no teardown at all
     proc.communicate(timeout=30)
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 60  # an outcome bound, not a figure: even on a busy machine
     while leftovers(tag) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert leftovers(tag) == []
@@ -111,7 +111,7 @@ def test_clean_removes_what_a_killed_lab_left() -> None:
         removed = clean(tag)
         # Deleting the namespace deletes the veth pair with it.
         assert f"netns {ns}" in removed and f"process {stray.pid}" in removed
-        assert stray.wait(timeout=5) != 0
+        assert stray.wait(timeout=30) != 0
         assert leftovers(tag) == []
     finally:
         if stray.poll() is None:

@@ -1,5 +1,5 @@
-"""Pure parts of the labs: the topology plan, the loss-window arithmetic, percentiles and the
-traffic tools' flow format. No namespaces, no processes."""
+"""Pure parts of the labs: the topology plan, percentiles and the traffic tools' flow format
+(the loss-window arithmetic: test_judging.py). No namespaces, no processes."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ from mininet_labs.lab import LAB_LINK_SPEED_MBPS, lab_fabric
 from mininet_labs.netlinks import TAG_RE, Names, new_tag
 from mininet_labs.processes import REPO
 from mininet_labs.report import percentile
-from mininet_labs.scenarios.failover import _loss
 from mininet_labs.topology import LabTopology
-from mininet_labs.traffic import FlowSpec, Packet
+from mininet_labs.traffic import FlowSpec
 
 pytestmark = pytest.mark.unit
 
@@ -44,19 +43,6 @@ def test_lab_fabric_only_changes_link_speeds() -> None:
         (n.ipv4, n.mac, n.switch, n.port) for n in original.nics
     ]
     assert [ln.key for ln in FABRIC.links] == [ln.key for ln in original.links]
-
-
-def _packets(seqs: list[int], interval_ns: int = 1_000_000) -> list[Packet]:
-    return [Packet(0, s, s * interval_ns, s * interval_ns + 50_000, 0) for s in seqs]
-
-
-def test_loss_window_is_the_lost_send_time() -> None:
-    # 1 ms probe; datagrams 10..29 lost (20 ms), later 50..51 lost (2 ms).
-    packets = _packets([*range(10), *range(30, 50), *range(52, 60)])
-    assert _loss(packets, 0, 40_000_000, 1_000_000) == (20.0, 20)
-    assert _loss(packets, 40_000_000, 60_000_000, 1_000_000) == (2.0, 2)
-    assert _loss(packets, 0, 60_000_000, 1_000_000) == (22.0, 22)
-    assert _loss(_packets(list(range(100))), 0, 10**9, 1_000_000) == (0.0, 0)
 
 
 def test_percentile_nearest_rank() -> None:

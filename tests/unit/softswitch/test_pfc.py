@@ -1,11 +1,15 @@
 """PFC in the traffic manager: 802.1Qbb PAUSE frames (softswitch/pfc.py), pausing upstream
 above xoff and resuming at xon, honouring received PAUSEs per priority, the watchdog, and a
-2->1 incast kept lossless by PFC that drops without it. Simulated time only."""
+2->1 incast kept lossless by PFC that drops without it, and the integration test's incast
+(tests/integration/softswitch/test_qos.py) with the slack its numbers leave. Simulated time
+only."""
 
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
+from dataclasses import dataclass
 
 import pytest
 from scapy.layers.inet import IP, UDP
@@ -13,12 +17,14 @@ from scapy.layers.l2 import Ether
 
 from softswitch import pfc
 from softswitch.tm import (
+    DEFAULT_WATCHDOG,
     PauseVerdict,
     StormAction,
     TrafficManager,
     Verdict,
     WatchdogConfig,
 )
+from tests.integration.softswitch import test_qos as qos
 
 pytestmark = pytest.mark.unit
 
@@ -302,6 +308,108 @@ def test_the_same_incast_without_pfc_drops() -> None:
     assert dropped > 0
     assert pauses == 0
     assert delivered + dropped == 1200
+
+
+@dataclass
+class PacedIncast:
+    delivered: int
+    dropped: int  # by the congested switch
+    upstream_dropped: int  # by the senders' switches (a watchdog storm drops what they hold)
+    storms: int
+    longest_pause_ns: int  # at the senders' switches
+
+
+def paced_incast(*, pfc_on: bool, sender_bps: int, lag_ns: int = 0) -> PacedIncast:
+    """tests/integration/softswitch/test_qos.py's incast in simulated time, with the default
+    watchdog: each sender's switch (one upstream TM, ports 1 and 2 at `sender_bps`) holds its
+    burst of jumbo frames and paces it into the congested switch C, whose port 3 runs at
+    CONGESTED_RATE_MBPS. `lag_ns`: C reads each frame that long after it was sent (a switch
+    behind its senders), so its PAUSE leaves that much later."""
+    upstream = TrafficManager(seed=1)
+    switch = TrafficManager(seed=2)
+    congested = int(qos.CONGESTED_RATE_MBPS * 1e6)
+    for port in (1, 2):
+        upstream.add_port(port, mac=mac(0x20 + port), rate_bps=sender_bps)
+        switch.add_port(port, mac=mac(port), rate_bps=congested)
+        if pfc_on:
+            switch.configure_pfc(port, ROCE_TC, xoff=qos.XOFF, xon=qos.XON)
+    switch.add_port(3, mac=mac(3), rate_bps=congested)
+    for i in range(qos.PFC_FRAMES):
+        for port in (1, 2):
+            raw = frame(qos.PFC_FRAME, tag=port * 1000 + i)
+            assert upstream.enqueue(0, port, ROCE_TC, raw, None).accepted
+    in_flight: collections.deque[tuple[int, int, bytes]] = collections.deque()
+    paused_at: dict[int, int] = {}
+    longest = delivered = dropped = 0
+    now = 0
+
+    def pause(port: int, raw: bytes) -> None:
+        nonlocal longest
+        assert upstream.on_pause_frame(now, port, raw) is PauseVerdict.APPLIED
+        if pfc.parse_pause_frame(raw).quanta[ROCE_TC]:
+            paused_at.setdefault(port, now)
+        elif port in paused_at:
+            longest = max(longest, now - paused_at.pop(port))
+
+    while True:
+        while in_flight and in_flight[0][0] <= now:
+            _, port, raw = in_flight.popleft()
+            result = switch.enqueue(now, 3, ROCE_TC, raw, ingress_port=port)
+            dropped += not result.accepted
+            for pause_port, pause_frame in result.control:
+                pause(pause_port, pause_frame)
+        for port, raw in upstream.next_departure(now):
+            in_flight.append((now + lag_ns, port, raw))
+        for port, raw in switch.next_departure(now):
+            if port == 3:
+                delivered += 1
+            else:
+                pause(port, raw)
+        times = [t for t in (upstream.next_event_ns(), switch.next_event_ns()) if t is not None]
+        if in_flight:
+            times.append(in_flight[0][0])
+        if not times:
+            break
+        now = max(now, min(times))
+    for started in paused_at.values():
+        longest = max(longest, now - started)
+    counters = [upstream.port_counters(port) for port in (1, 2)]
+    return PacedIncast(
+        delivered,
+        dropped,
+        sum(c.storm_drops + c.tail_drops for c in counters),
+        sum(c.storms for c in counters),
+        longest,
+    )
+
+
+SENDER_BPS = int(qos.SENDER_RATE_MBPS * 1e6)
+BURST = 2 * qos.PFC_FRAMES
+
+
+@pytest.mark.parametrize("share", [1.0, 0.5])  # it stops dropping at ~40 %
+def test_the_integration_incast_drops_without_pfc_even_at_half_the_sender_rate(
+    share: float,
+) -> None:
+    """The integration test's congestion is arithmetic: it drops even if the senders'
+    switches reach only half their rate."""
+    r = paced_incast(pfc_on=False, sender_bps=int(SENDER_BPS * share))
+    assert r.dropped > 0
+    assert r.delivered + r.dropped == BURST
+    assert r.upstream_dropped == 0
+
+
+@pytest.mark.parametrize("lag_ms", [0, 20])
+def test_the_integration_incast_with_pfc_stays_lossless_with_a_lagging_switch(
+    lag_ms: int,
+) -> None:
+    """With PFC, pauses end far within the 200 ms watchdog and the buffer holds the
+    overshoot, even with the congested switch 20 ms behind its senders."""
+    r = paced_incast(pfc_on=True, sender_bps=SENDER_BPS, lag_ns=lag_ms * MS)
+    assert (r.delivered, r.dropped, r.upstream_dropped, r.storms) == (BURST, 0, 0, 0)
+    assert 0 < r.longest_pause_ns < DEFAULT_WATCHDOG.detect_ns
+    if lag_ms == 0:
+        assert r.longest_pause_ns < DEFAULT_WATCHDOG.detect_ns // 4  # ~33 ms
 
 
 # --- watchdog ---------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """The traffic manager's queues: strict priority for CNP, DRR among the rest, port rate,
-tail drop and ECN marking (softswitch/tm.py, softswitch/ecn.py). Simulated time only."""
+tail drop and ECN marking (softswitch/tm.py, softswitch/ecn.py), and the integration test's
+ECN incast with the slack its numbers leave. Simulated time only."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from scapy.layers.l2 import Dot1Q, Ether
 
 from softswitch import ecn
 from softswitch.tm import TC_CNP, TrafficManager, Verdict
+from tests.integration.softswitch import test_qos as qos
 
 pytestmark = pytest.mark.unit
 
@@ -324,3 +326,37 @@ def test_ce_mark_checksum_is_right_for_any_ipv4_header(
     claimed = marked.chksum
     marked.chksum = None
     assert IP(bytes(marked)).chksum == claimed
+
+
+# --- the integration test's ECN incast ------------------------------------------------------
+
+
+def integration_ecn(arrival_gap_ns: int, frames: int) -> tuple[int, int]:
+    """tests/integration/softswitch/test_qos.py's ECN port in simulated time: `frames` ECT(0)
+    frames of 1400 bytes reaching the switch `arrival_gap_ns` apart; (marked, dropped)."""
+    tm = TrafficManager(seed=0)
+    tm.add_port(3, mac=mac(3), rate_bps=int(qos.ECN_RATE_MBPS * 1e6))
+    tm.configure_ecn(3, 0, qos.ECN_KMIN, qos.ECN_KMAX, qos.ECN_PMAX)
+    marked = dropped = 0
+    for i in range(frames):
+        now = i * arrival_gap_ns
+        result = tm.enqueue(now, 3, 0, frame(1400, tos=ECT0, tag=i), None)
+        marked += result.ce_marked
+        dropped += not result.accepted
+        tm.next_departure(now)
+    return marked, dropped
+
+
+def test_the_integration_ecn_burst_marks_even_on_a_slow_switch() -> None:
+    """Its burst marks enough frames even if the switch forwards only 250 frames/s (a loaded
+    Python switch does thousands), and drops none."""
+    marked, dropped = integration_ecn(1_000_000_000 // 250, 2 * qos.ECN_FRAMES)
+    assert marked > 2 * qos.ECN_MIN_MARKS
+    assert dropped == 0
+    assert integration_ecn(0, 2 * qos.ECN_FRAMES)[1] == 0  # all at once: still no drop
+
+
+def test_the_integration_ecn_calm_frames_are_never_marked() -> None:
+    gap_ns = int(qos.ECN_CALM_GAP_S * 1e9)
+    assert integration_ecn(gap_ns, qos.ECN_CALM_FRAMES) == (0, 0)
+    assert integration_ecn(gap_ns // 2, qos.ECN_CALM_FRAMES) == (0, 0)  # woken twice as fast

@@ -1,0 +1,152 @@
+"""Every scenario that reports a loss or delivery figure fails on a target that forwarded
+nothing, and on a budget that sent nothing: a figure from an empty sample is a failure, never
+a pass. A stand-in lab (no namespaces, no processes): every send succeeds and every uplink
+counter moves as predicted, but no datagram reaches a receiver. (failover: test_judging.py.)"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from controller.fabric import ipv4_str
+from controller.intent import load_fabric
+from mininet_labs.lab import LabOptions, lab_fabric
+from mininet_labs.netlinks import Names, new_tag
+from mininet_labs.processes import REPO
+from mininet_labs.report import Result
+from mininet_labs.scenarios import SCENARIOS, Budget
+from mininet_labs.topology import LabTopology
+from mininet_labs.traffic import FlowSpec, Packet
+from railfabric.v1 import admin_pb2
+
+pytestmark = pytest.mark.unit
+
+LAB_FABRIC = REPO / "examples" / "lab-2rail.yaml"
+COUNTER_NAMES = ("tx_packets", "rx_packets", "drops", "ecn_marks", "pfc_pause_tx", "pfc_pause_rx")
+
+
+class DeadTarget:
+    """The parts of `Lab` the reachability, ecmp, ecn and pfc scenarios use."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.fabric = lab_fabric(load_fabric(LAB_FABRIC))
+        self.topology = LabTopology(self.fabric, Names(new_tag()))
+        self.options = LabOptions()
+        self.target = SimpleNamespace(kind="softswitch")
+        self.run_dir = run_dir
+        self.tx: Counter[tuple[str, int]] = Counter()
+        self.nic_at = {ipv4_str(n.ipv4): n for n in self.fabric.nics}
+
+    def _uplinks(self, switch: str) -> list[int]:
+        return sorted(
+            port
+            for c in self.topology.cables.values()
+            for sw, port in ((c.link.a, c.link.a_port), (c.link.b, c.link.b_port))
+            if sw == switch
+        )
+
+    def predict(self, flow: FlowSpec) -> admin_pb2.PredictPathResponse:
+        src, dst = self.nic_at[flow.src], self.nic_at[flow.dst]
+        uplinks = self._uplinks(src.switch)
+        up = uplinks[flow.sport % len(uplinks)]
+        link = self.topology.cable(src.switch, up).link
+        spine, spine_port = (link.b, link.b_port) if link.a == src.switch else (link.a, link.a_port)
+        hop = admin_pb2.PathHop
+        return admin_pb2.PredictPathResponse(
+            hops=[
+                hop(switch_name=src.switch, ingress_port=src.port, egress_port=up),
+                hop(switch_name=spine, ingress_port=spine_port, egress_port=9),
+                hop(switch_name=dst.switch, ingress_port=9, egress_port=dst.port),
+            ],
+            delivered_to=dst.full_name,
+        )
+
+    def counters(self, switch: str, ports: Sequence[int]) -> dict[int, dict[str, int]]:
+        return {
+            p: {**dict.fromkeys(COUNTER_NAMES, 0), "tx_packets": self.tx[switch, p]} for p in ports
+        }
+
+    def counters_at(
+        self, ports: Sequence[tuple[str, int]]
+    ) -> dict[tuple[str, int], dict[str, int]]:
+        return {(sw, p): self.counters(sw, [p])[p] for sw, p in ports}
+
+    @contextlib.contextmanager
+    def receiver(self, host: str, name: str) -> Iterator[Path]:
+        yield self.run_dir / f"{name}.bin"
+
+    def records(self, path: Path) -> list[Packet]:
+        return []  # nothing arrived
+
+    def start_sender(
+        self,
+        host: str,
+        name: str,
+        flows: Sequence[FlowSpec],
+        *,
+        rate_pps: float,
+        count: int = 0,
+        duration_s: float = 0.0,
+        size: int = 64,
+        pfc_iface: str | None = None,
+    ) -> dict[str, Any]:
+        each = count or int(rate_pps * duration_s / len(flows))
+        sent = {str(f.flow): each for f in flows}
+        return {"sent": sent, "errors": 0, "pauses": 0, "resumes": 0, "paused_ms": 0.0}
+
+    def finish_sender(self, sender: dict[str, Any], timeout_s: float = 120) -> dict[str, Any]:
+        return sender
+
+    stop_sender = finish_sender
+
+    @contextlib.contextmanager
+    def burster(self, host: str, name: str, rate_pps: float = 2000) -> Iterator[DeadTarget]:
+        yield self
+
+    def send(self, flow: FlowSpec, count: int) -> int:
+        """The burster: the frames leave on the predicted uplink, and go nowhere."""
+        first = self.predict(flow).hops[0]
+        self.tx[first.switch_name, first.egress_port] += count
+        return count
+
+    def wait_converged(self, timeout_s: float) -> None:
+        pass
+
+
+def run(name: str, tmp_path: Path, budget: Budget) -> Result:
+    lab: Any = DeadTarget(tmp_path)
+    return SCENARIOS[name].run(lab, budget)
+
+
+NOTHING_SENT = Budget(reach_packets=0, ecmp_flows=24, ecmp_packets=0, incast_s=0.0)
+
+
+@pytest.mark.parametrize("budget", [Budget.quick(), NOTHING_SENT], ids=["dead", "nothing-sent"])
+@pytest.mark.parametrize("name", ["reachability", "ecmp", "ecn", "pfc"])
+def test_a_scenario_with_an_empty_sample_fails(name: str, budget: Budget, tmp_path: Path) -> None:
+    r = run(name, tmp_path, budget)
+    assert not r.passed, r.reason
+
+
+def test_the_stand_in_is_otherwise_healthy(tmp_path: Path) -> None:
+    """The failures above are the empty samples': ecmp's flows all take their predicted
+    uplink on the stand-in, only delivery fails."""
+    m = run("ecmp", tmp_path, Budget.quick()).metrics
+    assert m["flows_matching_prediction"] == m["flows"] == Budget.quick().ecmp_flows
+    assert m["flows_delivered"] == 0
+
+
+def test_reported_samples(tmp_path: Path) -> None:
+    """What each scenario reports of its sample (sent, received) on the dead target."""
+    reach = run("reachability", tmp_path, Budget.quick()).metrics
+    assert (reach["pairs"], reach["pairs_reachable"], reach["loss_pct"]) == (48, 0, 100.0)
+    ecn = run("ecn", tmp_path, Budget.quick()).metrics
+    assert int(ecn["sent"]) > 0 and ecn["received"] == 0
+    pfc = run("pfc", tmp_path, Budget.quick()).metrics
+    assert int(pfc["pfc_on_sent"]) == int(pfc["pfc_on_lost"]) > 0
