@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import math
 import signal
 import sys
 import time
@@ -24,7 +25,7 @@ from agent.p4client import P4Target, PacketIn
 from agent.ports import PortEvent, PortMonitor, parse_port_map
 from agent.session import ControllerSession
 from agent.writer import TARGET_LOST, Writer
-from railfabric import __version__
+from railfabric import __version__, cli
 from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from railfabric.v1 import control_pb2
 
@@ -41,10 +42,21 @@ ETH_TYPE_LLDP = b"\x88\xcc"
 RESTART_THROTTLE_S = 2.0
 
 
+def _interval(value: str) -> float:
+    """Seconds between two periodic sends: a finite number > 0 (0 would spin)."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected a finite number of seconds > 0")
+    return seconds
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="railfabric-agent",
-        description="Switch agent: programs a P4Runtime target from the controller's state.",
+    parser = cli.parser(
+        "railfabric-agent",
+        "Switch agent: programs a P4Runtime target from the controller's state.",
     )
     parser.add_argument("--switch", required=True, help="switch name in the fabric intent")
     parser.add_argument("--controller", required=True, help="controller address HOST:PORT")
@@ -60,17 +72,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--election-id", type=int, default=1, help="P4Runtime election id (higher wins)"
     )
-    parser.add_argument("--target-kind", choices=sorted(TARGET_KINDS), default="softswitch")
     parser.add_argument(
-        "--lldp-interval", type=float, default=1.0, help="seconds between LLDPDUs per port"
+        "--target-kind",
+        choices=sorted(TARGET_KINDS),
+        default="softswitch",
+        help="kind of P4Runtime target, reported to the controller",
+    )
+    parser.add_argument(
+        "--lldp-interval", type=_interval, default=1.0, help="seconds between LLDPDUs per port"
     )
     parser.add_argument(
         "--lldp-ttl", type=int, default=4, help="TTL advertised in LLDPDUs, seconds"
     )
     parser.add_argument(
-        "--counters-interval", type=float, default=5.0, help="seconds between Counters"
+        "--counters-interval", type=_interval, default=5.0, help="seconds between Counters"
     )
-    parser.add_argument("--log-level", default="INFO")
     return parser
 
 
@@ -260,17 +276,25 @@ async def _serve(agent: Agent) -> None:
         await agent.run()
 
 
+def _setup_logging(level: str, switch: str) -> None:
+    """railfabric's one logging setup, each line naming the switch (labs and hosts run many
+    agents side by side)."""
+    cli.setup_logging(level)
+    tagged = logging.Formatter(cli.LOG_FORMAT.replace("%(name)s", f"{switch} %(name)s", 1))
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(tagged)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format=f"%(asctime)s {args.switch} %(name)s %(levelname)s %(message)s",
-    )
+    _setup_logging(args.log_level, args.switch)
     try:
         agent = Agent(args)
     except (P4InfoMismatch, ValueError, OSError) as err:
         print(f"railfabric-agent: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return 130
     asyncio.run(_serve(agent))
     return 0
 

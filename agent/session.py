@@ -4,7 +4,15 @@ Every (re)connection starts with a Hello built at that moment (so it carries the
 applied state's current truth), then pumps a bounded outbox; what the controller sends is
 handed to `on_message` in order. A lost stream is retried with exponential backoff and full
 jitter. Messages produced while disconnected are not queued: the next Hello summarises them
-(applied generation + digest, port states), and the daemon resends Neighbors periodically."""
+(applied generation + digest, port states), and the daemon resends Neighbors periodically.
+
+A controller that refuses the session (INVALID_ARGUMENT: a switch name its intent does not
+have, with the name it probably meant) refuses again until someone fixes the intent or the
+agent's --switch: those retries slow down to one per REFUSED_BACKOFF.maximum_s (60 s), and the
+refusal, with the controller's words, is logged once per REFUSAL_LOG_S rather than at every try.
+
+The channel pings the controller (railfabric.grpcopts keepalive): a controller that hangs is
+noticed within the keepalive time + timeout, and the agent reconnects."""
 
 from __future__ import annotations
 
@@ -17,6 +25,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from railfabric.grpcopts import channel_options
 from railfabric.v1 import control_pb2, control_pb2_grpc
 
 LOG = logging.getLogger("railfabric.agent.session")
@@ -24,10 +33,23 @@ LOG = logging.getLogger("railfabric.agent.session")
 # A stream that stayed up this long resets the backoff.
 _STABLE_S = 5.0
 # gRPC's own reconnect backoff starts at 1 s and grows to 120 s; ours is the one that counts.
-_CHANNEL_OPTIONS = [
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 2000),
-]
+_CHANNEL_OPTIONS = channel_options(
+    [
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 2000),
+    ]
+)
+# What a controller answers when it will not take this agent whatever the timing.
+REFUSALS = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.UNAUTHENTICATED,
+    }
+)
+REFUSAL_LOG_S = 60.0
+# The controller caps what it says; so does the agent's log, whatever the controller.
+_MAX_LOGGED_DETAILS = 512
 
 
 @dataclass(frozen=True)
@@ -39,14 +61,25 @@ class Backoff:
     def delays(self, rng: random.Random) -> AsyncIterator[float]:
         return _delays(self, rng)
 
+    def spaced(self, rng: random.Random) -> AsyncIterator[float]:
+        """Like `delays`, with the jitter above the ceiling: never more often than it (at
+        the maximum: at most one try per `maximum_s`)."""
+        return _delays(self, rng, low=1.0, high=1.1)
 
-async def _delays(backoff: Backoff, rng: random.Random) -> AsyncIterator[float]:
+
+async def _delays(
+    backoff: Backoff, rng: random.Random, low: float = 0.5, high: float = 1.0
+) -> AsyncIterator[float]:
     ceiling = backoff.initial_s
     while True:
         # "Full jitter": uniform in [ceiling/2, ceiling], so agents that lost the same
         # controller do not come back in lockstep.
-        yield rng.uniform(ceiling / 2, ceiling)
+        yield rng.uniform(ceiling * low, ceiling * high)
         ceiling = min(backoff.maximum_s, ceiling * backoff.factor)
+
+
+# Retries after a refusal: from 1 s up to one per minute.
+REFUSED_BACKOFF = Backoff(initial_s=1.0, maximum_s=60.0)
 
 
 class ControllerSession:
@@ -62,8 +95,12 @@ class ControllerSession:
         backoff: Backoff | None = None,
         rng: random.Random | None = None,
         connect_timeout_s: float = 2.0,
+        refused_backoff: Backoff = REFUSED_BACKOFF,
+        refusal_log_s: float = REFUSAL_LOG_S,
     ) -> None:
         self.connect_timeout_s = connect_timeout_s
+        self._refused_backoff = refused_backoff
+        self._refusal_log_s = refusal_log_s
         self.address = address
         self._make_hello = make_hello
         self._on_message = on_message
@@ -75,6 +112,9 @@ class ControllerSession:
         self.connections = 0
         self.dropped = 0
         self.last_error = ""
+        # Refusals in a row (0 once a session is taken), and the last one logged.
+        self.refusals = 0
+        self._refusal_logged: tuple[float, str, int] | None = None
 
     def send(self, msg: control_pb2.AgentMessage) -> bool:
         """Queue `msg` for the controller without waiting. False when there is no session (the
@@ -94,27 +134,62 @@ class ControllerSession:
         return self.send(control_pb2.AgentMessage(hello=self._make_hello()))
 
     async def run(self) -> None:
+        loop = asyncio.get_running_loop()
         delays = self._backoff.delays(self._rng)
+        refused_delays = self._refused_backoff.spaced(self._rng)
         while True:
-            loop = asyncio.get_running_loop()
             started = loop.time()
+            refused = False
             try:
                 await self._one_session()
                 self.last_error = "stream closed by the controller"
             except grpc.aio.AioRpcError as err:
-                self.last_error = f"{err.code().name}: {err.details()}"
+                details = (err.details() or "")[:_MAX_LOGGED_DETAILS]
+                self.last_error = f"{err.code().name}: {details}"
+                refused = err.code() in REFUSALS
             except TimeoutError:
                 self.last_error = f"not reachable within {self.connect_timeout_s} s"
             finally:
                 self.connected.clear()
                 self._outbox = None
-            if loop.time() - started > _STABLE_S:
-                delays = self._backoff.delays(self._rng)
-            delay = await anext(delays)
-            LOG.warning(
-                "controller %s: %s; reconnecting in %.2f s", self.address, self.last_error, delay
-            )
+            if refused:
+                self.refusals += 1
+                delay = await anext(refused_delays)
+                self._log_refusal(loop.time(), delay)
+            else:
+                self.refusals = 0
+                self._refusal_logged = None
+                refused_delays = self._refused_backoff.spaced(self._rng)
+                if loop.time() - started > _STABLE_S:
+                    delays = self._backoff.delays(self._rng)
+                delay = await anext(delays)
+                LOG.warning(
+                    "controller %s: %s; reconnecting in %.2f s",
+                    self.address,
+                    self.last_error,
+                    delay,
+                )
             await asyncio.sleep(delay)
+
+    def _log_refusal(self, now: float, delay: float) -> None:
+        """The first refusal, then one line per `refusal_log_s` (sooner if the controller's
+        words change), saying how many tries were refused in between."""
+        last = self._refusal_logged
+        if last is not None and last[1] == self.last_error and now - last[0] < self._refusal_log_s:
+            return
+        since = (
+            "" if last is None else f" ({self.refusals - last[2]} refusals since the last report)"
+        )
+        LOG.error(
+            "controller %s refuses this agent: %s; retrying in %.1f s, slowing to one try per "
+            "%g s (check --switch against the controller's fabric intent)%s",
+            self.address,
+            self.last_error,
+            delay,
+            self._refused_backoff.maximum_s,
+            since,
+        )
+        self._refusal_logged = (now, self.last_error, self.refusals)
 
     async def _one_session(self) -> None:
         outbox: asyncio.Queue[control_pb2.AgentMessage] = asyncio.Queue(self._outbox_size)
@@ -131,7 +206,10 @@ class ControllerSession:
             self._outbox = outbox
             self.connections += 1
             self.connected.set()
-            LOG.info(
+            # While the controller refuses this agent, every try opens a stream it closes at
+            # once: that is said once a minute by run(), not at every try.
+            LOG.log(
+                logging.DEBUG if self.refusals else logging.INFO,
                 "controller %s: session %d open, applied generation %d",
                 self.address,
                 self.connections,
@@ -140,6 +218,14 @@ class ControllerSession:
             writer = asyncio.create_task(_pump(call, outbox), name="controller-outbox")
             try:
                 async for reply in call:
+                    if self.refusals:
+                        LOG.info(
+                            "controller %s: session taken after %d refusals",
+                            self.address,
+                            self.refusals,
+                        )
+                        self.refusals = 0
+                        self._refusal_logged = None
                     await self._on_message(reply)
             finally:
                 writer.cancel()

@@ -19,9 +19,12 @@ MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 
 Options = list[tuple[str, int]]
 
+# grpcio (1.85 measured) does not arm grpc.keepalive_timeout_ms on its own: an unanswered
+# ping waits for the general HTTP/2 ping timeout, 60 s by default, so that one is set too.
 _KEEPALIVE: Options = [
     ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
     ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
 ]

@@ -16,6 +16,7 @@ from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
 from controller.fabric import ipv4_str, mac_str
+from railfabric.grpcopts import channel_options
 from railfabric.v1 import admin_pb2, admin_pb2_grpc
 
 if TYPE_CHECKING:  # the async stub type exists only in the generated .pyi
@@ -24,6 +25,26 @@ Query = Callable[["Stub", argparse.Namespace], Awaitable[Message]]
 Render = Callable[[Any], list[str]]
 
 RPC_TIMEOUT_S = 10.0
+# With the keepalive timeout enforced (grpcio 1.85 needs the ping timeout; see
+# controller/daemon/main.py).
+_CHANNEL_OPTIONS = channel_options()
+UINT32_MAX = 2**32 - 1
+
+
+def int_in(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer in low..high (a request field would refuse it with a
+    traceback otherwise)."""
+
+    def parse(value: str) -> int:
+        try:
+            number = int(value, 0)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+        if not low <= number <= high:
+            raise argparse.ArgumentTypeError(f"{value} is outside {low}..{high}")
+        return number
+
+    return parse
 
 
 def _when(wall_ns: int) -> str:
@@ -237,14 +258,14 @@ def _routes_args(p: argparse.ArgumentParser) -> None:
 
 
 def _events_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--limit", type=int, default=50, help="newest N events (default 50)")
+    p.add_argument("--limit", type=int_in(1, UINT32_MAX), default=50, help="newest N events")
 
 
 def run_query(query: Query, render: Render, args: argparse.Namespace) -> int:
     """Ask the controller; print the answer; 1 with the gRPC error on failure."""
 
     async def ask() -> Message:
-        async with grpc.aio.insecure_channel(args.controller) as channel:
+        async with grpc.aio.insecure_channel(args.controller, options=_CHANNEL_OPTIONS) as channel:
             return await query(admin_pb2_grpc.FabricAdminStub(channel), args)
 
     try:

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from controller.cli.admin_commands import ADMIN_COMMANDS, run_path
+from controller.cli.admin_commands import ADMIN_COMMANDS, UINT32_MAX, int_in, run_path
 from controller.fabric import Fabric, Role, ipv4_str, parse_ipv4
 from controller.intent import IntentError, load_fabric, to_explicit, to_explicit_yaml
+from railfabric import cli
 
 
 @dataclass(frozen=True)
@@ -108,10 +110,11 @@ def _args_path(p: argparse.ArgumentParser) -> None:
         help="fabric YAML (offline prediction; without it the controller answers), "
         "source and destination NIC IPv4 addresses",
     )
-    p.add_argument("--sport", type=int, required=True, help="L4 source port")
-    p.add_argument("--dport", type=int, default=4791, help="L4 destination port (RoCEv2 4791)")
-    p.add_argument("--proto", type=int, default=17, help="IP protocol (17 UDP)")
-    p.add_argument("--qp", type=int, help="RoCEv2 destination QP (shown only)")
+    port = int_in(0, 65535)
+    p.add_argument("--sport", type=port, required=True, help="L4 source port")
+    p.add_argument("--dport", type=port, default=4791, help="L4 destination port (RoCEv2)")
+    p.add_argument("--proto", type=int_in(0, 255), default=17, help="IP protocol (17: UDP)")
+    p.add_argument("--qp", type=int_in(0, UINT32_MAX), help="RoCEv2 destination QP (shown only)")
     p.add_argument(
         "--down",
         action="append",
@@ -180,22 +183,55 @@ def all_commands() -> list[Command]:
     return COMMANDS + [Command(*entry) for entry in ADMIN_COMMANDS]
 
 
+def _controller(value: str) -> str:
+    """A gRPC target; HOST:PORT is checked (gRPC would wrap port 99999 round to 34463)."""
+    _, sep, port = value.rpartition(":")
+    if not value or (sep and port.isdigit() and int(port) > 65535):
+        raise argparse.ArgumentTypeError(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:50051)")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="railctl", description="Operate a railfabric fabric.")
-    parser.add_argument("--controller", default="127.0.0.1:50051", help="controller HOST:PORT")
+    parser = cli.parser("railctl", "Operate a railfabric fabric.")
+    parser.add_argument(
+        "--controller",
+        type=_controller,
+        default="127.0.0.1:50051",
+        metavar="HOST:PORT",
+        help="controller address, for the commands that ask it",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for cmd in all_commands():
-        p = sub.add_parser(cmd.name, help=cmd.help)
+        p = sub.add_parser(
+            cmd.name,
+            help=cmd.help,
+            description=cmd.help,
+            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        )
         cmd.add_arguments(p)
         p.set_defaults(run=cmd.run)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    run: Callable[[argparse.Namespace], int] = args.run
-    return run(args)
+    try:
+        args = build_parser().parse_args(argv)  # --help and --version print too
+        cli.setup_logging(args.log_level)
+        run: Callable[[argparse.Namespace], int] = args.run
+        code = run(args)
+        sys.stdout.flush()  # here, not at exit, where a closed pipe is only reported
+    except BrokenPipeError:
+        # The reader went away (`railctl events | head -1`): nothing is wrong with the
+        # fabric and there is nobody to tell, so no message; 1, as the output is cut short.
+        # Python flushes stdout once more at exit: point it at /dev/null first.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return code
 
 
 if __name__ == "__main__":

@@ -10,12 +10,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
+import inspect
 import logging
+import math
 import signal
+import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from pathlib import Path
+from typing import Any, NoReturn
 
 import grpc
 from grpc_health.v1 import _async as health_aio
@@ -25,76 +30,277 @@ from grpc_reflection.v1alpha import reflection
 from controller.core.links import DampingParams
 from controller.core.machine import DecisionCore
 from controller.daemon.admin import AdminService
-from controller.daemon.core_planner import load_planner
+from controller.daemon.core_planner import CorePlanner, load_planner
 from controller.daemon.metrics import Metrics, snapshot
 from controller.daemon.runner import Runner, now
 from controller.daemon.service import ControlService, Sessions
 from controller.daemon.store import SqliteStore, StoreError
 from controller.daemon.store_writer import StoreWriter
 from controller.yamlnodes import IntentError
+from railfabric import cli
+from railfabric.grpcopts import server_options
 from railfabric.v1 import admin_pb2, admin_pb2_grpc, control_pb2, control_pb2_grpc
 
 log = logging.getLogger("railfabric.controller")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="railfabric-controller",
-        description="Fabric controller: computes routes and QoS and streams them to agents.",
-    )
-    parser.add_argument("--fabric", required=True, type=Path, help="fabric intent YAML")
-    parser.add_argument("--listen", default="127.0.0.1:50051", help="gRPC address HOST:PORT")
-    parser.add_argument("--state-dir", type=Path, help="directory of the embedded state store")
-    parser.add_argument("--metrics", help="Prometheus metrics address HOST:PORT")
-    parser.add_argument(
-        "--hold-down-s",
-        type=float,
-        default=2.0,
-        help="a link must stay up this long before routes return to it (default 2)",
-    )
-    parser.add_argument(
-        "--damping-half-life-s",
-        type=float,
-        default=30.0,
-        help="half-life of the flap penalty (default 30)",
-    )
-    parser.add_argument(
-        "--damping-suppress",
-        type=float,
-        default=3000.0,
-        help="flap penalty above which a link is damped (1000 per flap; default 3000)",
-    )
-    parser.add_argument(
-        "--damping-reuse",
-        type=float,
-        default=750.0,
-        help="flap penalty below which a damped link returns (default 750)",
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    return parser
+class Fatal(Exception):
+    """The daemon cannot serve: one line for the operator, and the exit code (2: the command
+    line or the intent is wrong; 1: the machine refuses, e.g. an address in use)."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
 
 
-def _host_port(value: str, flag: str) -> tuple[str, int]:
+def host_port(value: str) -> tuple[str, int]:
+    """HOST:PORT ([V6]:PORT for IPv6) -> (host, port); ValueError says what is wrong."""
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit():
-        raise SystemExit(f"railfabric-controller: {flag} {value!r} is not HOST:PORT")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:50051)")
+    if int(port) > 65535:
+        raise ValueError(f"{value!r}: port {port} is out of range (0-65535)")
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        raise ValueError(f"{value!r}: write an IPv6 host in brackets, e.g. [::1]:50051")
     return host, int(port)
 
 
-async def serve(args: argparse.Namespace) -> int:
-    planner = load_planner(args.fabric)
-    store = SqliteStore.in_dir(args.state_dir) if args.state_dir else SqliteStore.open(":memory:")
-    restored = store.load()
-    damping = DampingParams(
-        hold_down_ns=int(args.hold_down_s * 1e9),
-        half_life_ns=int(args.damping_half_life_s * 1e9),
-        suppress=args.damping_suppress,
-        reuse=args.damping_reuse,
+def _address(value: str) -> str:
+    try:
+        host_port(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return value
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not math.isfinite(seconds) or seconds < 0:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected a finite number >= 0")
+    return seconds
+
+
+def _penalty(value: str) -> float:
+    try:
+        penalty = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not math.isfinite(penalty) or penalty <= 0:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected a finite number > 0")
+    return penalty
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = cli.parser(
+        "railfabric-controller",
+        "Fabric controller: computes routes and QoS and streams them to agents.",
     )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        dest="log_level",
+        action="store_const",
+        const="debug",
+        default=argparse.SUPPRESS,
+        help="same as --log-level debug",
+    )
+    parser.add_argument("--fabric", required=True, type=Path, help="fabric intent YAML")
+    parser.add_argument(
+        "--listen",
+        type=_address,
+        default="127.0.0.1:50051",
+        metavar="HOST:PORT",
+        help="gRPC address for agents and railctl",
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        help="directory of the embedded state store (unset: in memory, lost at exit)",
+    )
+    parser.add_argument(
+        "--metrics",
+        type=_address,
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics on this address (unset: no metrics)",
+    )
+    parser.add_argument(
+        "--hold-down-s",
+        type=_seconds,
+        default=2.0,
+        help="a link must stay up this long before routes return to it",
+    )
+    parser.add_argument(
+        "--damping-half-life-s",
+        type=_seconds,
+        default=30.0,
+        help="half-life of the flap penalty (> 0)",
+    )
+    parser.add_argument(
+        "--damping-suppress",
+        type=_penalty,
+        default=3000.0,
+        help="flap penalty above which a link is damped (1000 per flap)",
+    )
+    parser.add_argument(
+        "--damping-reuse",
+        type=_penalty,
+        default=750.0,
+        help="flap penalty below which a damped link returns (< --damping-suppress)",
+    )
+    return parser
+
+
+def _damping(args: argparse.Namespace) -> DampingParams:
+    try:
+        return DampingParams(
+            hold_down_ns=int(args.hold_down_s * 1e9),
+            half_life_ns=int(args.damping_half_life_s * 1e9),
+            suppress=args.damping_suppress,
+            reuse=args.damping_reuse,
+        )
+    except ValueError as err:
+        raise Fatal(f"damping flags: {err}", 2) from None
+
+
+def _bind_error(host: str, port: int) -> str | None:
+    """Why `host:port` cannot be bound, found before gRPC tries (gRPC would log its own error
+    lines, and say only "Failed to bind"); None when it can be (or the port is ephemeral).
+    Without SO_REUSEPORT, so a daemon that set it cannot hide a second one behind it."""
+    if port == 0:
+        return None
+    try:
+        infos = socket.getaddrinfo(
+            host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as err:
+        return f"cannot resolve {host!r} ({err.strerror})"
+    # In use on any address (localhost: 127.0.0.1 and ::1) is decisive; an address this host
+    # cannot bind at all (::1 without IPv6) only when none can be bound, as gRPC binds the rest.
+    failures: list[str] = []
+    for family, kind, proto, _, sockaddr in infos:
+        try:
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind(sockaddr)
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                return "address in use"
+            failures.append(err.strerror or str(err))
+    return failures[0] if failures and len(failures) == len(infos) else None
+
+
+def _listen(server: grpc.aio.Server, address: str) -> None:
+    host, port = host_port(address)
+    why = _bind_error(host, port)
+    if why is None:
+        try:
+            server.add_insecure_port(address)
+            return
+        except RuntimeError:  # lost a race for the port, or gRPC refused the address
+            why = _bind_error(host, port) or "gRPC cannot bind it"
+    raise Fatal(f"--listen {address}: {why}")
+
+
+def _serve_metrics(metrics: Metrics, address: str) -> None:
+    host, port = host_port(address)
+    try:
+        metrics.serve(host.strip("[]"), port)
+    except OSError as err:
+        if err.errno == errno.EADDRINUSE:
+            why = "address in use"
+        elif isinstance(err, socket.gaierror):
+            why = f"cannot resolve {host!r} ({err.strerror})"
+        else:
+            why = err.strerror or str(err)
+        raise Fatal(f"--metrics {address}: {why}") from None
+
+
+# An error text that echoes what a client sent (an address, a switch name) must fit gRPC's
+# metadata limit (8 KB by default, percent-encoded): over it the client gets RESOURCE_EXHAUSTED
+# instead of the error. 512 characters stay under it even when every one is encoded.
+MAX_DETAILS_CHARS = 512
+
+
+def cap_details(details: str) -> str:
+    if len(details) <= MAX_DETAILS_CHARS:
+        return details
+    return f"{details[:MAX_DETAILS_CHARS]}... ({len(details)} characters)"
+
+
+class _CappedContext:
+    """A servicer context whose status details are capped; everything else is the context's."""
+
+    def __init__(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        self._context = context
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+    async def abort(
+        self,
+        code: grpc.StatusCode,
+        details: str = "",
+        trailing_metadata: Sequence[tuple[str, str | bytes]] = (),
+    ) -> NoReturn:
+        await self._context.abort(code, cap_details(details), trailing_metadata)
+        raise AssertionError("abort() returned")  # it raises AbortError
+
+    def set_details(self, details: str) -> None:
+        self._context.set_details(cap_details(details))
+
+
+class _CapDetails(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+    """Caps the error texts of every unary RPC (the admin API, health). The Session stream's
+    texts name a switch, which the core already shortens."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],  # type: ignore[type-arg]
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:  # type: ignore[type-arg]
+        handler = await continuation(handler_call_details)
+        method = None if handler is None else handler.unary_unary
+        if method is None or not inspect.iscoroutinefunction(method):
+            return handler
+        behavior: Callable[[Any, Any], Awaitable[Any]] = method
+
+        async def capped(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            return await behavior(request, _CappedContext(context))
+
+        return grpc.unary_unary_rpc_method_handler(
+            capped,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+
+async def serve(args: argparse.Namespace) -> int:
+    core = DecisionCore(load_planner(args.fabric), _damping(args))
+    # Bound first: a second controller on the address stops here, before it opens the store.
+    server = grpc.aio.server(options=server_options(), interceptors=[_CapDetails()])
+    try:
+        _listen(server, args.listen)
+        return await _serve(args, core, server)
+    finally:
+        # Also when startup failed: an aio server left to the garbage collector after the
+        # loop closed prints "Exception ignored in Server.__del__".
+        await server.stop(None)
+
+
+async def _serve(args: argparse.Namespace, core: DecisionCore, server: grpc.aio.Server) -> int:
+    try:
+        store = (
+            SqliteStore.in_dir(args.state_dir) if args.state_dir else SqliteStore.open(":memory:")
+        )
+    except OSError as err:  # StoreError says what to do itself
+        raise Fatal(f"--state-dir {args.state_dir}: {err.strerror or err}") from None
+    restored = store.load()
     loop = asyncio.get_running_loop()
     sessions = Sessions()
     metrics = Metrics()
-    core = DecisionCore(planner, damping)
     startup = core.start(restored, now())
 
     runner: Runner | None = None
@@ -107,30 +313,30 @@ async def serve(args: argparse.Namespace) -> int:
         loop.call_soon_threadsafe(on_loop)
 
     writer = StoreWriter(store, on_health=store_health)
-    runner = Runner(core, writer, sessions, metrics.event)
-    runner.apply(startup)
-    metrics.watch(loop, lambda: snapshot(core, len(sessions.by_switch), writer.stats.available))
-
-    server = grpc.aio.server()
-    control_pb2_grpc.add_FabricControlServicer_to_server(ControlService(runner, sessions), server)
-    admin_pb2_grpc.add_FabricAdminServicer_to_server(AdminService(core), server)
-    health_servicer = health_aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    services = (
-        control_pb2.DESCRIPTOR.services_by_name["FabricControl"].full_name,
-        admin_pb2.DESCRIPTOR.services_by_name["FabricAdmin"].full_name,
-        reflection.SERVICE_NAME,
-        health.SERVICE_NAME,
-    )
-    reflection.enable_server_reflection(services, server)
-    if server.add_insecure_port(args.listen) == 0:
-        writer.close()
-        raise SystemExit(f"railfabric-controller: cannot listen on {args.listen}")
-    stop, reload = asyncio.Event(), asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, reload.set)
     try:
+        runner = Runner(core, writer, sessions, metrics.event)
+        runner.apply(startup)
+        metrics.watch(loop, lambda: snapshot(core, len(sessions.by_switch), writer.stats.available))
+        if args.metrics:
+            _serve_metrics(metrics, args.metrics)
+
+        control_pb2_grpc.add_FabricControlServicer_to_server(
+            ControlService(runner, sessions), server
+        )
+        admin_pb2_grpc.add_FabricAdminServicer_to_server(AdminService(core), server)
+        health_servicer = health_aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        services = (
+            control_pb2.DESCRIPTOR.services_by_name["FabricControl"].full_name,
+            admin_pb2.DESCRIPTOR.services_by_name["FabricAdmin"].full_name,
+            reflection.SERVICE_NAME,
+            health.SERVICE_NAME,
+        )
+        reflection.enable_server_reflection(services, server)
+        stop, reload = asyncio.Event(), asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, reload.set)
         async with asyncio.TaskGroup() as tg:
             tasks = [
                 tg.create_task(runner.timers(), name="core-timers"),
@@ -140,14 +346,11 @@ async def serve(args: argparse.Namespace) -> int:
             await server.start()
             for name in ("", *services[:2]):
                 await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-            if args.metrics:
-                host, port = _host_port(args.metrics, "--metrics")
-                metrics.serve(host, port)
             log.info(
                 "serving fabric %s (%d switches, %d links) on %s",
-                planner.fabric_name,
+                core.planner.fabric_name,
                 len(core.views),
-                len(planner.links()),
+                len(core.planner.links()),
                 args.listen,
             )
             await stop.wait()
@@ -164,16 +367,38 @@ async def serve(args: argparse.Namespace) -> int:
 
 
 async def _reloads(path: Path, runner: Runner, wake: asyncio.Event) -> None:
-    """SIGHUP: load the intent again. A file that fails validation is reported and the
-    controller keeps serving the intent it has."""
+    """SIGHUP: load the intent again. Whatever the path holds (nothing, a directory, binary,
+    a huge file, another fabric, a file the planner fails on), the reload is either taken or
+    refused with an `intent_refused` event and an ERROR line, and the controller keeps serving
+    the intent it has: a reload never ends the daemon."""
     core = runner.core
+
+    def prepare(serving: str) -> CorePlanner:  # on a worker thread
+        planner = load_planner(path)
+        if planner.fabric_name != serving:
+            # Another fabric's switches, links and routing log mean nothing to this one.
+            raise IntentError(
+                str(path),
+                0,
+                "name",
+                f"the file is fabric {planner.fabric_name!r} but this controller serves "
+                f"{serving!r}; restart the controller to serve another fabric",
+            )
+        # core.reload builds every switch's state on the loop; building each once here first
+        # turns a planner that fails into a refusal instead of an exception half-way through
+        # core.reload (which would end the daemon with the core half-changed).
+        for info in planner.switches():
+            planner.full_state(info.name)
+        return planner
+
     while True:
         await wake.wait()
         wake.clear()
         try:
-            planner = await asyncio.to_thread(load_planner, path)
-        except (IntentError, OSError) as err:
-            runner.input(partial(core.intent_refused, str(err)))
+            planner = await asyncio.to_thread(prepare, core.planner.fabric_name)
+        except Exception as err:  # whatever the file does, the daemon keeps serving
+            reason = str(err) if isinstance(err, IntentError) else f"{path}: {err!r}"
+            runner.input(partial(core.intent_refused, reason))
             continue
         runner.input(partial(core.reload, planner))
         log.info("reloaded %s", path)
@@ -181,21 +406,21 @@ async def _reloads(path: Path, runner: Runner, wake: asyncio.Event) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    cli.setup_logging(args.log_level)
     try:
         return asyncio.run(serve(args))
+    except Fatal as err:
+        message, code = str(err), err.code
     except IntentError as err:
-        print(f"railfabric-controller: {err}", file=sys.stderr)
-        return 2
+        message, code = str(err), 2
     except StoreError as err:  # corrupt or unreadable store: the message says what to do
-        print(f"railfabric-controller: {err}", file=sys.stderr)
-        return 1
+        message, code = str(err), 1
     except OSError as err:
-        print(f"railfabric-controller: {err}", file=sys.stderr)
-        return 2
+        message, code = str(err), 1
+    except KeyboardInterrupt:  # before the loop's own SIGINT handler is in place
+        return 130
+    print(f"railfabric-controller: {message}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":
