@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import typing
 from collections import Counter, deque
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future
@@ -36,15 +37,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from controller.core.records import (
-    AlarmCleared,
-    AlarmRecord,
     EventRecord,
-    LinkRecord,
-    Meta,
     Record,
     RoutingReset,
     RoutingStep,
-    SwitchApplied,
     SwitchGeneration,
     SwitchGenerations,
     state_key,
@@ -57,17 +53,8 @@ DEFAULT_RETRY_S = 1.0
 DEFAULT_MAX_PENDING_EVENTS = 10_000
 THREAD_NAME = "railfabric-store-writer"
 
-_RECORD_TYPES = (
-    Meta,
-    SwitchGenerations,
-    SwitchApplied,
-    LinkRecord,
-    RoutingStep,
-    RoutingReset,
-    AlarmRecord,
-    AlarmCleared,
-    EventRecord,
-)
+# Every record type, from the one definition of the union.
+_RECORD_TYPES = typing.get_args(Record)
 
 HealthCallback = Callable[[bool, str], None]
 
