@@ -13,12 +13,22 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
+class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows a default only where there is one: "(default: None)" on a required flag, or
+    one whose absence the help already explains, says nothing true."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is argparse.SUPPRESS:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def parser(prog: str, description: str) -> argparse.ArgumentParser:
     """A parser with --version and --log-level; --help shows every default."""
     p = argparse.ArgumentParser(
         prog=prog,
         description=description,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_DefaultsFormatter,
     )
     p.add_argument("--version", action="version", version=f"{prog} {__version__}")
     p.add_argument(

@@ -134,6 +134,8 @@ def test_every_script_has_version_log_level_and_defaults_in_help(script: str) ->
     assert done.returncode == 0
     assert "--log-level {debug,info,warning,error}" in done.stdout
     assert "(default: info)" in done.stdout
+    # A flag without a default says so by its help, not by "(default: None)".
+    assert "None)" not in " ".join(done.stdout.split())
 
 
 def test_controller_keeps_v_as_debug() -> None:
