@@ -6,7 +6,8 @@ STAMP := $(VENV)/.setup-done
 GEN_DIR := railfabric/v1
 PROTOS := $(wildcard proto/railfabric/v1/*.proto)
 
-.PHONY: setup demo test test-deep test-stress lint typecheck pytest proto proto-check clean p4
+.PHONY: setup demo test test-deep test-stress lint typecheck pytest proto proto-check clean p4 \
+	p4-constants p4-constants-check
 
 setup: $(STAMP)
 
@@ -18,7 +19,7 @@ $(STAMP): pyproject.toml scripts/setup.sh
 demo: setup
 	mkdir -p build && $(PY) -m mininet_labs run examples/lab-2rail.yaml --scenario all --json build/lab-report.json
 
-test: setup proto-check lint typecheck pytest
+test: setup proto-check p4-constants-check lint typecheck pytest
 
 lint: setup
 	$(VENV)/bin/ruff check .
@@ -70,6 +71,14 @@ proto-check: setup
 # Compile p4/fabric.p4 with p4c-bm2-ss (when on PATH) and check p4/fabric.p4info.txt against it.
 p4: setup
 	$(PY) -m softswitch.p4build
+
+# Regenerate railfabric/fabric_p4.py, the P4Info names as constants (committed; the check keeps
+# it honest against p4/fabric.p4info.txt).
+p4-constants: setup
+	$(PY) -m railfabric.p4gen --write
+
+p4-constants-check: setup
+	$(PY) -m railfabric.p4gen --check
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info

@@ -20,6 +20,7 @@
 #include "include/control/acl.p4"
 #include "include/control/qos.p4"
 #include "include/control/routing.p4"
+#include "include/control/hash.p4"
 #include "include/control/next.p4"
 #include "include/control/ecn.p4"
 #include "include/control/pfc.p4"
@@ -32,6 +33,7 @@ control FabricIngress(inout parsed_headers_t hdr,
     Acl() acl;
     QosClassify() qos;
     Routing() routing;
+    HashConfig() ecmp_hash;
     Next() next;
     DropCounter() drop_counter;
 
@@ -46,6 +48,7 @@ control FabricIngress(inout parsed_headers_t hdr,
                     qos.apply(hdr, fabric_md, standard_metadata);
                     routing.apply(hdr, fabric_md, standard_metadata);
                     if (fabric_md.next_id_valid) {
+                        ecmp_hash.apply(hdr, fabric_md, standard_metadata);
                         next.apply(hdr, fabric_md, standard_metadata);
                     }
                 } else {

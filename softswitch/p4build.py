@@ -1,22 +1,25 @@
-"""Compile p4/fabric.p4 with p4c-bm2-ss and check the generated P4Info against the checked-in
-p4/fabric.p4info.txt (`make p4`, or `python -m softswitch.p4build`).
+"""Compile p4/fabric.p4 with p4c-bm2-ss and check the checked-in p4/fabric.p4info.txt against
+the P4Info it generates (`make p4`, or `python -m softswitch.p4build`).
 
-The comparison is semantic: names, aliases, match fields (id, name, bit width, match kind),
-action references and their scope, action parameters, the action profile, counters and
-controller packet metadata. Numeric ids are compared too, but through the names they point at,
-so a table's id changing is reported as a changed id of that named table, not as noise. p4c's
-ids are deterministic (prefix << 24 | hash of the name), so a difference there means the
-checked-in file was edited by hand wrongly. Fields that vary between p4c releases without
-changing what a controller may write (annotations, initial_default_action, the selector size
-semantics, type_info) are ignored.
+The check is byte for byte: the checked-in file must be exactly what p4c 1.2.4.8 writes with
+`--p4runtime-files X.txt` (two header comment lines, then protobuf's text format), so copying
+p4c's output over it is always the whole update. On a mismatch it prints a unified diff of the
+two files and then a semantic report, the differences that matter to a controller: names,
+aliases, match fields (id, name, bit width, match kind), action references and their scope,
+action parameters, the action profile, counters and controller packet metadata, with ids
+compared through the names they belong to (p4c's ids are deterministic, prefix << 24 | hash of
+the name). An empty semantic report means the file differs only in what p4c would print
+differently (order, annotations, defaults, formatting).
 
 When p4c-bm2-ss is not on PATH nothing is compiled: the tool says so and succeeds, because
-this machine cannot install p4c; the unit tests in tests/unit/p4 still pin the P4Info.
+this machine cannot install p4c; the unit tests in tests/unit/p4 still pin the P4Info, and
+check that the file is what protobuf's text format prints for it (`p4c_text`).
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import shutil
 import subprocess
 import sys
@@ -25,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from finsy.proto import p4i
+from google.protobuf import text_format
 
 from railfabric.p4info import DEFAULT_P4INFO, P4InfoFileError, load_p4info
 
@@ -33,6 +37,10 @@ P4_DIR = REPO / "p4"
 P4_PROGRAM = P4_DIR / "fabric.p4"
 DEFAULT_BUILD_DIR = REPO / "build" / "p4"
 COMPILER = "p4c-bm2-ss"
+# What p4c writes before the message in a --p4runtime-files .txt file.
+P4C_TEXT_HEADER = (
+    "# proto-file: p4/config/v1/p4info.proto\n# proto-message: p4.config.v1.P4Info\n\n"
+)
 
 
 class P4BuildError(Exception):
@@ -74,6 +82,12 @@ def compile_p4(
     if done.stderr.strip():
         print(done.stderr.strip(), file=sys.stderr)  # p4c warnings are worth seeing
     return out
+
+
+def p4c_text(info: p4i.P4Info) -> str:
+    """`info` as p4c's --p4runtime-files writes a .txt file: its header lines, then protobuf's
+    text format (the same printer as p4c's google::protobuf::TextFormat::Printer)."""
+    return P4C_TEXT_HEADER + text_format.MessageToString(info)
 
 
 def _summary(info: p4i.P4Info) -> dict[str, object]:
@@ -177,18 +191,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         built = compile_p4(args.build_dir, args.program)
+        checked_in, compiled = args.p4info.read_bytes(), built.p4info.read_bytes()
+        if checked_in == compiled:
+            print(
+                f"make p4: compiled {built.bmv2_json}; {args.p4info} is byte for byte"
+                " the P4Info p4c wrote"
+            )
+            return 0
         diffs = p4info_differences(load_p4info(args.p4info), load_p4info(built.p4info))
-    except (P4BuildError, P4InfoFileError) as exc:
+    except (OSError, P4BuildError, P4InfoFileError) as exc:
         print(f"make p4: {exc}", file=sys.stderr)
         return 1
+    print(f"make p4: {args.p4info} is not what p4c wrote ({built.p4info}):")
+    sys.stdout.writelines(
+        difflib.unified_diff(
+            checked_in.decode("utf-8", "replace").splitlines(keepends=True),
+            compiled.decode("utf-8", "replace").splitlines(keepends=True),
+            f"{_shown(args.p4info)} (checked in)",
+            f"{_shown(built.p4info)} (p4c)",
+        )
+    )
     if diffs:
-        print(f"make p4: {args.p4info} differs from what p4c generated ({built.p4info}):")
+        print("make p4: what differs for a controller:")
         for line in diffs:
             print(f"  {line}")
-        print(f"make p4: if the P4 change is intended, copy {built.p4info} over {args.p4info}")
-        return 1
-    print(f"make p4: compiled {built.bmv2_json}; {args.p4info} matches the compiled P4Info")
-    return 0
+    else:
+        print("make p4: no difference a controller would see (order, defaults or formatting)")
+    print(f"make p4: if the P4 change is intended, copy {built.p4info} over {args.p4info}")
+    return 1
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 softswitch runs one program: p4/fabric.p4. A P4Info pushed with SetForwardingPipelineConfig
 must declare every table, action, action profile, counter and controller header that the
-model implements, with the names, match kinds and bit widths of /work/notes/p4_contract.md;
+model implements, with the names, match kinds and bit widths of railfabric/fabric_p4.py;
 ids are whatever the P4Info says (resolved by name, never hard-coded). `FabricSchema.build`
 raises `SchemaError` listing everything missing or different.
 """
@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from finsy.proto import p4i
+
+from railfabric import fabric_p4 as p4
 
 
 class SchemaError(ValueError):
@@ -121,62 +123,84 @@ class PacketMetadataInfo:
 
 
 # What the model of fabric.p4 implements (p4_contract.md): name -> (match fields, actions).
+# Names and widths are the contract's; the match kinds are what the model's lookups do.
 _TABLES: dict[str, tuple[tuple[tuple[str, int, MatchKind], ...], tuple[str, ...]]] = {
-    "FabricIngress.acl": (
+    p4.ACL: (
         (
-            ("ig_port", 9, MatchKind.TERNARY),
-            ("eth_dst", 48, MatchKind.TERNARY),
-            ("eth_type", 16, MatchKind.TERNARY),
-            ("ip_proto", 8, MatchKind.TERNARY),
+            (p4.ACL_IG_PORT, p4.ACL_IG_PORT_BITWIDTH, MatchKind.TERNARY),
+            (p4.ACL_ETH_DST, p4.ACL_ETH_DST_BITWIDTH, MatchKind.TERNARY),
+            (p4.ACL_ETH_TYPE, p4.ACL_ETH_TYPE_BITWIDTH, MatchKind.TERNARY),
+            (p4.ACL_IP_PROTO, p4.ACL_IP_PROTO_BITWIDTH, MatchKind.TERNARY),
         ),
-        ("FabricIngress.punt_to_cpu", "FabricIngress.drop", "NoAction"),
+        (p4.PUNT_TO_CPU, p4.DROP, p4.NO_ACTION),
     ),
-    "FabricIngress.qos_classify": (
-        (("dscp", 6, MatchKind.EXACT),),
-        ("FabricIngress.set_traffic_class",),
+    p4.QOS_CLASSIFY: (
+        ((p4.QOS_CLASSIFY_DSCP, p4.QOS_CLASSIFY_DSCP_BITWIDTH, MatchKind.EXACT),),
+        (p4.SET_TRAFFIC_CLASS,),
     ),
-    "FabricIngress.routing_v4": (
-        (("ipv4_dst", 32, MatchKind.LPM),),
-        ("FabricIngress.set_next_id",),
+    p4.ROUTING_V4: (
+        ((p4.ROUTING_V4_IPV4_DST, p4.ROUTING_V4_IPV4_DST_BITWIDTH, MatchKind.LPM),),
+        (p4.SET_NEXT_ID,),
     ),
-    "FabricIngress.next": (
-        (("next_id", 32, MatchKind.EXACT),),
-        ("FabricIngress.set_nexthop",),
+    p4.NEXT: (
+        ((p4.NEXT_NEXT_ID, p4.NEXT_NEXT_ID_BITWIDTH, MatchKind.EXACT),),
+        (p4.SET_NEXTHOP,),
     ),
-    "FabricEgress.ecn_marking": (
-        (("eg_port", 9, MatchKind.EXACT), ("traffic_class", 3, MatchKind.EXACT)),
-        ("FabricEgress.set_ecn_thresholds",),
+    p4.ECN_MARKING: (
+        (
+            (p4.ECN_MARKING_EG_PORT, p4.ECN_MARKING_EG_PORT_BITWIDTH, MatchKind.EXACT),
+            (p4.ECN_MARKING_TRAFFIC_CLASS, p4.ECN_MARKING_TRAFFIC_CLASS_BITWIDTH, MatchKind.EXACT),
+        ),
+        (p4.SET_ECN_THRESHOLDS,),
     ),
-    "FabricEgress.pfc_config": (
-        (("port", 9, MatchKind.EXACT), ("priority", 3, MatchKind.EXACT)),
-        ("FabricEgress.set_pfc_thresholds",),
+    p4.PFC_CONFIG: (
+        (
+            (p4.PFC_CONFIG_PORT, p4.PFC_CONFIG_PORT_BITWIDTH, MatchKind.EXACT),
+            (p4.PFC_CONFIG_PRIORITY, p4.PFC_CONFIG_PRIORITY_BITWIDTH, MatchKind.EXACT),
+        ),
+        (p4.SET_PFC_THRESHOLDS,),
     ),
 }
 
 _ACTIONS: dict[str, tuple[tuple[str, int], ...]] = {
-    "NoAction": (),
-    "FabricIngress.punt_to_cpu": (),
-    "FabricIngress.drop": (),
-    "FabricIngress.set_traffic_class": (("tc", 3),),
-    "FabricIngress.set_next_id": (("next_id", 32),),
-    "FabricIngress.set_nexthop": (("port", 9), ("smac", 48), ("dmac", 48)),
-    "FabricEgress.set_ecn_thresholds": (("kmin", 32), ("kmax", 32), ("pmax", 32)),
-    "FabricEgress.set_pfc_thresholds": (("xoff", 32), ("xon", 32)),
+    p4.NO_ACTION: (),
+    p4.PUNT_TO_CPU: (),
+    p4.DROP: (),
+    p4.SET_TRAFFIC_CLASS: ((p4.SET_TRAFFIC_CLASS_TC, p4.SET_TRAFFIC_CLASS_TC_BITWIDTH),),
+    p4.SET_NEXT_ID: ((p4.SET_NEXT_ID_NEXT_ID, p4.SET_NEXT_ID_NEXT_ID_BITWIDTH),),
+    p4.SET_NEXTHOP: (
+        (p4.SET_NEXTHOP_PORT, p4.SET_NEXTHOP_PORT_BITWIDTH),
+        (p4.SET_NEXTHOP_SMAC, p4.SET_NEXTHOP_SMAC_BITWIDTH),
+        (p4.SET_NEXTHOP_DMAC, p4.SET_NEXTHOP_DMAC_BITWIDTH),
+    ),
+    p4.SET_ECN_THRESHOLDS: (
+        (p4.SET_ECN_THRESHOLDS_KMIN, p4.SET_ECN_THRESHOLDS_KMIN_BITWIDTH),
+        (p4.SET_ECN_THRESHOLDS_KMAX, p4.SET_ECN_THRESHOLDS_KMAX_BITWIDTH),
+        (p4.SET_ECN_THRESHOLDS_PMAX, p4.SET_ECN_THRESHOLDS_PMAX_BITWIDTH),
+    ),
+    p4.SET_PFC_THRESHOLDS: (
+        (p4.SET_PFC_THRESHOLDS_XOFF, p4.SET_PFC_THRESHOLDS_XOFF_BITWIDTH),
+        (p4.SET_PFC_THRESHOLDS_XON, p4.SET_PFC_THRESHOLDS_XON_BITWIDTH),
+    ),
 }
 
-_PROFILE = "FabricIngress.ecmp_selector"
+_PROFILE = p4.ECMP_SELECTOR
 
 _COUNTERS: dict[str, tuple[CounterUnit, ...]] = {
-    "FabricIngress.ingress_port_counter": (CounterUnit.BOTH,),
-    "FabricEgress.egress_port_counter": (CounterUnit.BOTH,),
-    "FabricIngress.drop_counter": (CounterUnit.BOTH,),
-    "FabricEgress.ecn_mark_counter": (CounterUnit.PACKETS, CounterUnit.BOTH),
-    "FabricEgress.pfc_pause_tx_counter": (CounterUnit.PACKETS, CounterUnit.BOTH),
-    "FabricEgress.pfc_pause_rx_counter": (CounterUnit.PACKETS, CounterUnit.BOTH),
-    "FabricEgress.pfc_storm_counter": (CounterUnit.PACKETS, CounterUnit.BOTH),
+    p4.INGRESS_PORT_COUNTER: (CounterUnit.BOTH,),
+    p4.EGRESS_PORT_COUNTER: (CounterUnit.BOTH,),
+    p4.DROP_COUNTER: (CounterUnit.BOTH,),
+    p4.ECN_MARK_COUNTER: (CounterUnit.PACKETS, CounterUnit.BOTH),
+    p4.PFC_PAUSE_TX_COUNTER: (CounterUnit.PACKETS, CounterUnit.BOTH),
+    p4.PFC_PAUSE_RX_COUNTER: (CounterUnit.PACKETS, CounterUnit.BOTH),
+    p4.PFC_STORM_COUNTER: (CounterUnit.PACKETS, CounterUnit.BOTH),
 }
 
-_PACKET_METADATA = {"packet_in": "ingress_port", "packet_out": "egress_port"}
+# Controller header -> (its port field, that field's width).
+_PACKET_METADATA = {
+    p4.PACKET_IN: (p4.PACKET_IN_INGRESS_PORT, p4.PACKET_IN_INGRESS_PORT_BITWIDTH),
+    p4.PACKET_OUT: (p4.PACKET_OUT_EGRESS_PORT, p4.PACKET_OUT_EGRESS_PORT_BITWIDTH),
+}
 
 # What one object costs the model, rounded up so the check errs on the safe side: a table entry
 # or profile member/group keeps its P4Runtime message and lookup state (~0.9 KB measured for a
@@ -185,7 +209,7 @@ _PACKET_METADATA = {"packet_in": "ingress_port", "packet_out": "egress_port"}
 ENTRY_BYTES = 2048
 COUNTER_INDEX_BYTES = 80
 MEMORY_SHARE = 2  # the declared state may take at most 1/MEMORY_SHARE of the host's memory
-PORT_INDEXES = 512  # the model indexes every counter by port, a bit<9>
+PORT_INDEXES = 1 << p4.ACL_IG_PORT_BITWIDTH  # the model indexes every counter by port
 _GIB = 1 << 30
 _CGROUP_LIMIT = Path("/sys/fs/cgroup/memory.max")
 
@@ -260,9 +284,9 @@ class FabricSchema:
             profile = profiles[profile_id]
             if not profile.with_selector:
                 problems.append(f"action profile {_PROFILE!r} is not an action selector")
-            next_id = table_ids.get("FabricIngress.next")
+            next_id = table_ids.get(p4.NEXT)
             if next_id is not None and tables[next_id].implementation_id != profile_id:
-                problems.append(f"table 'FabricIngress.next' is not implemented by {_PROFILE!r}")
+                problems.append(f"table {p4.NEXT!r} is not implemented by {_PROFILE!r}")
         for name, units in _COUNTERS.items():
             if name not in counter_ids:
                 problems.append(f"no counter named {name!r}")
@@ -275,7 +299,7 @@ class FabricSchema:
                 header.preamble.name,
                 tuple(ParamInfo(m.id, m.name, m.bitwidth) for m in header.metadata),
             )
-        for header_name, field_name in _PACKET_METADATA.items():
+        for header_name, (field_name, width) in _PACKET_METADATA.items():
             header_info = metadata.get(header_name)
             if header_info is None:
                 problems.append(f"no controller_packet_metadata named {header_name!r}")
@@ -285,8 +309,8 @@ class FabricSchema:
             except KeyError:
                 problems.append(f"controller header {header_name!r} has no field {field_name!r}")
                 continue
-            if port_field.bitwidth != 9:
-                problems.append(f"{header_name}.{field_name} must be bit<9>")
+            if port_field.bitwidth != width:
+                problems.append(f"{header_name}.{field_name} must be bit<{width}>")
         size_problems = _size_problems(
             tables,
             profiles,
@@ -313,8 +337,8 @@ class FabricSchema:
             action_ids=action_ids,
             counter_ids=counter_ids,
             profile_id=profile_id,
-            packet_in=metadata["packet_in"],
-            packet_out=metadata["packet_out"],
+            packet_in=metadata[p4.PACKET_IN],
+            packet_out=metadata[p4.PACKET_OUT],
         )
 
 
@@ -349,7 +373,11 @@ def _size_problems(
     for counter in counters.values():
         low = PORT_INDEXES if counter.name in _COUNTERS else 1
         if not low <= counter.size <= max_indexes:
-            why = ", the model indexes it by port (bit<9>)" if low > 1 else ""
+            why = (
+                f", the model indexes it by port (bit<{p4.ACL_IG_PORT_BITWIDTH}>)"
+                if low > 1
+                else ""
+            )
             problems.append(
                 f"counter {counter.name!r}: size {counter.size} is out of {low}..{max_indexes}"
                 f" ({COUNTER_INDEX_BYTES} bytes an index in {where}{why})"

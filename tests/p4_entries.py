@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import finsy as fy
 
-SELECTOR = "FabricIngress.ecmp_selector"
+from railfabric import fabric_p4 as p4
+
+SELECTOR = p4.ECMP_SELECTOR
 
 
 def route(prefix: str, next_id: int) -> fy.P4TableEntry:
     return fy.P4TableEntry(
-        "FabricIngress.routing_v4",
+        p4.ROUTING_V4,
         match=fy.P4TableMatch(ipv4_dst=prefix),
-        action=fy.P4TableAction("FabricIngress.set_next_id", next_id=next_id),
+        action=fy.P4TableAction(p4.SET_NEXT_ID, next_id=next_id),
     )
 
 
@@ -19,7 +21,5 @@ def member(member_id: int, port: int) -> fy.P4ActionProfileMember:
     return fy.P4ActionProfileMember(
         SELECTOR,
         member_id=member_id,
-        action=fy.P4TableAction(
-            "FabricIngress.set_nexthop", port=port, smac=0x0A, dmac=0x0B + port
-        ),
+        action=fy.P4TableAction(p4.SET_NEXTHOP, port=port, smac=0x0A, dmac=0x0B + port),
     )

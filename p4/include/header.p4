@@ -97,6 +97,10 @@ struct fabric_metadata_t {
     // L4 ports from UDP or TCP, else 0: the selector hashes them in this form.
     l4_port_t       l4_sport;
     l4_port_t       l4_dport;
+    // The source port the selector hashes: l4_sport, with the RoCEv2 QP folded in when
+    // FabricIngress.hash_config says so (control/hash.p4).
+    l4_port_t       ecmp_sport;
+    bool            hash_qp;
     // ipv4.protocol when IPv4, else 0 (the acl matches it for every frame).
     bit<8>          ip_proto;
     traffic_class_t traffic_class;

@@ -6,6 +6,7 @@
 #define QOS_TABLE_SIZE          64      // one entry per DSCP value
 #define ROUTING_V4_TABLE_SIZE   16384
 #define NEXT_TABLE_SIZE         1024
+#define HASH_CONFIG_TABLE_SIZE  1       // no key: only its default action matters
 #define ECMP_SELECTOR_SIZE      32w4096 // members across all groups
 #define ECMP_MAX_GROUP_SIZE     64
 #define ECN_TABLE_SIZE          4096    // 512 ports x 8 traffic classes

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from railfabric import fabric_p4 as p4
 from railfabric.p4info import DEFAULT_P4INFO, P4InfoFileError, load_p4info
 
 pytestmark = pytest.mark.unit
@@ -14,7 +15,7 @@ pytestmark = pytest.mark.unit
 def test_the_default_is_the_checked_in_fabric_p4info() -> None:
     assert DEFAULT_P4INFO.is_file()
     info = load_p4info(DEFAULT_P4INFO)
-    assert "FabricIngress.routing_v4" in {t.preamble.name for t in info.tables}
+    assert p4.ROUTING_V4 in {t.preamble.name for t in info.tables}
 
 
 def test_an_unparsable_p4info_names_the_file(tmp_path: Path) -> None:

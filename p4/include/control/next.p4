@@ -10,7 +10,7 @@ control Next(inout parsed_headers_t hdr,
              inout standard_metadata_t standard_metadata) {
 
     // crc32, not crc16: crc16 polarises RoCEv2 flows that differ only in consecutive UDP
-    // source ports (../shared/bmv2/FACTS.md). bmv2 picks active_members[hash % count]; the
+    // source ports (docs/bmv2.md). bmv2 picks active_members[hash % count]; the
     // output width is 32 so that the whole crc32 is the hash (railfabric/ecmp.py).
     @max_group_size(ECMP_MAX_GROUP_SIZE)
     @name(".FabricIngress.ecmp_selector")
@@ -27,7 +27,7 @@ control Next(inout parsed_headers_t hdr,
 
     /*
      * FabricIngress.next: exact match on the next id, implemented by ecmp_selector hashing
-     * the 5-tuple (selector fields, in this order). Written by the agent: one group per next
+     * the 5-tuple (selector fields, in this order; the source port as HashConfig left it). Written by the agent: one group per next
      * id, one member per uplink (created in ascending port order) with watch_port set so a
      * member whose port lost carrier is skipped. A miss drops (egress_spec is the drop port
      * before the lookup); bmv2 does not support a default action on a selector table.
@@ -35,12 +35,12 @@ control Next(inout parsed_headers_t hdr,
     @name(".FabricIngress.next")
     table next {
         key = {
-            fabric_md.next_id  : exact @name("next_id");
-            hdr.ipv4.src_addr  : selector;
-            hdr.ipv4.dst_addr  : selector;
-            hdr.ipv4.protocol  : selector;
-            fabric_md.l4_sport : selector;
-            fabric_md.l4_dport : selector;
+            fabric_md.next_id    : exact @name("next_id");
+            hdr.ipv4.src_addr    : selector;
+            hdr.ipv4.dst_addr    : selector;
+            hdr.ipv4.protocol    : selector;
+            fabric_md.ecmp_sport : selector;
+            fabric_md.l4_dport   : selector;
         }
         actions = {
             set_nexthop;

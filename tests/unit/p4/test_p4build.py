@@ -1,6 +1,7 @@
-"""`make p4` (softswitch.p4build): the semantic P4Info comparison, the clear skip without
-p4c, and the compile-and-check path driven by a fake p4c-bm2-ss (p4c cannot be installed
-here; the fake is a shell script that writes a given P4Info where p4c would)."""
+"""`make p4` (softswitch.p4build): the checked-in P4Info is printed as p4c prints it, the
+semantic P4Info comparison, the clear skip without p4c, and the compile-and-check path (byte
+for byte, then the semantic report) driven by a fake p4c-bm2-ss (p4c cannot be installed here;
+the fake is a shell script that writes a given P4Info where p4c would)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from pathlib import Path
 
 import pytest
 from finsy.proto import p4i
+from google.protobuf import text_format
 
+from railfabric import fabric_p4 as p4
 from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from softswitch import p4build
 
@@ -42,30 +45,30 @@ def test_annotations_and_order_are_ignored(checked_in: p4i.P4Info) -> None:
 
 def test_renamed_key_changed_width_and_id_are_reported(checked_in: p4i.P4Info) -> None:
     other = copy.deepcopy(checked_in)
-    _table(other, "FabricIngress.routing_v4").match_fields[0].name = "dst"
-    _table(other, "FabricEgress.ecn_marking").match_fields[1].bitwidth = 8
-    _table(other, "FabricIngress.next").preamble.id += 1
+    _table(other, p4.ROUTING_V4).match_fields[0].name = "dst"
+    _table(other, p4.ECN_MARKING).match_fields[1].bitwidth = 8
+    _table(other, p4.NEXT).preamble.id += 1
     diffs = p4build.p4info_differences(checked_in, other)
     # the id change also leaves the selector pointing at an unknown table
     assert len(diffs) == 4, diffs
-    assert any("FabricIngress.routing_v4: match_fields" in d and "'dst'" in d for d in diffs)
-    assert any("FabricEgress.ecn_marking: match_fields" in d for d in diffs)
-    assert any("FabricIngress.next: id" in d for d in diffs)
-    assert any("FabricIngress.ecmp_selector: tables" in d for d in diffs)
+    assert any(f"{p4.ROUTING_V4}: match_fields" in d and "'dst'" in d for d in diffs)
+    assert any(f"{p4.ECN_MARKING}: match_fields" in d for d in diffs)
+    assert any(f"{p4.NEXT}: id" in d for d in diffs)
+    assert any(f"{p4.ECMP_SELECTOR}: tables" in d for d in diffs)
 
 
 def test_missing_action_and_param_change_are_reported(checked_in: p4i.P4Info) -> None:
     other = copy.deepcopy(checked_in)
-    nexthop = next(a for a in other.actions if a.preamble.name == "FabricIngress.set_nexthop")
+    nexthop = next(a for a in other.actions if a.preamble.name == p4.SET_NEXTHOP)
     nexthop.params[0].bitwidth = 16
-    keep = [a for a in other.actions if a.preamble.name != "FabricEgress.set_pfc_thresholds"]
+    keep = [a for a in other.actions if a.preamble.name != p4.SET_PFC_THRESHOLDS]
     other.ClearField("actions")
     other.actions.extend(keep)
     diffs = p4build.p4info_differences(checked_in, other)
-    assert "action FabricEgress.set_pfc_thresholds: only in the checked-in P4Info" in diffs
-    assert any(d.startswith("action FabricIngress.set_nexthop: params") for d in diffs)
+    assert f"action {p4.SET_PFC_THRESHOLDS}: only in the checked-in P4Info" in diffs
+    assert any(d.startswith(f"action {p4.SET_NEXTHOP}: params") for d in diffs)
     # the pfc_config table still refers to the action id, now unknown
-    assert any("table FabricEgress.pfc_config: actions" in d for d in diffs)
+    assert any(f"table {p4.PFC_CONFIG}: actions" in d for d in diffs)
 
 
 def test_skips_clearly_without_p4c(
@@ -95,25 +98,61 @@ def _fake_p4c(bin_dir: Path, p4info_text: str, rc: int = 0) -> None:
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
 
 
-def test_compiled_p4info_that_matches_passes(
+def test_checked_in_p4info_is_printed_as_p4c_prints_it() -> None:
+    """p4c writes its two header lines, then protobuf's TextFormat of the message: so the file
+    must be exactly what Python's text_format prints for it, whatever was edited."""
+    text = DEFAULT_P4INFO.read_text()
+    assert text == p4build.p4c_text(load_p4info(DEFAULT_P4INFO))
+    assert text.startswith(p4build.P4C_TEXT_HEADER)
+
+
+def test_p4c_text_shows_a_hand_edit_that_p4c_would_not_print() -> None:
+    edited = DEFAULT_P4INFO.read_text().replace("  size: 1024\n", "  size:  1024\n", 1)
+    assert edited != DEFAULT_P4INFO.read_text()
+    assert p4build.p4c_text(text_format.Parse(edited, p4i.P4Info())) != edited
+
+
+def _run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, compiled: str) -> int:
+    _fake_p4c(tmp_path, compiled)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    return p4build.main(["--build-dir", str(tmp_path / "build")])
+
+
+def test_compiled_p4info_byte_for_byte_equal_passes(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _fake_p4c(tmp_path, DEFAULT_P4INFO.read_text())
-    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
-    assert p4build.main(["--build-dir", str(tmp_path / "build")]) == 0
-    assert "matches the compiled P4Info" in capsys.readouterr().out
+    assert _run(monkeypatch, tmp_path, DEFAULT_P4INFO.read_text()) == 0
+    assert "is byte for byte the P4Info p4c wrote" in capsys.readouterr().out
     assert (tmp_path / "build" / "fabric.json").exists()
 
 
-def test_compiled_p4info_that_differs_fails_with_the_difference(
+def test_compiled_p4info_that_differs_only_in_printing_fails_with_the_diff(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    drifted = DEFAULT_P4INFO.read_text().replace('name: "ipv4_dst"', 'name: "dst_addr"')
-    _fake_p4c(tmp_path, drifted)
-    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
-    assert p4build.main(["--build-dir", str(tmp_path / "build")]) == 1
+    """Same message, other bytes (here: an initial_default_action p4c 1.2.4.8 does not emit
+    but a newer p4c does): the byte comparison fails, the semantic report finds nothing."""
+    info = load_p4info(DEFAULT_P4INFO)
+    routing = _table(info, p4.ROUTING_V4)
+    routing.initial_default_action.action_id = routing.const_default_action_id
+    assert _run(monkeypatch, tmp_path, p4build.p4c_text(info)) == 1
     out = capsys.readouterr().out
-    assert "table FabricIngress.routing_v4: match_fields" in out
+    assert "p4/fabric.p4info.txt (checked in)" in out
+    assert "+  initial_default_action {" in out
+    assert "no difference a controller would see" in out
+    assert "copy " in out and "fabric.p4info.txt over " in out
+
+
+def test_compiled_p4info_that_differs_fails_with_the_diff_and_the_difference(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    drifted = DEFAULT_P4INFO.read_text().replace(
+        f'name: "{p4.ROUTING_V4_IPV4_DST}"', 'name: "dst_addr"'
+    )
+    assert _run(monkeypatch, tmp_path, drifted) == 1
+    out = capsys.readouterr().out
+    assert f'-    name: "{p4.ROUTING_V4_IPV4_DST}"' in out
+    assert '+    name: "dst_addr"' in out
+    assert f"table {p4.ROUTING_V4}: match_fields" in out
     assert "'dst_addr'" in out
 
 

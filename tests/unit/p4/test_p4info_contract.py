@@ -1,4 +1,4 @@
-"""p4/fabric.p4info.txt against the names contract (/work/notes/p4_contract.md) that agent/
+"""p4/fabric.p4info.txt against the names contract (railfabric/fabric_p4.py) that agent/
 and softswitch/ resolve at runtime, and against the P4 sources so the two cannot drift."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from finsy import P4CounterUnit, P4Schema
 from finsy.p4schema import P4ActionScope
 from finsy.proto import p4i
 
+from railfabric import fabric_p4 as p4
 from railfabric.p4info import DEFAULT_P4INFO
 
 pytestmark = pytest.mark.unit
@@ -21,68 +22,82 @@ EXACT = p4i.MatchField.EXACT
 LPM = p4i.MatchField.LPM
 TERNARY = p4i.MatchField.TERNARY
 
+# The contract: names from railfabric.fabric_p4, widths and kinds written out here, so a change
+# of the P4Info has to be made in this test as well.
 # table -> (match fields (name, bitwidth, kind) in key order, actions usable in entries,
 #           default-only actions, action profile)
 TABLES: dict[str, tuple[list[tuple[str, int, int]], set[str], set[str], str | None]] = {
-    "FabricIngress.acl": (
-        [("ig_port", 9, TERNARY), ("eth_dst", 48, TERNARY), ("eth_type", 16, TERNARY),
-         ("ip_proto", 8, TERNARY)],
-        {"FabricIngress.punt_to_cpu", "FabricIngress.drop", "NoAction"},
+    p4.ACL: (
+        [(p4.ACL_IG_PORT, 9, TERNARY), (p4.ACL_ETH_DST, 48, TERNARY),
+         (p4.ACL_ETH_TYPE, 16, TERNARY), (p4.ACL_IP_PROTO, 8, TERNARY)],
+        {p4.PUNT_TO_CPU, p4.DROP, p4.NO_ACTION},
         set(),
         None,
     ),
-    "FabricIngress.qos_classify": (
-        [("dscp", 6, EXACT)], {"FabricIngress.set_traffic_class"}, set(), None,
+    p4.QOS_CLASSIFY: (
+        [(p4.QOS_CLASSIFY_DSCP, 6, EXACT)], {p4.SET_TRAFFIC_CLASS}, set(), None,
     ),
-    "FabricIngress.routing_v4": (
-        [("ipv4_dst", 32, LPM)], {"FabricIngress.set_next_id"}, {"FabricIngress.drop"}, None,
+    p4.ROUTING_V4: (
+        [(p4.ROUTING_V4_IPV4_DST, 32, LPM)], {p4.SET_NEXT_ID}, {p4.DROP}, None,
     ),
-    "FabricIngress.next": (
-        [("next_id", 32, EXACT)],
-        {"FabricIngress.set_nexthop"},
-        {"NoAction"},
-        "FabricIngress.ecmp_selector",
+    p4.HASH_CONFIG: (
+        [], {p4.HASH_QP, p4.NO_ACTION}, set(), None,
     ),
-    "FabricEgress.ecn_marking": (
-        [("eg_port", 9, EXACT), ("traffic_class", 3, EXACT)],
-        {"FabricEgress.set_ecn_thresholds"},
-        {"NoAction"},
+    p4.NEXT: (
+        [(p4.NEXT_NEXT_ID, 32, EXACT)],
+        {p4.SET_NEXTHOP},
+        {p4.NO_ACTION},
+        p4.ECMP_SELECTOR,
+    ),
+    p4.ECN_MARKING: (
+        [(p4.ECN_MARKING_EG_PORT, 9, EXACT), (p4.ECN_MARKING_TRAFFIC_CLASS, 3, EXACT)],
+        {p4.SET_ECN_THRESHOLDS},
+        {p4.NO_ACTION},
         None,
     ),
-    "FabricEgress.pfc_config": (
-        [("port", 9, EXACT), ("priority", 3, EXACT)],
-        {"FabricEgress.set_pfc_thresholds"},
-        {"NoAction"},
+    p4.PFC_CONFIG: (
+        [(p4.PFC_CONFIG_PORT, 9, EXACT), (p4.PFC_CONFIG_PRIORITY, 3, EXACT)],
+        {p4.SET_PFC_THRESHOLDS},
+        {p4.NO_ACTION},
         None,
     ),
 }  # fmt: skip
 
 ACTIONS: dict[str, list[tuple[str, int]]] = {
-    "NoAction": [],
-    "FabricIngress.punt_to_cpu": [],
-    "FabricIngress.drop": [],
-    "FabricIngress.set_traffic_class": [("tc", 3)],
-    "FabricIngress.set_next_id": [("next_id", 32)],
-    "FabricIngress.set_nexthop": [("port", 9), ("smac", 48), ("dmac", 48)],
-    "FabricEgress.set_ecn_thresholds": [("kmin", 32), ("kmax", 32), ("pmax", 32)],
-    "FabricEgress.set_pfc_thresholds": [("xoff", 32), ("xon", 32)],
+    p4.NO_ACTION: [],
+    p4.PUNT_TO_CPU: [],
+    p4.DROP: [],
+    p4.SET_TRAFFIC_CLASS: [(p4.SET_TRAFFIC_CLASS_TC, 3)],
+    p4.SET_NEXT_ID: [(p4.SET_NEXT_ID_NEXT_ID, 32)],
+    p4.HASH_QP: [],
+    p4.SET_NEXTHOP: [
+        (p4.SET_NEXTHOP_PORT, 9),
+        (p4.SET_NEXTHOP_SMAC, 48),
+        (p4.SET_NEXTHOP_DMAC, 48),
+    ],
+    p4.SET_ECN_THRESHOLDS: [
+        (p4.SET_ECN_THRESHOLDS_KMIN, 32),
+        (p4.SET_ECN_THRESHOLDS_KMAX, 32),
+        (p4.SET_ECN_THRESHOLDS_PMAX, 32),
+    ],
+    p4.SET_PFC_THRESHOLDS: [(p4.SET_PFC_THRESHOLDS_XOFF, 32), (p4.SET_PFC_THRESHOLDS_XON, 32)],
 }
 
 BOTH = P4CounterUnit.BOTH
 PACKETS = P4CounterUnit.PACKETS
 COUNTERS = {
-    "FabricIngress.ingress_port_counter": BOTH,
-    "FabricEgress.egress_port_counter": BOTH,
-    "FabricIngress.drop_counter": BOTH,
-    "FabricEgress.ecn_mark_counter": PACKETS,
-    "FabricEgress.pfc_pause_tx_counter": PACKETS,
-    "FabricEgress.pfc_pause_rx_counter": PACKETS,
-    "FabricEgress.pfc_storm_counter": PACKETS,
+    p4.INGRESS_PORT_COUNTER: BOTH,
+    p4.EGRESS_PORT_COUNTER: BOTH,
+    p4.DROP_COUNTER: BOTH,
+    p4.ECN_MARK_COUNTER: PACKETS,
+    p4.PFC_PAUSE_TX_COUNTER: PACKETS,
+    p4.PFC_PAUSE_RX_COUNTER: PACKETS,
+    p4.PFC_STORM_COUNTER: PACKETS,
 }
 
 PACKET_METADATA = {
-    "packet_in": [(1, "ingress_port", 9), (2, "_pad", 7)],
-    "packet_out": [(1, "egress_port", 9), (2, "_pad", 7)],
+    p4.PACKET_IN: [(1, p4.PACKET_IN_INGRESS_PORT, 9), (2, p4.PACKET_IN_PAD, 7)],
+    p4.PACKET_OUT: [(1, p4.PACKET_OUT_EGRESS_PORT, 9), (2, p4.PACKET_OUT_PAD, 7)],
 }
 
 PREFIX = p4i.P4Ids.Prefix
@@ -126,21 +141,24 @@ def test_no_tables_beyond_contract(schema: P4Schema) -> None:
 
 
 def test_acl_routing_defaults(schema: P4Schema) -> None:
-    acl = schema.tables["FabricIngress.acl"]
+    acl = schema.tables[p4.ACL]
     assert acl.const_default_action is not None
-    assert acl.const_default_action.name == "NoAction"
-    routing = schema.tables["FabricIngress.routing_v4"]
+    assert acl.const_default_action.name == p4.NO_ACTION
+    routing = schema.tables[p4.ROUTING_V4]
     assert routing.const_default_action is not None
-    assert routing.const_default_action.name == "FabricIngress.drop"
+    assert routing.const_default_action.name == p4.DROP
     # bmv2 does not support a default action on a selector table: the miss drops in P4.
-    assert schema.tables["FabricIngress.next"].const_default_action is None
+    assert schema.tables[p4.NEXT].const_default_action is None
 
 
-def test_qos_default_is_best_effort(p4info: p4i.P4Info) -> None:
-    (qos,) = [t for t in p4info.tables if t.preamble.name == "FabricIngress.qos_classify"]
-    default = qos.initial_default_action
-    assert default.action_id == _action_id(p4info, "FabricIngress.set_traffic_class")
-    assert [(a.param_id, a.value) for a in default.arguments] == [(1, b"\x00")]
+def test_qos_default_is_set_traffic_class(p4info: p4i.P4Info, p4_source: str) -> None:
+    """p4c puts only the const default action's id in the P4Info, not its argument: the best
+    effort class (TC_BEST_EFFORT = 0) lives in the program, and softswitch's model holds it."""
+    (qos,) = [t for t in p4info.tables if t.preamble.name == p4.QOS_CLASSIFY]
+    assert qos.const_default_action_id == _action_id(p4info, p4.SET_TRAFFIC_CLASS)
+    assert not qos.HasField("initial_default_action")
+    assert "const default_action = set_traffic_class(TC_BEST_EFFORT);" in p4_source
+    assert re.search(r"\bconst\s+traffic_class_t\s+TC_BEST_EFFORT\s*=\s*0\s*;", p4_source)
 
 
 def _action_id(p4info: p4i.P4Info, name: str) -> int:
@@ -159,11 +177,11 @@ def test_no_actions_beyond_contract(schema: P4Schema) -> None:
 
 
 def test_ecmp_selector(schema: P4Schema) -> None:
-    selector = schema.action_profiles["FabricIngress.ecmp_selector"]
+    selector = schema.action_profiles[p4.ECMP_SELECTOR]
     assert selector.with_selector
     assert selector.size == 4096
     assert selector.max_group_size == 64
-    assert list(selector.pbuf.table_ids) == [schema.tables["FabricIngress.next"].id]
+    assert list(selector.pbuf.table_ids) == [schema.tables[p4.NEXT].id]
 
 
 @pytest.mark.parametrize("counter_name", sorted(COUNTERS))
@@ -218,12 +236,12 @@ def test_ids_carry_prefix_and_are_unique(p4info: p4i.P4Info) -> None:
 def test_ids_are_what_p4c_assigns(p4info: p4i.P4Info) -> None:
     """p4c ids are prefix << 24 | jenkins(name) & 0xffffff, the controller-header name being
     the header type's; so a hand edit of a name without its id shows up here."""
-    header_types = {"packet_in": "packet_in_header_t", "packet_out": "packet_out_header_t"}
+    header_types = {p4.PACKET_IN: "packet_in_header_t", p4.PACKET_OUT: "packet_out_header_t"}
     for prefix, preamble in _preambles(p4info):
         hashed = header_types.get(preamble.name, preamble.name)
         expected = (prefix << 24) | (_jenkins_one_at_a_time(hashed) & 0xFFFFFF)
         assert preamble.id == expected, preamble.name
-    assert _action_id(p4info, "NoAction") == 21257015  # as every p4c-generated P4Info has it
+    assert _action_id(p4info, p4.NO_ACTION) == 21257015  # as every p4c-generated P4Info has it
 
 
 def test_references_resolve(p4info: p4i.P4Info) -> None:
@@ -255,7 +273,7 @@ def p4_source() -> str:
 def test_every_p4info_object_is_named_in_the_source(p4info: p4i.P4Info, p4_source: str) -> None:
     named = set(re.findall(r'@name\("\.([\w.]+)"\)', p4_source))
     for _, preamble in _preambles(p4info):
-        if preamble.name == "NoAction":
+        if preamble.name == p4.NO_ACTION:
             continue  # declared by core.p4
         if any(p.preamble.name == preamble.name for p in p4info.controller_packet_metadata):
             assert f'@controller_header("{preamble.name}")' in p4_source
@@ -284,7 +302,7 @@ def test_action_params_match_the_source(p4info: p4i.P4Info, p4_source: str) -> N
         name: int(bits) for bits, name in re.findall(r"typedef\s+bit<(\d+)>\s+(\w+);", p4_source)
     }
     for action in p4info.actions:
-        if action.preamble.name == "NoAction":
+        if action.preamble.name == p4.NO_ACTION:
             continue
         match = re.search(
             r'@name\("\.' + re.escape(action.preamble.name) + r'"\)\s*action\s+\w+\(([^)]*)\)',

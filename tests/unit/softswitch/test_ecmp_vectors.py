@@ -14,6 +14,7 @@ import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
+from railfabric import fabric_p4 as p4
 from softswitch.pipeline import Pipeline
 from tests.unit.softswitch.conftest import Apply
 
@@ -22,7 +23,6 @@ pytestmark = pytest.mark.unit
 VECTORS = json.loads(
     (Path(__file__).resolve().parents[2] / "data" / "bmv2_ecmp_crc32_vectors.json").read_text()
 )
-SELECTOR = "FabricIngress.ecmp_selector"
 ROUTER_MAC = "00:00:00:00:aa:01"
 
 
@@ -33,10 +33,10 @@ def _hop_mac(port: int) -> str:
 def _install_vector_group(apply: Apply) -> None:
     members = [
         fy.P4ActionProfileMember(
-            SELECTOR,
+            p4.ECMP_SELECTOR,
             member_id=m["member_id"],
             action=fy.P4TableAction(
-                "FabricIngress.set_nexthop",
+                p4.SET_NEXTHOP,
                 port=m["port"],
                 smac=ROUTER_MAC,
                 dmac=_hop_mac(m["port"]),
@@ -46,7 +46,7 @@ def _install_vector_group(apply: Apply) -> None:
     ]
     port_of = {m["member_id"]: m["port"] for m in VECTORS["members_in_creation_order"]}
     group = fy.P4ActionProfileGroup(
-        SELECTOR,
+        p4.ECMP_SELECTOR,
         group_id=7,
         members=[
             fy.P4Member(mid, weight=(1, port_of[mid]))
@@ -54,12 +54,12 @@ def _install_vector_group(apply: Apply) -> None:
         ],
     )
     route = fy.P4TableEntry(
-        "FabricIngress.routing_v4",
+        p4.ROUTING_V4,
         match=fy.P4TableMatch(ipv4_dst="10.0.0.0/8"),
-        action=fy.P4TableAction("FabricIngress.set_next_id", next_id=100),
+        action=fy.P4TableAction(p4.SET_NEXT_ID, next_id=100),
     )
     nxt = fy.P4TableEntry(
-        "FabricIngress.next",
+        p4.NEXT,
         match=fy.P4TableMatch(next_id=100),
         action=fy.P4IndirectAction(group_id=7),
     )
@@ -138,7 +138,7 @@ def test_every_vector_through_a_one_shot_action_set(pipeline: Pipeline, apply: A
         (
             (1, m["port"]),
             fy.P4TableAction(
-                "FabricIngress.set_nexthop",
+                p4.SET_NEXTHOP,
                 port=m["port"],
                 smac=ROUTER_MAC,
                 dmac=_hop_mac(m["port"]),
@@ -147,12 +147,12 @@ def test_every_vector_through_a_one_shot_action_set(pipeline: Pipeline, apply: A
         for m in VECTORS["members_in_creation_order"]
     ]
     route = fy.P4TableEntry(
-        "FabricIngress.routing_v4",
+        p4.ROUTING_V4,
         match=fy.P4TableMatch(ipv4_dst="10.0.0.0/8"),
-        action=fy.P4TableAction("FabricIngress.set_next_id", next_id=100),
+        action=fy.P4TableAction(p4.SET_NEXT_ID, next_id=100),
     )
     nxt = fy.P4TableEntry(
-        "FabricIngress.next",
+        p4.NEXT,
         match=fy.P4TableMatch(next_id=100),
         action=fy.P4IndirectAction(action_set),
     )

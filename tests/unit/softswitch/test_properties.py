@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
+from railfabric import fabric_p4 as p4
 from softswitch.p4state import P4Error
 from softswitch.pipeline import Pipeline
 from softswitch.schema import FabricSchema
@@ -20,7 +21,6 @@ from tests.unit.softswitch.conftest import CPU_PORT, DATA_PORTS
 
 pytestmark = pytest.mark.unit
 
-SELECTOR = "FabricIngress.ecmp_selector"
 
 prefixes = st.dictionaries(
     st.tuples(st.integers(0, 2**32 - 1), st.integers(1, 32)).map(
@@ -50,16 +50,16 @@ def test_lpm_matches_brute_force(
         apply(
             (
                 +fy.P4ActionProfileMember(
-                    SELECTOR,
+                    p4.ECMP_SELECTOR,
                     member_id=port,
-                    action=fy.P4TableAction("FabricIngress.set_nexthop", port=port, smac=1, dmac=2),
+                    action=fy.P4TableAction(p4.SET_NEXTHOP, port=port, smac=1, dmac=2),
                 )
             ).encode_update(fy_schema)
         )
         apply(
             (
                 +fy.P4TableEntry(
-                    "FabricIngress.next",
+                    p4.NEXT,
                     match=fy.P4TableMatch(next_id=port),
                     action=fy.P4IndirectAction(member_id=port),
                 )
@@ -69,9 +69,9 @@ def test_lpm_matches_brute_force(
         apply(
             (
                 +fy.P4TableEntry(
-                    "FabricIngress.routing_v4",
+                    p4.ROUTING_V4,
                     match=fy.P4TableMatch(ipv4_dst=(value, plen)),
-                    action=fy.P4TableAction("FabricIngress.set_next_id", next_id=port),
+                    action=fy.P4TableAction(p4.SET_NEXT_ID, next_id=port),
                 )
             ).encode_update(fy_schema)
         )
@@ -102,9 +102,9 @@ def test_member_handle_is_lowest_free(
     profile = pipeline.schema.profile_id
     for insert, member_id in sequence:
         entity = fy.P4ActionProfileMember(
-            SELECTOR,
+            p4.ECMP_SELECTOR,
             member_id=member_id,
-            action=fy.P4TableAction("FabricIngress.set_nexthop", port=1, smac=1, dmac=2),
+            action=fy.P4TableAction(p4.SET_NEXTHOP, port=1, smac=1, dmac=2),
         )
         update = (+entity if insert else -entity).encode_update(fy_schema)
         try:
@@ -134,25 +134,27 @@ def test_arbitrary_frames_never_raise(
     pipeline = Pipeline(FabricSchema.build(p4info), CPU_PORT, DATA_PORTS)
     for update in (
         +fy.P4ActionProfileMember(
-            SELECTOR,
+            p4.ECMP_SELECTOR,
             member_id=1,
-            action=fy.P4TableAction("FabricIngress.set_nexthop", port=2, smac=1, dmac=2),
+            action=fy.P4TableAction(p4.SET_NEXTHOP, port=2, smac=1, dmac=2),
         ),
-        +fy.P4ActionProfileGroup(SELECTOR, group_id=1, members=[fy.P4Member(1, weight=(1, 2))]),
+        +fy.P4ActionProfileGroup(
+            p4.ECMP_SELECTOR, group_id=1, members=[fy.P4Member(1, weight=(1, 2))]
+        ),
         +fy.P4TableEntry(
-            "FabricIngress.next",
+            p4.NEXT,
             match=fy.P4TableMatch(next_id=1),
             action=fy.P4IndirectAction(group_id=1),
         ),
         +fy.P4TableEntry(
-            "FabricIngress.routing_v4",
+            p4.ROUTING_V4,
             match=fy.P4TableMatch(ipv4_dst="0.0.0.0/1"),
-            action=fy.P4TableAction("FabricIngress.set_next_id", next_id=1),
+            action=fy.P4TableAction(p4.SET_NEXT_ID, next_id=1),
         ),
         +fy.P4TableEntry(
-            "FabricIngress.acl",
+            p4.ACL,
             match=fy.P4TableMatch(eth_type=0x88CC),
-            action=fy.P4TableAction("FabricIngress.punt_to_cpu"),
+            action=fy.P4TableAction(p4.PUNT_TO_CPU),
             priority=1,
         ),
     ):

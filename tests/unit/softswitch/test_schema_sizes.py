@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from finsy.proto import p4i
 
+from railfabric import fabric_p4 as p4
 from softswitch.schema import (
     COUNTER_INDEX_BYTES,
     ENTRY_BYTES,
@@ -38,10 +39,10 @@ def named(p4info: p4i.P4Info, kind: str, name: str) -> p4i.Counter | p4i.Table:
 def test_counter_size_out_of_range_names_the_counter(p4info: p4i.P4Info, size: int) -> None:
     changed = p4i.P4Info()
     changed.CopyFrom(p4info)
-    named(changed, "counter", "FabricIngress.drop_counter").size = size
+    named(changed, "counter", p4.DROP_COUNTER).size = size
     max_indexes = MEMORY // 2 // COUNTER_INDEX_BYTES
     assert (
-        f"counter 'FabricIngress.drop_counter': size {size} is out of 512..{max_indexes}"
+        f"counter {p4.DROP_COUNTER!r}: size {size} is out of 512..{max_indexes}"
         f" ({COUNTER_INDEX_BYTES} bytes an index in 1/2 of this host's 4.0 GiB,"
         " the model indexes it by port (bit<9>))"
     ) in refusal(changed)
@@ -51,9 +52,9 @@ def test_counter_size_out_of_range_names_the_counter(p4info: p4i.P4Info, size: i
 def test_table_size_out_of_range_names_the_table(p4info: p4i.P4Info, size: int) -> None:
     changed = p4i.P4Info()
     changed.CopyFrom(p4info)
-    named(changed, "table", "FabricIngress.routing_v4").size = size
+    named(changed, "table", p4.ROUTING_V4).size = size
     assert (
-        f"table 'FabricIngress.routing_v4': size {size} is out of 1..{MEMORY // 2 // ENTRY_BYTES}"
+        f"table {p4.ROUTING_V4!r}: size {size} is out of 1..{MEMORY // 2 // ENTRY_BYTES}"
     ) in refusal(changed)
 
 
@@ -63,7 +64,7 @@ def test_profile_sizes_are_checked(p4info: p4i.P4Info) -> None:
     changed.action_profiles[0].size = -2
     changed.action_profiles[0].max_group_size = -1
     message = refusal(changed)
-    assert "action profile 'FabricIngress.ecmp_selector': size -2 is out of 1.." in message
+    assert f"action profile {p4.ECMP_SELECTOR!r}: size -2 is out of 1.." in message
     assert "max_group_size -1 < 0" in message
 
 
@@ -71,22 +72,25 @@ def test_sizes_that_fit_one_by_one_are_checked_together(p4info: p4i.P4Info) -> N
     changed = p4i.P4Info()
     changed.CopyFrom(p4info)
     for table in changed.tables:
-        table.size = 1_000_000  # each fits in 2 GiB, six of them do not
+        table.size = 1_000_000  # each fits in 2 GiB, all of them do not
+    entries = sum(t.size for t in changed.tables) + sum(p.size for p in changed.action_profiles)
+    indexes = sum(c.size for c in changed.counters)
+    need = entries * ENTRY_BYTES + indexes * COUNTER_INDEX_BYTES
     message = refusal(changed)
-    assert "tables, action profiles and counters together need 11.5 GiB" in message
+    assert f"tables, action profiles and counters together need {need / GIB:.1f} GiB" in message
     assert "more than 1/2 of this host's 4.0 GiB" in message
 
 
 def test_every_problem_is_listed(p4info: p4i.P4Info) -> None:
     changed = p4i.P4Info()
     changed.CopyFrom(p4info)
-    named(changed, "counter", "FabricIngress.drop_counter").size = -5
-    named(changed, "table", "FabricIngress.acl").size = -5
+    named(changed, "counter", p4.DROP_COUNTER).size = -5
+    named(changed, "table", p4.ACL).size = -5
     del changed.tables[-1]
     message = refusal(changed)
     assert message.startswith("P4Info is not fabric.p4 as softswitch models it: no table named")
     assert "P4Info sizes softswitch cannot hold: " in message
-    assert "'FabricIngress.drop_counter'" in message and "'FabricIngress.acl'" in message
+    assert repr(p4.DROP_COUNTER) in message and repr(p4.ACL) in message
 
 
 def test_the_checked_in_p4info_fits_a_small_host(p4info: p4i.P4Info) -> None:

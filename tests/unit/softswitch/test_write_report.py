@@ -8,13 +8,16 @@ from finsy.proto import p4r
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from railfabric import fabric_p4 as p4
 from softswitch.p4state import Code, P4Error
 from softswitch.write_report import DETAILS_BUDGET, write_report
 
 pytestmark = pytest.mark.unit
 
-EXISTS = P4Error(Code.ALREADY_EXISTS, "FabricIngress.routing_v4: entry already exists")
-FULL = P4Error(Code.RESOURCE_EXHAUSTED, "FabricIngress.routing_v4: table full (16384 entries)")
+EXISTS = P4Error(Code.ALREADY_EXISTS, f"{p4.ROUTING_V4}: entry already exists")
+FULL = P4Error(
+    Code.RESOURCE_EXHAUSTED, f"{p4.ROUTING_V4}: table full ({p4.ROUTING_V4_SIZE} entries)"
+)
 
 
 def unpacked(errors: list[P4Error | None]) -> list[p4r.Error]:
