@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
-from softswitch.p4state import Code, P4Error
+from softswitch.codes import Code, P4Error
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """ECN marking for the traffic manager: where a frame's IPv4 ECN bits are, the RED-like marking
-decision (FabricEgress.ecn_marking's semantics) and the CE rewrite that keeps the IPv4 header
+decision (`fabric_p4.ECN_MARKING`'s semantics) and the CE rewrite that keeps the IPv4 header
 checksum right.
 
 Thresholds are bytes of queue depth at enqueue; pmax is parts per million:

@@ -2,8 +2,8 @@
 
 Frames leaving the pipeline are queued per egress port and traffic class; `flush` sends what
 the TM lets go now and arms a loop timer for its next event (port rate, pause expiry, PAUSE
-refresh, watchdog). The TM's ECN and PFC settings follow the pipeline's FabricEgress.ecn_marking
-and FabricEgress.pfc_config entries; received MAC control frames (0x8808) go to the TM, not
+refresh, watchdog). The TM's ECN and PFC settings follow the pipeline's `fabric_p4.ECN_MARKING`
+and `fabric_p4.PFC_CONFIG` entries; received MAC control frames (0x8808) go to the TM, not
 the pipeline. TM counters (drops, ECN marks, PAUSE sent/received, storms) are folded into the
 P4 counters as deltas, so a counter reset over P4Runtime keeps working.
 """

@@ -1,13 +1,20 @@
-"""A model of p4/fabric.p4 (v1model): parse, packet-out bypass, acl, qos_classify, TTL,
-routing_v4 (LPM), next through the ECMP action selector, egress ecn_marking lookup, counters.
+"""A model of p4/fabric.p4 (v1model), one method per control of p4/include/control/*.p4.
 
-Pure and synchronous: `process(frame, ingress_port)` returns where the frame goes (or None
-when it is dropped). The P4Runtime objects live in `p4state.P4State`, which calls the hooks
+`process(frame, ingress_port)` runs FabricIngress as fabric.p4 wires it: PortCountersIngress,
+the parser, Acl, then for IPv4 QosClassify, Routing (TTL check, routing_v4 LPM), HashConfig
+and Next (the ECMP action selector, set_nexthop), DropCounter on every drop, then the IPv4
+checksum update. It returns where the frame goes (the CPU port for a punt), or None when it is
+dropped. PacketIoIngress is `packet_out`. The egress controls run outside this class, at the
+port: EcnMarking and Pfc in the traffic manager (egress.py, tm.py) from the ecn_marking and
+pfc_config entries kept here (`ecn_thresholds`, `pfc_thresholds`), PacketIoEgress in the
+switch (packet-in with the ingress port), PortCountersEgress in `count_egress`.
+
+Pure and synchronous. The P4Runtime objects live in `p4state.P4State`, which calls the hooks
 below on every change so lookups here stay dict operations.
 
-ECMP member choice is bmv2's (../shared/bmv2/FACTS.md): `railfabric.ecmp.flow_hash` over
-ipv4 src, dst, protocol, l4 ports, and `railfabric.ecmp.choose_member` over the group's members
-whose watch_port has carrier, ordered by member handle (creation order), not member id.
+ECMP member choice is bmv2's (docs/bmv2.md): `railfabric.ecmp.flow_hash` over ipv4 src, dst,
+protocol, l4 ports, and `railfabric.ecmp.choose_member` over the group's members whose
+watch_port has carrier, ordered by member handle (creation order), not member id.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from railfabric import ecmp
+from railfabric import fabric_p4 as p4
 from softswitch.p4state import (
     ActionCall,
     GroupRef,
@@ -29,16 +37,39 @@ from softswitch.p4state import (
 )
 from softswitch.schema import FabricSchema
 
+# Header layout (p4/include/header.p4): byte offsets from the start of the frame, IPv4 ones
+# from the start of its header, L4 ones from the start of the L4 header.
+ETH_DST = 0
+ETH_SRC = 6
+ETH_TYPE = 12
 ETH_HLEN = 14
+IPV4 = ETH_HLEN
+IPV4_MIN_LEN = 20
+IPV4_VERSION_IHL = 0
+IPV4_DSCP_ECN = 1
+IPV4_TTL = 8
+IPV4_PROTOCOL = 9
+IPV4_CHECKSUM = 10
+IPV4_SRC = 12  # then IPV4_DST, 4 bytes on
+UDP_LEN = 8
+TCP_MIN_LEN = 20
+L4_SPORT = 0  # then the destination port, 2 bytes on (UDP and TCP alike)
+L4_DPORT = 2
+BTH_LEN = 12
+BTH_DST_QP = 5  # 3 bytes
+
 ETHERTYPE_IPV4 = 0x0800
 ETHERTYPE_LLDP = 0x88CC
 ETHERTYPE_MAC_CONTROL = 0x8808
 IPPROTO_TCP = 6
 IPPROTO_UDP = 17
-BTH_LEN = 12
+
 _IP_WORDS = {ihl: struct.Struct(f"!{ihl * 2}H") for ihl in range(5, 16)}
 _TWO_IPS = struct.Struct("!II")
 _TWO_PORTS = struct.Struct("!HH")
+_CHECKSUM = struct.Struct("!H")
+
+_NO_ROUTE = -1  # an LPM level's "no such prefix", distinct from None (drop)
 
 
 class DropReason(enum.Enum):
@@ -65,9 +96,21 @@ class Forward(NamedTuple):
 
 
 class _Hop(NamedTuple):
+    """set_nexthop's arguments as the frame takes them: the port, and the 12 bytes that
+    replace the Ethernet destination and source (dmac, then smac)."""
+
     port: int
-    smac: bytes
-    dmac: bytes
+    macs: bytes
+
+
+def _hop(action: ActionCall) -> _Hop:
+    port, smac, dmac = action.args
+    return _Hop(port, dmac.to_bytes(6, "big") + smac.to_bytes(6, "big"))
+
+
+def _key_value(key: Key, position: int) -> int:
+    """The value of an exact field of `key` (0 when absent)."""
+    return (key[position] or (0,))[0]
 
 
 class Pipeline:
@@ -78,32 +121,25 @@ class Pipeline:
         self.cpu_port = cpu_port
         self.ports = frozenset(ports)
         self.drops: dict[DropReason, int] = dict.fromkeys(DropReason, 0)
-        tid = schema.table_ids
         aid = schema.action_ids
-        self._t_acl = tid["FabricIngress.acl"]
-        self._t_qos = tid["FabricIngress.qos_classify"]
-        self._t_routing = tid["FabricIngress.routing_v4"]
-        self._t_next = tid["FabricIngress.next"]
-        self._t_ecn = tid["FabricEgress.ecn_marking"]
-        self._t_pfc = tid["FabricEgress.pfc_config"]
-        self._a_punt = aid["FabricIngress.punt_to_cpu"]
-        self._a_drop = aid["FabricIngress.drop"]
-        self._a_set_tc = aid["FabricIngress.set_traffic_class"]
-        self._a_set_next = aid["FabricIngress.set_next_id"]
-        self._a_nexthop = aid["FabricIngress.set_nexthop"]
-        self._a_ecn = aid["FabricEgress.set_ecn_thresholds"]
-        self._a_pfc = aid["FabricEgress.set_pfc_thresholds"]
+        self._a_punt = aid[p4.PUNT_TO_CPU]
+        self._a_drop = aid[p4.DROP]
+        self._a_set_tc = aid[p4.SET_TRAFFIC_CLASS]
+        self._a_set_next = aid[p4.SET_NEXT_ID]
+        self._a_ecn = aid[p4.SET_ECN_THRESHOLDS]
+        self._a_pfc = aid[p4.SET_PFC_THRESHOLDS]
+        self._a_hash_qp = aid.get(p4.HASH_QP, -1)  # a P4Info without HashConfig never folds
         self.counters: dict[int, tuple[list[int], list[int]]] = {
             c.id: ([0] * c.size, [0] * c.size) for c in schema.counters.values()
         }
         cid = schema.counter_ids
-        self.c_ingress = self.counters[cid["FabricIngress.ingress_port_counter"]]
-        self.c_egress = self.counters[cid["FabricEgress.egress_port_counter"]]
-        self.c_drop = self.counters[cid["FabricIngress.drop_counter"]]
-        self.c_ecn = self.counters[cid["FabricEgress.ecn_mark_counter"]]
-        self.c_pause_tx = self.counters[cid["FabricEgress.pfc_pause_tx_counter"]]
-        self.c_pause_rx = self.counters[cid["FabricEgress.pfc_pause_rx_counter"]]
-        self.c_storm = self.counters[cid["FabricEgress.pfc_storm_counter"]]
+        self.c_ingress = self.counters[cid[p4.INGRESS_PORT_COUNTER]]
+        self.c_egress = self.counters[cid[p4.EGRESS_PORT_COUNTER]]
+        self.c_drop = self.counters[cid[p4.DROP_COUNTER]]
+        self.c_ecn = self.counters[cid[p4.ECN_MARK_COUNTER]]
+        self.c_pause_tx = self.counters[cid[p4.PFC_PAUSE_TX_COUNTER]]
+        self.c_pause_rx = self.counters[cid[p4.PFC_PAUSE_RX_COUNTER]]
+        self.c_storm = self.counters[cid[p4.PFC_STORM_COUNTER]]
         # acl: (priority, key, action) sorted by priority, highest first.
         self._acl: list[tuple[int, Key, int]] = []
         self._acl_entries: dict[tuple[Key, int], int] = {}
@@ -113,6 +149,7 @@ class Pipeline:
         self._lpm: dict[int, dict[int, int | None]] = {}  # prefix len -> prefix -> next_id
         self._lpm_order: list[tuple[int, int]] = []  # (prefix_len, mask), longest first
         self._routing_default: int | None = None  # next_id, None: drop
+        self._hash_qp = False
         self._next: dict[int, TableAction] = {}
         self.ecn_thresholds: dict[tuple[int, int], tuple[int, int, int]] = {}
         self.pfc_thresholds: dict[tuple[int, int], tuple[int, int]] = {}
@@ -123,89 +160,55 @@ class Pipeline:
         self._generation = 0  # bumped on any member/group/carrier change
         self._group_cache: dict[int, tuple[int, tuple[_Hop, ...]]] = {}
         self._one_shot_cache: dict[int, tuple[int, tuple[_Hop, ...]]] = {}  # by next_id
+        self._member_hops: dict[int, _Hop] = {}  # by member id, cleared on profile changes
+        # Table id -> what an entry write / delete / default write does to the lookups here.
+        tid = schema.table_ids
+        self._on_set: dict[int, Callable[[Key, int, TableAction], None]] = {
+            tid[p4.ROUTING_V4]: self._routing_set,
+            tid[p4.NEXT]: self._next_set,
+            tid[p4.ACL]: self._acl_set,
+            tid[p4.QOS_CLASSIFY]: self._qos_set,
+            tid[p4.ECN_MARKING]: self._ecn_set,
+            tid[p4.PFC_CONFIG]: self._pfc_set,
+        }
+        self._on_unset: dict[int, Callable[[Key, int], None]] = {
+            tid[p4.ROUTING_V4]: self._routing_unset,
+            tid[p4.NEXT]: self._next_unset,
+            tid[p4.ACL]: self._acl_unset,
+            tid[p4.QOS_CLASSIFY]: self._qos_unset,
+            tid[p4.ECN_MARKING]: self._ecn_unset,
+            tid[p4.PFC_CONFIG]: self._pfc_unset,
+        }
+        self._on_default: dict[int, Callable[[ActionCall], None]] = {
+            tid[p4.ROUTING_V4]: self._routing_default_set,
+            tid[p4.ACL]: self._acl_default_set,
+            tid[p4.QOS_CLASSIFY]: self._qos_default_set,
+        }
+        if p4.HASH_CONFIG in tid:
+            self._on_default[tid[p4.HASH_CONFIG]] = self._hash_config_default_set
         self.state = P4State(schema, self)
 
     # ---- hooks from P4State ------------------------------------------------------------
 
     def table_set(self, table_id: int, key: Key, priority: int, action: TableAction) -> None:
-        if table_id == self._t_routing:
-            value, plen = key[0] or (0, 0)
-            next_id = (
-                action.args[0]
-                if isinstance(action, ActionCall) and action.action_id == self._a_set_next
-                else None
-            )
-            if plen not in self._lpm:
-                self._lpm[plen] = {}
-                self._rebuild_lpm_order()
-            self._lpm[plen][value] = next_id
-        elif table_id == self._t_next:
-            next_id = (key[0] or (0,))[0]
-            self._next[next_id] = action
-            self._one_shot_cache.pop(next_id, None)
-        elif table_id == self._t_acl:
-            assert isinstance(action, ActionCall)
-            self._acl_entries[(key, priority)] = action.action_id
-            self._rebuild_acl()
-        elif table_id == self._t_qos:
-            assert isinstance(action, ActionCall)
-            self._qos[(key[0] or (0,))[0]] = (
-                action.args[0] if action.action_id == self._a_set_tc else 0
-            )
-        elif table_id == self._t_ecn:
-            assert isinstance(action, ActionCall)
-            self.tm_generation += 1
-            k = ((key[0] or (0,))[0], (key[1] or (0,))[0])
-            if action.action_id == self._a_ecn:
-                kmin, kmax, pmax = action.args
-                self.ecn_thresholds[k] = (kmin, kmax, pmax)
-            else:
-                self.ecn_thresholds.pop(k, None)
-        elif table_id == self._t_pfc:
-            assert isinstance(action, ActionCall)
-            self.tm_generation += 1
-            k = ((key[0] or (0,))[0], (key[1] or (0,))[0])
-            if action.action_id == self._a_pfc:
-                xoff, xon = action.args
-                self.pfc_thresholds[k] = (xoff, xon)
-            else:
-                self.pfc_thresholds.pop(k, None)
+        handler = self._on_set.get(table_id)
+        if handler is not None:
+            handler(key, priority, action)
 
     def table_unset(self, table_id: int, key: Key, priority: int) -> None:
-        if table_id == self._t_routing:
-            value, plen = key[0] or (0, 0)
-            level = self._lpm.get(plen)
-            if level is not None:
-                level.pop(value, None)
-                if not level:
-                    del self._lpm[plen]
-                    self._rebuild_lpm_order()
-        elif table_id == self._t_next:
-            self._next.pop((key[0] or (0,))[0], None)
-            self._one_shot_cache.pop((key[0] or (0,))[0], None)
-        elif table_id == self._t_acl:
-            self._acl_entries.pop((key, priority), None)
-            self._rebuild_acl()
-        elif table_id == self._t_qos:
-            self._qos.pop((key[0] or (0,))[0], None)
-        elif table_id == self._t_ecn:
-            self.ecn_thresholds.pop(((key[0] or (0,))[0], (key[1] or (0,))[0]), None)
-            self.tm_generation += 1
-        elif table_id == self._t_pfc:
-            self.pfc_thresholds.pop(((key[0] or (0,))[0], (key[1] or (0,))[0]), None)
-            self.tm_generation += 1
+        handler = self._on_unset.get(table_id)
+        if handler is not None:
+            handler(key, priority)
 
     def default_set(self, table_id: int, action: ActionCall) -> None:
-        if table_id == self._t_routing:
-            self._routing_default = action.args[0] if action.action_id == self._a_set_next else None
-        elif table_id == self._t_acl:
-            self._acl_default = action.action_id
-        elif table_id == self._t_qos:
-            self._qos_default = action.args[0] if action.action_id == self._a_set_tc else 0
+        handler = self._on_default.get(table_id)
+        if handler is not None:
+            handler(action)
 
     def profile_changed(self) -> None:
         self._generation += 1
         self._group_cache.clear()
+        self._member_hops.clear()
 
     def sync_counters(self) -> None:
         if self.counter_sync is not None:
@@ -220,17 +223,6 @@ class Pipeline:
         pk[index] = packets
         by[index] = octets
 
-    def _rebuild_lpm_order(self) -> None:
-        self._lpm_order = [
-            (plen, (0xFFFFFFFF << (32 - plen)) & 0xFFFFFFFF)
-            for plen in sorted(self._lpm, reverse=True)
-        ]
-
-    def _rebuild_acl(self) -> None:
-        rows = [(prio, key, action) for (key, prio), action in self._acl_entries.items()]
-        rows.sort(key=lambda row: -row[0])
-        self._acl = rows
-
     # ---- carrier (watch_port) -----------------------------------------------------------
 
     def set_carrier(self, port: int, up: bool) -> None:
@@ -239,6 +231,167 @@ class Pipeline:
             self._generation += 1
             self._group_cache.clear()
             self._one_shot_cache.clear()
+
+    # ---- the data path: FabricIngress ---------------------------------------------------
+
+    def process(self, frame: bytes, in_port: int) -> Forward | None:
+        """Run one frame received on `in_port` through fabric.p4's ingress."""
+        n = len(frame)
+        self._port_counters_ingress(in_port, n)
+        l4 = self._parse(frame, n)
+        if l4 < 0:
+            self._drop(DropReason.MALFORMED, in_port, n)
+            return None
+        acl_action = self._apply_acl(frame, in_port, l4) if self._acl else self._acl_default
+        if acl_action == self._a_punt:
+            return Forward(self.cpu_port, frame, 0)
+        if acl_action == self._a_drop:
+            self._drop(DropReason.ACL, in_port, n)
+            return None
+        if not l4:
+            # No L2 bridging in a routed fabric: what is neither punted nor IPv4 drops.
+            self._drop(DropReason.NOT_IPV4, in_port, n)
+            return None
+        tc = self._apply_qos(frame)
+        next_id = self._apply_routing(frame, in_port, n)
+        if next_id is None:
+            return None
+        hop = self._apply_next(frame, next_id, l4, in_port, n)
+        if hop is None:
+            return None
+        port = hop.port
+        if port not in self.ports and port != self.cpu_port:
+            self._drop(DropReason.BAD_EGRESS_PORT, in_port, n)
+            return None
+        return Forward(port, _set_nexthop(frame, hop, l4 - IPV4), tc)
+
+    def _port_counters_ingress(self, port: int, length: int) -> None:
+        """PortCountersIngress: every frame received on a port."""
+        pk, by = self.c_ingress
+        if 0 <= port < len(pk):
+            pk[port] += 1
+            by[port] += length
+
+    @staticmethod
+    def _parse(frame: bytes, n: int) -> int:
+        """FabricParser: ethernet, ipv4, udp/tcp, BTH. The offset of the L4 header for IPv4,
+        0 for a frame that is not IPv4, -1 for a truncated or malformed one (rejected)."""
+        if n < ETH_HLEN:
+            return -1
+        if (frame[ETH_TYPE] << 8 | frame[ETH_TYPE + 1]) != ETHERTYPE_IPV4:
+            return 0
+        if n < IPV4 + IPV4_MIN_LEN:
+            return -1
+        vihl = frame[IPV4 + IPV4_VERSION_IHL]
+        ihl = vihl & 0x0F
+        l4 = IPV4 + ihl * 4
+        if vihl >> 4 != 4 or ihl < 5 or n < l4:
+            return -1
+        proto = frame[IPV4 + IPV4_PROTOCOL]
+        if proto == IPPROTO_UDP:
+            if n < l4 + UDP_LEN:
+                return -1
+            dport = frame[l4 + L4_DPORT] << 8 | frame[l4 + L4_DPORT + 1]
+            if dport == ecmp.ROCEV2_UDP_PORT and n < l4 + UDP_LEN + BTH_LEN:
+                return -1
+        elif proto == IPPROTO_TCP and n < l4 + TCP_MIN_LEN:
+            return -1
+        return l4
+
+    def _apply_acl(self, frame: bytes, in_port: int, l4: int) -> int:
+        """Acl: the action of the highest-priority entry matching ingress port, eth_dst,
+        eth_type and ip_proto, else the default (NoAction)."""
+        fields = (
+            in_port,
+            int.from_bytes(frame[ETH_DST : ETH_DST + 6], "big"),
+            frame[ETH_TYPE] << 8 | frame[ETH_TYPE + 1],
+            frame[IPV4 + IPV4_PROTOCOL] if l4 else 0,
+        )
+        for _prio, key, action_id in self._acl:
+            for value, spec in zip(fields, key, strict=True):
+                if spec is not None and value & spec[1] != spec[0]:
+                    break
+            else:
+                return action_id
+        return self._acl_default
+
+    def _apply_qos(self, frame: bytes) -> int:
+        """QosClassify: the traffic class of the IPv4 DSCP (qos_classify; a miss is its
+        default, set_traffic_class(TC_BEST_EFFORT))."""
+        return self._qos.get(frame[IPV4 + IPV4_DSCP_ECN] >> 2, self._qos_default)
+
+    def _apply_routing(self, frame: bytes, in_port: int, n: int) -> int | None:
+        """Routing: drop what would leave with TTL 0, else routing_v4's longest prefix
+        match on the IPv4 destination; the next id, or None when dropped."""
+        if frame[IPV4 + IPV4_TTL] <= 1:
+            self._drop(DropReason.TTL, in_port, n)
+            return None
+        dst = _TWO_IPS.unpack_from(frame, IPV4 + IPV4_SRC)[1]
+        next_id = self._routing_default
+        lpm = self._lpm
+        for plen, mask in self._lpm_order:
+            hit = lpm[plen].get(dst & mask, _NO_ROUTE)
+            if hit != _NO_ROUTE:
+                next_id = hit
+                break
+        if next_id is None:
+            self._drop(DropReason.NO_ROUTE, in_port, n)
+        return next_id
+
+    @staticmethod
+    def _hash_config(frame: bytes, l4: int, proto: int, sport: int, dport: int) -> int:
+        """HashConfig, when hash_config's action is hash_qp: the source port the selector
+        hashes, with a RoCEv2 frame's BTH destination QP folded in (railfabric.ecmp)."""
+        if proto == IPPROTO_UDP and dport == ecmp.ROCEV2_UDP_PORT:
+            bth = l4 + UDP_LEN
+            qp = int.from_bytes(frame[bth + BTH_DST_QP : bth + BTH_DST_QP + 3], "big")
+            return ecmp.fold_qp(sport, qp)
+        return sport
+
+    def _apply_next(self, frame: bytes, next_id: int, l4: int, in_port: int, n: int) -> _Hop | None:
+        """Next: a member directly, or the ecmp_selector over a group's (or a one-shot set's)
+        live members; None when dropped (a miss, or no live member)."""
+        nxt = self._next.get(next_id)
+        if nxt is None:
+            self._drop(DropReason.NEXT_MISS, in_port, n)
+            return None
+        kind = type(nxt)
+        if kind is GroupRef:
+            cached = self._group_cache.get(nxt.group_id)  # type: ignore[union-attr]
+            if cached is not None and cached[0] == self._generation:
+                hops = cached[1]
+            else:
+                hops = self.live_hops(nxt.group_id)  # type: ignore[union-attr]
+        elif kind is MemberRef:
+            hop = self._member_hop(nxt.member_id)  # type: ignore[union-attr]
+            if hop is None:
+                self._drop(DropReason.NEXT_MISS, in_port, n)
+            return hop
+        elif kind is OneShot:
+            hops = self.one_shot_hops(next_id, nxt)  # type: ignore[arg-type]
+        else:
+            return _hop(nxt)  # type: ignore[arg-type]
+        if not hops:
+            self._drop(DropReason.NO_LIVE_MEMBER, in_port, n)
+            return None
+        src, dst = _TWO_IPS.unpack_from(frame, IPV4 + IPV4_SRC)
+        proto = frame[IPV4 + IPV4_PROTOCOL]
+        if proto in (IPPROTO_UDP, IPPROTO_TCP):
+            sport, dport = _TWO_PORTS.unpack_from(frame, l4 + L4_SPORT)
+            if self._hash_qp:
+                sport = self._hash_config(frame, l4, proto, sport, dport)
+        else:
+            sport = dport = 0
+        return ecmp.choose_member(ecmp.flow_hash(src, dst, proto, sport, dport), hops)
+
+    def _member_hop(self, member_id: int) -> _Hop | None:
+        hop = self._member_hops.get(member_id)
+        if hop is None:
+            member = self.state.members[self.schema.profile_id].get(member_id)
+            if member is None:
+                return None
+            hop = self._member_hops[member_id] = _hop(member.action)
+        return hop
 
     def live_hops(self, group_id: int) -> tuple[_Hop, ...]:
         """The group's members whose watch_port has carrier, in member-handle order."""
@@ -255,8 +408,7 @@ class Pipeline:
                 if gm.watch_port is not None and not carrier.get(gm.watch_port, True):
                     continue
                 member = members[gm.member_id]
-                hop = self._hop(member.action)
-                hops.extend([(member.handle, hop)] * gm.weight)
+                hops.extend([(member.handle, _hop(member.action))] * gm.weight)
         hops.sort(key=lambda h: h[0])
         result = tuple(h for _, h in hops)
         self._group_cache[group_id] = (self._generation, result)
@@ -271,162 +423,36 @@ class Pipeline:
         hops: list[_Hop] = []
         for item in one_shot.actions:
             if item.watch_port is None or carrier.get(item.watch_port, True):
-                hops.extend([self._hop(item.action)] * item.weight)
+                hops.extend([_hop(item.action)] * item.weight)
         result = tuple(hops)
         self._one_shot_cache[next_id] = (self._generation, result)
         return result
 
-    def _hop(self, action: ActionCall) -> _Hop:
-        port, smac, dmac = action.args
-        return _Hop(port, smac.to_bytes(6, "big"), dmac.to_bytes(6, "big"))
-
-    # ---- the data path ------------------------------------------------------------------
-
     def _drop(self, reason: DropReason, port: int, length: int) -> None:
+        """mark_to_drop, then DropCounter: pipeline drops counted on the ingress port."""
         self.drops[reason] += 1
-        if 0 <= port < len(self.c_drop[0]):
-            self.c_drop[0][port] += 1
-            self.c_drop[1][port] += length
+        pk, by = self.c_drop
+        if 0 <= port < len(pk):
+            pk[port] += 1
+            by[port] += length
 
-    def process(self, frame: bytes, in_port: int) -> Forward | None:
-        """Run one frame received on `in_port` through fabric.p4's ingress and egress."""
-        n = len(frame)
-        ig_pk, ig_by = self.c_ingress
-        if 0 <= in_port < len(ig_pk):
-            ig_pk[in_port] += 1
-            ig_by[in_port] += n
-        # --- parser: ethernet, ipv4, udp/tcp, BTH; truncated headers reject the frame.
-        if n < ETH_HLEN:
-            self._drop(DropReason.MALFORMED, in_port, n)
-            return None
-        eth_type = (frame[12] << 8) | frame[13]
-        is_ipv4 = eth_type == ETHERTYPE_IPV4
-        ip_proto = 0
-        hlen = 0
-        if is_ipv4:
-            if n < ETH_HLEN + 20:
-                self._drop(DropReason.MALFORMED, in_port, n)
-                return None
-            vihl = frame[14]
-            ihl = vihl & 0x0F
-            hlen = ihl * 4
-            if vihl >> 4 != 4 or ihl < 5 or n < ETH_HLEN + hlen:
-                self._drop(DropReason.MALFORMED, in_port, n)
-                return None
-            ip_proto = frame[23]
-            l4 = ETH_HLEN + hlen
-            if ip_proto == IPPROTO_UDP:
-                if n < l4 + 8:
-                    self._drop(DropReason.MALFORMED, in_port, n)
-                    return None
-                if (
-                    frame[l4 + 2] << 8 | frame[l4 + 3]
-                ) == ecmp.ROCEV2_UDP_PORT and n < l4 + 8 + BTH_LEN:
-                    self._drop(DropReason.MALFORMED, in_port, n)
-                    return None
-            elif ip_proto == IPPROTO_TCP and n < l4 + 20:
-                self._drop(DropReason.MALFORMED, in_port, n)
-                return None
-        # --- acl: highest priority match wins.
-        acl_action = self._acl_default
-        if self._acl:
-            fields = (in_port, int.from_bytes(frame[0:6], "big"), eth_type, ip_proto)
-            for _prio, key, action_id in self._acl:
-                for value, spec in zip(fields, key, strict=True):
-                    if spec is not None and value & spec[1] != spec[0]:
-                        break
-                else:
-                    acl_action = action_id
-                    break
-        if acl_action == self._a_punt:
-            return Forward(self.cpu_port, frame, 0)
-        if acl_action == self._a_drop:
-            self._drop(DropReason.ACL, in_port, n)
-            return None
-        if not is_ipv4:
-            self._drop(DropReason.NOT_IPV4, in_port, n)
-            return None
-        # --- qos_classify, TTL, routing_v4.
-        tc = self._qos.get(frame[15] >> 2, self._qos_default)
-        ttl = frame[22]
-        if ttl <= 1:
-            self._drop(DropReason.TTL, in_port, n)
-            return None
-        src, dst = _TWO_IPS.unpack_from(frame, 26)
-        next_id = self._routing_default
-        for plen, mask in self._lpm_order:
-            hit = self._lpm[plen].get(dst & mask, -1)
-            if hit != -1:
-                next_id = hit
-                break
-        if next_id is None:
-            self._drop(DropReason.NO_ROUTE, in_port, n)
-            return None
-        # --- next: a member directly, or the action selector over a group.
-        nxt = self._next.get(next_id)
-        if nxt is None:
-            self._drop(DropReason.NEXT_MISS, in_port, n)
-            return None
-        if isinstance(nxt, GroupRef | OneShot):
-            if isinstance(nxt, GroupRef):
-                hops = self.live_hops(nxt.group_id)
-            else:
-                hops = self.one_shot_hops(next_id, nxt)
-            if not hops:
-                self._drop(DropReason.NO_LIVE_MEMBER, in_port, n)
-                return None
-            if ip_proto in (IPPROTO_UDP, IPPROTO_TCP):
-                sport, dport = _TWO_PORTS.unpack_from(frame, ETH_HLEN + hlen)
-            else:
-                sport = dport = 0
-            hop = ecmp.choose_member(ecmp.flow_hash(src, dst, ip_proto, sport, dport), hops)
-        elif isinstance(nxt, MemberRef):
-            member = self.state.members[self.schema.profile_id].get(nxt.member_id)
-            if member is None:
-                self._drop(DropReason.NEXT_MISS, in_port, n)
-                return None
-            hop = self._hop(member.action)
-        else:
-            hop = self._hop(nxt)
-        # --- set_nexthop: MACs, TTL - 1, IPv4 checksum recomputed (v1model update_checksum).
-        out = bytearray(frame)
-        out[0:6] = hop.dmac
-        out[6:12] = hop.smac
-        out[22] = ttl - 1
-        out[24] = 0
-        out[25] = 0
-        total = sum(_IP_WORDS[hlen // 4].unpack_from(out, ETH_HLEN))
-        total = (total & 0xFFFF) + (total >> 16)
-        total = (total & 0xFFFF) + (total >> 16)
-        csum = ~total & 0xFFFF
-        out[24] = csum >> 8
-        out[25] = csum & 0xFF
-        port = hop.port
-        if port not in self.ports and port != self.cpu_port:
-            self._drop(DropReason.BAD_EGRESS_PORT, in_port, n)
-            return None
-        return Forward(port, out, tc)
+    # ---- PacketIoIngress, PortCountersEgress, traffic-manager drops ---------------------
 
     def packet_out(self, frame: bytes, egress_port: int) -> Forward | None:
         """A PacketOut: bypasses ingress and leaves `egress_port` as is."""
         n = len(frame)
-        cpu = self.cpu_port
-        if 0 <= cpu < len(self.c_ingress[0]):
-            self.c_ingress[0][cpu] += 1
-            self.c_ingress[1][cpu] += n
+        self._port_counters_ingress(self.cpu_port, n)
         if egress_port not in self.ports:
-            self._drop(DropReason.BAD_EGRESS_PORT, cpu, n)
+            self._drop(DropReason.BAD_EGRESS_PORT, self.cpu_port, n)
             return None
         return Forward(egress_port, frame, 0)
 
     def count_ingress(self, port: int, length: int) -> None:
         """A frame received on `port` that the pipeline does not see (MAC control)."""
-        pk, by = self.c_ingress
-        if 0 <= port < len(pk):
-            pk[port] += 1
-            by[port] += length
+        self._port_counters_ingress(port, length)
 
     def count_egress(self, port: int, length: int) -> None:
+        """PortCountersEgress: every frame transmitted on a port."""
         pk, by = self.c_egress
         if 0 <= port < len(pk):
             pk[port] += 1
@@ -438,3 +464,120 @@ class Pipeline:
         if 0 <= port < len(pk):
             pk[port] += 1
             by[port] += length
+
+    # ---- table writes, per control ------------------------------------------------------
+
+    def _acl_set(self, key: Key, priority: int, action: TableAction) -> None:
+        assert isinstance(action, ActionCall)
+        self._acl_entries[(key, priority)] = action.action_id
+        self._rebuild_acl()
+
+    def _acl_unset(self, key: Key, priority: int) -> None:
+        self._acl_entries.pop((key, priority), None)
+        self._rebuild_acl()
+
+    def _acl_default_set(self, action: ActionCall) -> None:
+        self._acl_default = action.action_id
+
+    def _rebuild_acl(self) -> None:
+        rows = [(prio, key, action) for (key, prio), action in self._acl_entries.items()]
+        rows.sort(key=lambda row: -row[0])
+        self._acl = rows
+
+    def _qos_set(self, key: Key, priority: int, action: TableAction) -> None:
+        assert isinstance(action, ActionCall)
+        tc = action.args[0] if action.action_id == self._a_set_tc else 0
+        self._qos[_key_value(key, 0)] = tc
+
+    def _qos_unset(self, key: Key, priority: int) -> None:
+        self._qos.pop(_key_value(key, 0), None)
+
+    def _qos_default_set(self, action: ActionCall) -> None:
+        self._qos_default = action.args[0] if action.action_id == self._a_set_tc else 0
+
+    def _routing_set(self, key: Key, priority: int, action: TableAction) -> None:
+        value, plen = key[0] or (0, 0)
+        next_id = (
+            action.args[0]
+            if isinstance(action, ActionCall) and action.action_id == self._a_set_next
+            else None
+        )
+        if plen not in self._lpm:
+            self._lpm[plen] = {}
+            self._rebuild_lpm_order()
+        self._lpm[plen][value] = next_id
+
+    def _routing_unset(self, key: Key, priority: int) -> None:
+        value, plen = key[0] or (0, 0)
+        level = self._lpm.get(plen)
+        if level is not None:
+            level.pop(value, None)
+            if not level:
+                del self._lpm[plen]
+                self._rebuild_lpm_order()
+
+    def _routing_default_set(self, action: ActionCall) -> None:
+        self._routing_default = action.args[0] if action.action_id == self._a_set_next else None
+
+    def _rebuild_lpm_order(self) -> None:
+        self._lpm_order = [
+            (plen, (0xFFFFFFFF << (32 - plen)) & 0xFFFFFFFF)
+            for plen in sorted(self._lpm, reverse=True)
+        ]
+
+    def _hash_config_default_set(self, action: ActionCall) -> None:
+        self._hash_qp = action.action_id == self._a_hash_qp
+
+    def _next_set(self, key: Key, priority: int, action: TableAction) -> None:
+        next_id = _key_value(key, 0)
+        self._next[next_id] = action
+        self._one_shot_cache.pop(next_id, None)
+
+    def _next_unset(self, key: Key, priority: int) -> None:
+        next_id = _key_value(key, 0)
+        self._next.pop(next_id, None)
+        self._one_shot_cache.pop(next_id, None)
+
+    def _ecn_set(self, key: Key, priority: int, action: TableAction) -> None:
+        assert isinstance(action, ActionCall)
+        self.tm_generation += 1
+        k = (_key_value(key, 0), _key_value(key, 1))
+        if action.action_id == self._a_ecn:
+            kmin, kmax, pmax = action.args
+            self.ecn_thresholds[k] = (kmin, kmax, pmax)
+        else:
+            self.ecn_thresholds.pop(k, None)
+
+    def _ecn_unset(self, key: Key, priority: int) -> None:
+        self.ecn_thresholds.pop((_key_value(key, 0), _key_value(key, 1)), None)
+        self.tm_generation += 1
+
+    def _pfc_set(self, key: Key, priority: int, action: TableAction) -> None:
+        assert isinstance(action, ActionCall)
+        self.tm_generation += 1
+        k = (_key_value(key, 0), _key_value(key, 1))
+        if action.action_id == self._a_pfc:
+            xoff, xon = action.args
+            self.pfc_thresholds[k] = (xoff, xon)
+        else:
+            self.pfc_thresholds.pop(k, None)
+
+    def _pfc_unset(self, key: Key, priority: int) -> None:
+        self.pfc_thresholds.pop((_key_value(key, 0), _key_value(key, 1)), None)
+        self.tm_generation += 1
+
+
+def _set_nexthop(frame: bytes, hop: _Hop, ip_len: int) -> bytearray:
+    """set_nexthop (MACs, TTL - 1), then FabricComputeChecksum: the IPv4 header checksum
+    recomputed over the `ip_len` header bytes as they leave (v1model update_checksum, csum16):
+    the sum of every 16-bit word but the checksum, with the TTL (the high byte of word 4)
+    one lower."""
+    words = _IP_WORDS[ip_len >> 2].unpack_from(frame, IPV4)
+    total = sum(words) - words[IPV4_CHECKSUM >> 1] - 0x100
+    total = (total & 0xFFFF) + (total >> 16)
+    total = (total & 0xFFFF) + (total >> 16)
+    out = bytearray(frame)
+    out[ETH_DST : ETH_HLEN - 2] = hop.macs
+    out[IPV4 + IPV4_TTL] = frame[IPV4 + IPV4_TTL] - 1
+    _CHECKSUM.pack_into(out, IPV4 + IPV4_CHECKSUM, ~total & 0xFFFF)
+    return out

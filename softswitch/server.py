@@ -22,8 +22,8 @@ from finsy.proto import U128, p4r, p4r_grpc, rpc_status
 from railfabric import p4bytes
 from railfabric.grpcopts import server_options
 from softswitch.arbitration import Arbiter, ArbitrationAnswer
-from softswitch.p4state import Code, P4Error
-from softswitch.requestguard import RequestGuard, UndecodableRequest
+from softswitch.codes import Code, P4Error
+from softswitch.requestguard import GuardedServer, UndecodableRequest
 from softswitch.schema import SchemaError
 from softswitch.services import Services
 from softswitch.switch import Switch
@@ -36,6 +36,8 @@ READ_BATCH = 1000  # entities per ReadResponse
 STREAM_QUEUE = 4096  # StreamMessageResponses waiting per client (packet-ins beyond are dropped)
 
 _GRPC_CODES = {c.value[0]: c for c in grpc.StatusCode}
+_CONTINUE_ON_ERROR = p4r.WriteRequest.CONTINUE_ON_ERROR
+_WRITE_OK = p4r.WriteResponse()  # empty, never changed: every applied Write answers it
 _Context = grpc.aio.ServicerContext[Any, Any]
 
 
@@ -162,34 +164,42 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         return p4r.GetForwardingPipelineConfigResponse(config=config)
 
     async def Write(self, request: p4r.WriteRequest, context: _Context) -> p4r.WriteResponse:
-        await self._check_device(context, request.device_id)
-        pipeline = self.switch.pipeline
+        # The checks are done inline and awaited only when one fails: a one-update Write is
+        # mostly per-RPC cost, and each coroutine awaited on the way adds to it.
+        switch = self.switch
+        if request.device_id != switch.device_id:
+            await self._check_device(context, request.device_id)
+        pipeline = switch.pipeline
         if pipeline is None:
             await self._abort(
                 context, Code.FAILED_PRECONDITION, "No forwarding pipeline config set"
             )
             raise AssertionError  # abort raises
-        await self._check_primary(
-            context, _role_name(None, request.role_id, request.role), request.election_id, "Write"
-        )
-        if request.atomicity != p4r.WriteRequest.CONTINUE_ON_ERROR:
+        role = _role_name(None, request.role_id, request.role)
+        primary = self.arbiter.primary_election_id(role)
+        if primary is None or U128.decode(request.election_id) != primary:
+            await self._check_primary(context, role, request.election_id, "Write")
+        if request.atomicity != _CONTINUE_ON_ERROR:
             await self._abort(
                 context,
                 Code.UNIMPLEMENTED,
                 "softswitch implements only CONTINUE_ON_ERROR atomicity",
             )
-        state = pipeline.state
-        errors: list[P4Error | None] = []
-        failed = 0
-        for update in request.updates:
+        apply = pipeline.state.apply
+        errors: list[P4Error | None] | None = None  # built from the first failed update on
+        for index, update in enumerate(request.updates):
             try:
-                state.apply(update)
-                errors.append(None)
+                apply(update)
             except P4Error as err:
+                if errors is None:
+                    errors = [None] * index
                 errors.append(err)
-                failed += 1
-        if not failed:
-            return p4r.WriteResponse()
+            else:
+                if errors is not None:
+                    errors.append(None)
+        if errors is None:
+            return _WRITE_OK
+        failed = sum(error is not None for error in errors)
         report = write_report(errors)
         if report.encoded_bytes > TRAILER_LIMIT:
             LOG.warning(
@@ -400,9 +410,10 @@ class P4RuntimeServer:
 
     def __init__(self, service: P4RuntimeService, address: str) -> None:
         self.address = address
-        self.grpc = grpc.aio.server(interceptors=[RequestGuard()], options=server_options())
-        p4r_grpc.add_P4RuntimeServicer_to_server(service, self.grpc)
-        self.services = Services(self.grpc, (P4RUNTIME,))
+        self.grpc = grpc.aio.server(options=server_options())
+        guarded = GuardedServer(self.grpc)  # every service registers through the guard
+        p4r_grpc.add_P4RuntimeServicer_to_server(service, guarded.as_server())
+        self.services = Services(guarded, (P4RUNTIME,))
         try:
             bound = self.grpc.add_insecure_port(address)
         except RuntimeError:  # current grpcio raises; older releases returned 0

@@ -23,6 +23,8 @@ from grpc_reflection.v1alpha import reflection
 from grpc_reflection.v1alpha import reflection_pb2 as v1alpha_pb2
 from grpc_reflection.v1alpha import reflection_pb2_grpc as v1alpha_pb2_grpc
 
+from softswitch.requestguard import GuardedServer
+
 REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
 REFLECTION_V1ALPHA: str = reflection.SERVICE_NAME
 HEALTH: str = health.SERVICE_NAME
@@ -74,7 +76,7 @@ def v1_message(name: str) -> Any:
 class Services:
     """Health and reflection on `server`, for `names` (the served services) plus themselves."""
 
-    def __init__(self, server: grpc.aio.Server, names: tuple[str, ...]) -> None:
+    def __init__(self, server: GuardedServer, names: tuple[str, ...]) -> None:
         self.names = names
         self.health = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)

@@ -7,8 +7,8 @@ How the data plane drives it
 ----------------------------
     tm = TrafficManager(seed=0)
     tm.add_port(1, mac=b"\\x02\\0\\0\\0\\0\\x01", rate_bps=1_000_000_000)    # per port, once
-    tm.configure_ecn(port, tc, kmin, kmax, pmax_ppm)    # from FabricEgress.ecn_marking entries
-    tm.configure_pfc(port, priority, xoff, xon)         # from FabricEgress.pfc_config entries
+    tm.configure_ecn(port, tc, kmin, kmax, pmax_ppm)    # from fabric_p4.ECN_MARKING entries
+    tm.configure_pfc(port, priority, xoff, xon)         # from fabric_p4.PFC_CONFIG entries
 
     # per frame leaving the pipeline:
     result = tm.enqueue(now_ns, egress_port, tc, frame, ingress_port)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from finsy.proto import p4r, rpc_status
 from google.protobuf import any_pb2
 
-from softswitch.p4state import Code, P4Error
+from softswitch.codes import Code, P4Error
 
 TRAILER_LIMIT = 8 * 1024  # what a client with gRPC's default max_metadata_size accepts
 # The encoded Status. The rest of the 8 KiB goes to what gRPC counts beside it: the same

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import ipaddress
 import os
 import select
 import socket
@@ -20,7 +21,11 @@ import finsy as fy
 import grpc
 from finsy.proto import p4r, p4r_grpc
 from pyroute2 import netns as pr_netns
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
 
+from railfabric import ecmp
+from railfabric import fabric_p4 as p4
 from railfabric.p4info import DEFAULT_P4INFO
 from tests.conftest import Netns, Processes, ip
 from tests.p4_entries import SELECTOR
@@ -171,9 +176,9 @@ async def add_routing_v4_entry(sw: fy.Switch, prefix: str, next_id: int) -> None
     await sw.insert(
         [
             fy.P4TableEntry(
-                "FabricIngress.routing_v4",
+                p4.ROUTING_V4,
                 match=fy.P4TableMatch(ipv4_dst=prefix),
-                action=fy.P4TableAction("FabricIngress.set_next_id", next_id=next_id),
+                action=fy.P4TableAction(p4.SET_NEXT_ID, next_id=next_id),
             )
         ]
     )
@@ -186,7 +191,7 @@ async def add_member(sw: fy.Switch, member_id: int, port: int) -> None:
                 SELECTOR,
                 member_id=member_id,
                 action=fy.P4TableAction(
-                    "FabricIngress.set_nexthop", port=port, smac=ROUTER_MAC, dmac=host_mac(port)
+                    p4.SET_NEXTHOP, port=port, smac=ROUTER_MAC, dmac=host_mac(port)
                 ),
             )
         ]
@@ -212,7 +217,7 @@ async def add_next_entry(
     await sw.insert(
         [
             fy.P4TableEntry(
-                "FabricIngress.next",
+                p4.NEXT,
                 match=fy.P4TableMatch(next_id=next_id),
                 action=fy.P4IndirectAction(member_id=member_id, group_id=group_id),
             )
@@ -224,7 +229,7 @@ async def add_acl_entry(sw: fy.Switch, action: str, priority: int, **match: obje
     await sw.insert(
         [
             fy.P4TableEntry(
-                "FabricIngress.acl",
+                p4.ACL,
                 match=fy.P4TableMatch(**match),
                 action=fy.P4TableAction(action),
                 priority=priority,
@@ -237,9 +242,9 @@ async def add_qos_classify_entry(sw: fy.Switch, dscp: int, tc: int) -> None:
     await sw.insert(
         [
             fy.P4TableEntry(
-                "FabricIngress.qos_classify",
+                p4.QOS_CLASSIFY,
                 match=fy.P4TableMatch(dscp=dscp),
-                action=fy.P4TableAction("FabricIngress.set_traffic_class", tc=tc),
+                action=fy.P4TableAction(p4.SET_TRAFFIC_CLASS, tc=tc),
             )
         ]
     )
@@ -251,11 +256,9 @@ async def add_ecn_marking_entry(
     await sw.insert(
         [
             fy.P4TableEntry(
-                "FabricEgress.ecn_marking",
+                p4.ECN_MARKING,
                 match=fy.P4TableMatch(eg_port=port, traffic_class=tc),
-                action=fy.P4TableAction(
-                    "FabricEgress.set_ecn_thresholds", kmin=kmin, kmax=kmax, pmax=pmax
-                ),
+                action=fy.P4TableAction(p4.SET_ECN_THRESHOLDS, kmin=kmin, kmax=kmax, pmax=pmax),
             )
         ]
     )
@@ -267,9 +270,9 @@ async def add_pfc_config_entry(
     await sw.insert(
         [
             fy.P4TableEntry(
-                "FabricEgress.pfc_config",
+                p4.PFC_CONFIG,
                 match=fy.P4TableMatch(port=port, priority=priority),
-                action=fy.P4TableAction("FabricEgress.set_pfc_thresholds", xoff=xoff, xon=xon),
+                action=fy.P4TableAction(p4.SET_PFC_THRESHOLDS, xoff=xoff, xon=xon),
             )
         ]
     )
@@ -282,3 +285,59 @@ async def read_counter(sw: fy.Switch, name: str, index: int) -> tuple[int, int]:
         data = entry.data
         return data.packet_count, data.byte_count
     raise LookupError(f"{name}[{index}] not read")
+
+
+# ---- collective-aware ECMP (hash_config) --------------------------------------------------
+
+QP_MARK = b"railfabric-qp-test"
+
+
+def roce_frame(src: str, dst: str, sport: int, dst_qp: int) -> bytes:
+    """A RoCEv2 frame from port 1's host: UDP to 4791, a BTH whose destination QP is
+    `dst_qp`, and the QP again at the end to tell frames apart."""
+    bth = bytes([0x04, 0, 0xFF, 0xFF, 0]) + dst_qp.to_bytes(3, "big") + bytes(4)
+    return bytes(
+        Ether(dst=ROUTER_MAC, src=host_mac(1))
+        / IP(src=src, dst=dst)
+        / UDP(sport=sport, dport=ecmp.ROCEV2_UDP_PORT)
+        / (bth + QP_MARK + dst_qp.to_bytes(4, "big"))
+    )
+
+
+async def set_hash_config(sw: fy.Switch, action: str) -> None:
+    """hash_config's default action: p4.HASH_QP or p4.NO_ACTION."""
+    await sw.modify(
+        [fy.P4TableEntry(p4.HASH_CONFIG, action=fy.P4TableAction(action), is_default_action=True)]
+    )
+
+
+async def check_qp_hashing(
+    sw: fy.Switch, hosts: dict[int, Host], src: str, dst: str, members: list[int]
+) -> None:
+    """One NIC pair, one UDP source port, 120 queue pairs routed to a group of `members`
+    (ports, in creation order): with hash_qp they use every member, without it one, and each
+    frame leaves on the member railfabric.ecmp predicts."""
+    sport, qps = 49152, range(1, 121)
+    src_ip, dst_ip = int(ipaddress.IPv4Address(src)), int(ipaddress.IPv4Address(dst))
+    for action, fields in (
+        (p4.HASH_QP, ecmp.HashFields.FIVE_TUPLE_QP),
+        (p4.NO_ACTION, ecmp.HashFields.FIVE_TUPLE),
+    ):
+        await set_hash_config(sw, action)
+        for qp in qps:
+            hosts[1].send(roce_frame(src, dst, sport, qp))
+        results = await asyncio.gather(
+            *(asyncio.to_thread(hosts[p].capture, 1.5, lambda f: QP_MARK in f) for p in members)
+        )
+        arrived = {
+            p: {int.from_bytes(f[-4:], "big") for f in frames}
+            for p, frames in zip(members, results, strict=True)
+        }
+        counts = {p: len(s) for p, s in arrived.items()}
+        assert sum(counts.values()) == len(qps), (action, counts)
+        for qp in qps:
+            hashed = ecmp.hashed_sport(fields, ecmp.UDP_PROTOCOL, sport, ecmp.ROCEV2_UDP_PORT, qp)
+            h = ecmp.flow_hash(src_ip, dst_ip, ecmp.UDP_PROTOCOL, hashed, ecmp.ROCEV2_UDP_PORT)
+            assert qp in arrived[ecmp.choose_member(h, members)], (action, qp)
+        used = [p for p, n in counts.items() if n]
+        assert len(used) == (len(members) if action == p4.HASH_QP else 1), (action, counts)

@@ -22,6 +22,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
 
+from railfabric import fabric_p4 as p4
 from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from softswitch.pipeline import Forward
 from softswitch.server import BindError, P4RuntimeService, create_server
@@ -112,7 +113,7 @@ async def _arbitrate(stub: Any, election_id: int) -> tuple[Any, p4r.StreamMessag
 
 async def test_pipeline_lacking_tables_is_refused(target: Target) -> None:
     p4info = load_p4info(DEFAULT_P4INFO)
-    kept = [t for t in p4info.tables if t.preamble.name != "FabricIngress.routing_v4"]
+    kept = [t for t in p4info.tables if t.preamble.name != p4.ROUTING_V4]
     del p4info.tables[:]
     p4info.tables.extend(kept)
     async with grpc.aio.insecure_channel(target.address) as channel:
@@ -129,7 +130,7 @@ async def test_pipeline_lacking_tables_is_refused(target: Target) -> None:
                 )
             )
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert "FabricIngress.routing_v4" in (err.value.details() or "")
+        assert p4.ROUTING_V4 in (err.value.details() or "")
         # Writes before any pipeline: FAILED_PRECONDITION, which finsy recognises.
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await stub.Write(p4r.WriteRequest(device_id=DEVICE_ID, election_id=U128.encode(7)))
@@ -158,7 +159,7 @@ async def test_write_errors_per_update(target: Target) -> None:
             3: fy.GRPCStatusCode.NOT_FOUND,
             4: fy.GRPCStatusCode.NOT_FOUND,
         }
-        entries = await collect(sw, fy.P4TableEntry("FabricIngress.routing_v4"))
+        entries = await collect(sw, fy.P4TableEntry(p4.ROUTING_V4))
         prefixes = {e.match["ipv4_dst"] for e in entries}
         assert prefixes == {(0x0A000000, 8), (0x0B000000, 8)}
         # INVALID_ARGUMENT: a value wider than the field (port is bit<9>), through raw bytes.
@@ -188,9 +189,9 @@ async def test_wildcard_reads(target: Target) -> None:
                 +route("10.0.0.0/8", 1),
                 +route("10.1.0.0/16", 2),
                 +fy.P4TableEntry(
-                    "FabricIngress.qos_classify",
+                    p4.QOS_CLASSIFY,
                     match=fy.P4TableMatch(dscp=26),
-                    action=fy.P4TableAction("FabricIngress.set_traffic_class", tc=3),
+                    action=fy.P4TableAction(p4.SET_TRAFFIC_CLASS, tc=3),
                 ),
                 +member(1, 1),
                 +member(2, 2),
@@ -202,12 +203,12 @@ async def test_wildcard_reads(target: Target) -> None:
             ]
         )
         assert len(await collect(sw, fy.P4TableEntry())) == 3
-        assert len(await collect(sw, fy.P4TableEntry("FabricIngress.routing_v4"))) == 2
+        assert len(await collect(sw, fy.P4TableEntry(p4.ROUTING_V4))) == 2
         assert len(await collect(sw, fy.P4ActionProfileMember(SELECTOR))) == 2
         assert len(await collect(sw, fy.P4ActionProfileMember())) == 2
         [group] = await collect(sw, fy.P4ActionProfileGroup(SELECTOR))
         assert group.members == [fy.P4Member(2, weight=(1, 2)), fy.P4Member(1, weight=1)]
-        counters = await collect(sw, fy.P4CounterEntry("FabricIngress.ingress_port_counter"))
+        counters = await collect(sw, fy.P4CounterEntry(p4.INGRESS_PORT_COUNTER))
         assert len(counters) == 512
         everything = await collect(sw, fy.P4CounterEntry())
         assert len(everything) == 7 * 512
@@ -266,9 +267,9 @@ async def test_packet_out_and_packet_in(target: Target) -> None:
         await sw.write(
             [
                 +fy.P4TableEntry(
-                    "FabricIngress.acl",
+                    p4.ACL,
                     match=fy.P4TableMatch(eth_type=0x88CC),
-                    action=fy.P4TableAction("FabricIngress.punt_to_cpu"),
+                    action=fy.P4TableAction(p4.PUNT_TO_CPU),
                     priority=100,
                 )
             ]
@@ -278,7 +279,7 @@ async def test_packet_out_and_packet_in(target: Target) -> None:
         async with asyncio.timeout(5):
             async for packet in sw.read_packets():
                 assert packet.payload == lldp
-                assert packet.metadata["ingress_port"] == 1
+                assert packet.metadata[p4.PACKET_IN_INGRESS_PORT] == 1
                 break
 
 
@@ -347,7 +348,7 @@ async def test_pipeline_config_actions(target: Target) -> None:
         assert await cookie() == 3
         pipeline = target.switch.pipeline
         assert pipeline is not None
-        routing = pipeline.schema.table_ids["FabricIngress.routing_v4"]
+        routing = pipeline.schema.table_ids[p4.ROUTING_V4]
         assert len(pipeline.state.entries[routing]) == 1
         await stub.SetForwardingPipelineConfig(request(R.VERIFY_AND_COMMIT, 4, election_id=30))
         assert target.switch.pipeline is not None
@@ -502,7 +503,7 @@ async def test_failed_batch_report_fits_a_default_client(target: Target) -> None
         assert len(errors) == len(updates)  # one per update, in order
         assert errors[0] == p4r.Error()  # OK: code only
         assert errors[1].canonical_code == grpc.StatusCode.ALREADY_EXISTS.value[0]
-        assert errors[1].message == "FabricIngress.routing_v4: entry already exists"
+        assert errors[1].message == f"{p4.ROUTING_V4}: entry already exists"
         codes = [e.canonical_code for e in errors[2:]]
         assert codes == [grpc.StatusCode.INVALID_ARGUMENT.value[0]] * 170  # kept for all
         described = [e for e in errors[1:] if e.message]
@@ -555,7 +556,7 @@ async def test_write_past_table_capacity_reports_each_update(target: Target) -> 
         assert len(trailer) <= 100_000 * 39 + 8 * 1024
         pipeline = target.switch.pipeline
         assert pipeline is not None
-        routing = pipeline.schema.table_ids["FabricIngress.routing_v4"]
+        routing = pipeline.schema.table_ids[p4.ROUTING_V4]
         assert len(pipeline.state.entries[routing]) == 16_384
 
 

@@ -17,6 +17,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from railfabric import ecmp
+from railfabric import fabric_p4 as p4
 from tests.conftest import Netns, Processes, ip
 from tests.integration.softswitch.fabric_helpers import (
     ROUTER_MAC,
@@ -27,6 +28,7 @@ from tests.integration.softswitch.fabric_helpers import (
     add_next_entry,
     add_routing_v4_entry,
     build_hosts,
+    check_qp_hashing,
     controller,
     host_mac,
     read_counter,
@@ -95,9 +97,9 @@ async def test_lpm_routing_and_ttl(fabric: Fabric) -> None:
         checksum = pkt[IP].chksum
         del pkt[IP].chksum
         assert Ether(bytes(pkt))[IP].chksum == checksum
-        drops, _ = await read_counter(sw, "FabricIngress.drop_counter", 1)
+        drops, _ = await read_counter(sw, p4.DROP_COUNTER, 1)
         assert drops >= 2
-        received, _ = await read_counter(sw, "FabricIngress.ingress_port_counter", 1)
+        received, _ = await read_counter(sw, p4.INGRESS_PORT_COUNTER, 1)
         assert received >= 4
 
 
@@ -161,7 +163,7 @@ async def test_watch_port_failover_needs_no_write(fabric: Fabric) -> None:
 
 async def test_lldp_is_punted_with_its_ingress_port(fabric: Fabric) -> None:
     async with controller(fabric.address) as sw:
-        await add_acl_entry(sw, "FabricIngress.punt_to_cpu", 100, eth_type=0x88CC)
+        await add_acl_entry(sw, p4.PUNT_TO_CPU, 100, eth_type=0x88CC)
         lldp = (
             b"\x01\x80\xc2\x00\x00\x0e"
             + bytes.fromhex(host_mac(3).replace(":", ""))
@@ -181,7 +183,7 @@ async def test_lldp_is_punted_with_its_ingress_port(fabric: Fabric) -> None:
         fabric.hosts[3].send(lldp)
         packet = await asyncio.wait_for(waiter, 5)
         assert packet.payload == lldp
-        assert packet.metadata["ingress_port"] == 3
+        assert packet.metadata[p4.PACKET_IN_INGRESS_PORT] == 3
 
 
 async def test_packet_out_leaves_the_requested_port(fabric: Fabric) -> None:
@@ -191,7 +193,7 @@ async def test_packet_out_leaves_the_requested_port(fabric: Fabric) -> None:
         on4, on2 = await asyncio.gather(capture(fabric, 4), capture(fabric, 2, 0.5))
         assert on4 == [frame]
         assert on2 == []
-        sent, _ = await read_counter(sw, "FabricEgress.egress_port_counter", 4)
+        sent, _ = await read_counter(sw, p4.EGRESS_PORT_COUNTER, 4)
         assert sent >= 1
 
 
@@ -208,7 +210,7 @@ async def test_malformed_frames_are_dropped_and_forwarding_continues(fabric: Fab
         h1.send(good)
         on2 = await capture(fabric, 2)
         assert [sport_of(f) for f in on2] == [4242]
-        drops, _ = await read_counter(sw, "FabricIngress.drop_counter", 1)
+        drops, _ = await read_counter(sw, p4.DROP_COUNTER, 1)
         assert drops >= 5
 
 
@@ -300,12 +302,20 @@ async def test_p4runtime_answers_while_forwarding_a_flood(fabric: Fabric, netns:
             )
         )
         await asyncio.sleep(0.5)
-        before, _ = await read_counter(sw, "FabricIngress.ingress_port_counter", 1)
+        before, _ = await read_counter(sw, p4.INGRESS_PORT_COUNTER, 1)
         for i in range(100):
             await add_routing_v4_entry(sw, f"11.{i}.0.0/16", 20)
-        after, _ = await read_counter(sw, "FabricIngress.ingress_port_counter", 1)
+        after, _ = await read_counter(sw, p4.INGRESS_PORT_COUNTER, 1)
         reader: Any = sw.read  # finsy types read() as a coroutine; it is an async generator
-        routes = [e async for e in reader(fy.P4TableEntry("FabricIngress.routing_v4"))]
+        routes = [e async for e in reader(fy.P4TableEntry(p4.ROUTING_V4))]
         await flood
         assert len(routes) == 101
         assert after > before  # the flood was being forwarded while the writes were served
+
+
+async def test_qp_hashing_spreads_one_source_port_onto_the_predicted_members(
+    fabric: Fabric,
+) -> None:
+    async with controller(fabric.address) as sw:
+        await _ecmp_group(sw)
+        await check_qp_hashing(sw, fabric.hosts, SRC, "10.2.0.9", [2, 3, 4])

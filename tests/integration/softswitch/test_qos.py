@@ -21,6 +21,7 @@ import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
+from railfabric import fabric_p4 as p4
 from softswitch.tm import DEFAULT_BUFFER_BYTES
 from tests.conftest import Netns, Processes, ip
 from tests.integration.softswitch.fabric_helpers import (
@@ -158,7 +159,7 @@ async def test_ecn_marks_under_incast_and_not_without_congestion(
             ecn_bits = [Ether(f)[IP].tos & 3 for f in burst]
             assert len(burst) == 2 * ECN_FRAMES
             assert ecn_bits.count(3) > ECN_MIN_MARKS, ecn_bits
-            marks, _ = await read_counter(sw, "FabricEgress.ecn_mark_counter", 3)
+            marks, _ = await read_counter(sw, p4.ECN_MARK_COUNTER, 3)
             assert marks == ecn_bits.count(3)
     finally:
         for host in hosts.values():
@@ -206,20 +207,20 @@ async def _pfc_incast(
                 return got + (0 if pfc else (await c_drops())) >= total
 
             async def c_drops() -> int:
-                return (await read_counter(sw_c, "FabricIngress.drop_counter", 3))[0]
+                return (await read_counter(sw_c, p4.DROP_COUNTER, 3))[0]
 
             await send_burst([hosts[1], hosts[2]], PFC_FRAMES, ROCE_DSCP << 2, size=PFC_FRAME)
             received = len(await capture_until(hosts[3], accounted))
             drops = await c_drops()
             pauses = 0
             for port in (1, 2):
-                pauses += (await read_counter(sw_c, "FabricEgress.pfc_pause_tx_counter", port))[0]
+                pauses += (await read_counter(sw_c, p4.PFC_PAUSE_TX_COUNTER, port))[0]
             # No pause lasted long enough for the senders' PFC watchdog to call it a storm
             # (and drop what they hold).
             for sw in (sw_a, sw_b):
-                assert (await read_counter(sw, "FabricEgress.pfc_storm_counter", 2))[0] == 0
+                assert (await read_counter(sw, p4.PFC_STORM_COUNTER, 2))[0] == 0
             if pfc:
-                paused, _ = await read_counter(sw_a, "FabricEgress.pfc_pause_rx_counter", 2)
+                paused, _ = await read_counter(sw_a, p4.PFC_PAUSE_RX_COUNTER, 2)
                 assert paused > 0
         return received, drops, pauses
     finally:

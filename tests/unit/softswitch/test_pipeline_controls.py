@@ -1,0 +1,107 @@
+"""The pipeline's controls one by one where the end-to-end tests do not pin them: HashConfig
+(the RoCEv2 QP folded into the hashed source port), the IPv4 checksum recomputed whatever the
+frame arrived with, and remembered direct actions that still canonicalise padded values."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import finsy as fy
+import pytest
+from finsy.proto import p4r
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+
+from railfabric import ecmp
+from railfabric import fabric_p4 as p4
+from softswitch.p4state import Code
+from softswitch.pipeline import Pipeline
+from tests.p4_entries import SELECTOR, member, route
+from tests.unit.softswitch.conftest import DATA_PORTS, Apply
+
+pytestmark = pytest.mark.unit
+
+SRC, DST, SPORT = "192.0.2.1", "10.0.0.9", 49152
+
+
+def _group_of_all_ports(apply: Apply) -> None:
+    members = [member(port, port) for port in DATA_PORTS]
+    group = fy.P4ActionProfileGroup(
+        SELECTOR, group_id=1, members=[fy.P4Member(port, weight=1) for port in DATA_PORTS]
+    )
+    nxt = fy.P4TableEntry(
+        p4.NEXT, match=fy.P4TableMatch(next_id=1), action=fy.P4IndirectAction(group_id=1)
+    )
+    codes = apply(*(+m for m in members), +group, +nxt, +route("10.0.0.0/8", 1))
+    assert codes == [Code.OK] * (len(members) + 3)
+
+
+def _rocev2(qp: int) -> bytes:
+    bth = bytes([0x04, 0, 0xFF, 0xFF, 0]) + qp.to_bytes(3, "big") + bytes(4)
+    pkt = Ether() / IP(src=SRC, dst=DST) / UDP(sport=SPORT, dport=ecmp.ROCEV2_UDP_PORT) / bth
+    return bytes(pkt)
+
+
+def _expected_port(qp: int | None) -> int:
+    sport = SPORT if qp is None else ecmp.fold_qp(SPORT, qp)
+    flow = ecmp.flow_hash(
+        int(ipaddress.IPv4Address(SRC)),
+        int(ipaddress.IPv4Address(DST)),
+        ecmp.UDP_PROTOCOL,
+        sport,
+        ecmp.ROCEV2_UDP_PORT,
+    )
+    return ecmp.choose_member(flow, DATA_PORTS)  # members created in port order
+
+
+def test_hash_config_folds_the_qp_only_when_hash_qp_is_its_action(
+    apply: Apply, pipeline: Pipeline
+) -> None:
+    _group_of_all_ports(apply)
+    qps = range(0x100, 0x100 + 64)
+    for qp in qps:  # NoAction (the initial default): the 5-tuple alone
+        out = pipeline.process(_rocev2(qp), 1)
+        assert out is not None and out.port == _expected_port(None)
+    hash_qp = fy.P4TableEntry(
+        p4.HASH_CONFIG, is_default_action=True, action=fy.P4TableAction(p4.HASH_QP)
+    )
+    assert apply(~hash_qp) == [Code.OK]
+    ports = set()
+    for qp in qps:
+        out = pipeline.process(_rocev2(qp), 1)
+        assert out is not None and out.port == _expected_port(qp)
+        ports.add(out.port)
+    assert len(ports) > 1  # the QPs of one 5-tuple spread
+    reset = fy.P4TableEntry(p4.HASH_CONFIG, is_default_action=True)
+    assert apply(~reset) == [Code.OK]
+    out = pipeline.process(_rocev2(qps[0]), 1)
+    assert out is not None and out.port == _expected_port(None)
+
+
+def test_ipv4_checksum_is_recomputed_not_patched(apply: Apply, pipeline: Pipeline) -> None:
+    _group_of_all_ports(apply)
+    frame = bytearray(bytes(Ether() / IP(src=SRC, dst=DST, ttl=9) / UDP(sport=1, dport=2)))
+    frame[24:26] = b"\x12\x34"  # a wrong checksum on arrival
+    out = pipeline.process(bytes(frame), 1)
+    assert out is not None
+    left = IP(bytes(out.frame)[14:])
+    assert left.ttl == 8
+    del left.chksum
+    assert IP(bytes(left)).chksum == int.from_bytes(bytes(out.frame)[24:26], "big")
+
+
+def test_padded_action_values_are_canonical_every_time(
+    apply: Apply, pipeline: Pipeline, fy_schema: fy.P4Schema
+) -> None:
+    table_id = pipeline.schema.table_ids[p4.ROUTING_V4]
+    for prefix in ("10.0.0.0/8", "11.0.0.0/8", "12.0.0.0/8"):
+        msg = (+route(prefix, 1)).encode_update(fy_schema)
+        if prefix != "11.0.0.0/8":  # the middle one canonical: remembered, then reused
+            msg.entity.table_entry.action.action.params[0].value = b"\x00\x00\x00\x01"
+        assert apply(msg) == [Code.OK]
+    query = p4r.Entity(table_entry=p4r.TableEntry(table_id=table_id))
+    values = [e.table_entry.action.action.params[0].value for e in pipeline.state.read(query)]
+    assert values == [b"\x01"] * 3
+    too_wide = (+route("13.0.0.0/8", 1)).encode_update(fy_schema)
+    too_wide.entity.table_entry.action.action.params[0].value = b"\x01\x00\x00\x00\x01"
+    assert apply(too_wide, too_wide) == [Code.INVALID_ARGUMENT] * 2
