@@ -1,6 +1,6 @@
 """Pipeline entries (agent/translate.py) ↔ P4Runtime entities, with every id resolved by name
-from the P4Info at start-up (the contract in /work/notes/p4_contract.md). A name the P4Info
-lacks fails loudly, naming the closest one it has.
+from the P4Info at start-up (the names: railfabric/fabric_p4.py). A name the P4Info lacks fails
+loudly, naming the closest one it has.
 
 Values go on the wire in P4Runtime's canonical form (big-endian, no leading zero bytes) and are
 read back as integers, so what a target returns compares equal to what was written whatever
@@ -23,6 +23,7 @@ from agent.translate import (
     Entry,
     GroupEntry,
     GroupMember,
+    HashConfigEntry,
     MemberEntry,
     NextEntry,
     Op,
@@ -32,55 +33,47 @@ from agent.translate import (
     RouteEntry,
     Update,
 )
+from railfabric import fabric_p4 as p4
 from railfabric.p4bytes import decode_unchecked, encode
 
 T = TypeVar("T")
 LOG = logging.getLogger("railfabric.agent.codec")
 
-ACL = "FabricIngress.acl"
-QOS = "FabricIngress.qos_classify"
-ROUTING = "FabricIngress.routing_v4"
-NEXT = "FabricIngress.next"
-ECN = "FabricEgress.ecn_marking"
-PFC = "FabricEgress.pfc_config"
-SELECTOR = "FabricIngress.ecmp_selector"
-PUNT = "FabricIngress.punt_to_cpu"
-DROP = "FabricIngress.drop"
-SET_TC = "FabricIngress.set_traffic_class"
-SET_NEXT_ID = "FabricIngress.set_next_id"
-SET_NEXTHOP = "FabricIngress.set_nexthop"
-SET_ECN = "FabricEgress.set_ecn_thresholds"
-SET_PFC = "FabricEgress.set_pfc_thresholds"
-PACKET_IN = "packet_in"
-PACKET_OUT = "packet_out"
-
 # Counter name → (PortCounters field for packets, field for bytes or None).
 PORT_COUNTERS: dict[str, tuple[str, str | None]] = {
-    "FabricIngress.ingress_port_counter": ("rx_packets", "rx_bytes"),
-    "FabricEgress.egress_port_counter": ("tx_packets", "tx_bytes"),
-    "FabricIngress.drop_counter": ("drops", None),
-    "FabricEgress.ecn_mark_counter": ("ecn_marks", None),
-    "FabricEgress.pfc_pause_tx_counter": ("pfc_pause_tx", None),
-    "FabricEgress.pfc_pause_rx_counter": ("pfc_pause_rx", None),
-    "FabricEgress.pfc_storm_counter": ("pfc_watchdog_storms", None),
+    p4.INGRESS_PORT_COUNTER: ("rx_packets", "rx_bytes"),
+    p4.EGRESS_PORT_COUNTER: ("tx_packets", "tx_bytes"),
+    p4.DROP_COUNTER: ("drops", None),
+    p4.ECN_MARK_COUNTER: ("ecn_marks", None),
+    p4.PFC_PAUSE_TX_COUNTER: ("pfc_pause_tx", None),
+    p4.PFC_PAUSE_RX_COUNTER: ("pfc_pause_rx", None),
+    p4.PFC_STORM_COUNTER: ("pfc_watchdog_storms", None),
 }
 
+# The tables the agent writes, and the match fields it sets in them.
 _TABLE_KEYS: dict[str, tuple[str, ...]] = {
-    ACL: ("eth_type",),
-    QOS: ("dscp",),
-    ROUTING: ("ipv4_dst",),
-    NEXT: ("next_id",),
-    ECN: ("eg_port", "traffic_class"),
-    PFC: ("port", "priority"),
+    p4.ACL: (p4.ACL_ETH_TYPE,),
+    p4.QOS_CLASSIFY: (p4.QOS_CLASSIFY_DSCP,),
+    p4.ROUTING_V4: (p4.ROUTING_V4_IPV4_DST,),
+    p4.NEXT: (p4.NEXT_NEXT_ID,),
+    p4.ECN_MARKING: (p4.ECN_MARKING_EG_PORT, p4.ECN_MARKING_TRAFFIC_CLASS),
+    p4.PFC_CONFIG: (p4.PFC_CONFIG_PORT, p4.PFC_CONFIG_PRIORITY),
+    p4.HASH_CONFIG: (),  # no key: the agent writes only its default action
 }
 _ACTION_PARAMS: dict[str, tuple[str, ...]] = {
-    PUNT: (),
-    DROP: (),
-    SET_TC: ("tc",),
-    SET_NEXT_ID: ("next_id",),
-    SET_NEXTHOP: ("port", "smac", "dmac"),
-    SET_ECN: ("kmin", "kmax", "pmax"),
-    SET_PFC: ("xoff", "xon"),
+    p4.PUNT_TO_CPU: (),
+    p4.DROP: (),
+    p4.SET_TRAFFIC_CLASS: (p4.SET_TRAFFIC_CLASS_TC,),
+    p4.SET_NEXT_ID: (p4.SET_NEXT_ID_NEXT_ID,),
+    p4.SET_NEXTHOP: (p4.SET_NEXTHOP_PORT, p4.SET_NEXTHOP_SMAC, p4.SET_NEXTHOP_DMAC),
+    p4.SET_ECN_THRESHOLDS: (
+        p4.SET_ECN_THRESHOLDS_KMIN,
+        p4.SET_ECN_THRESHOLDS_KMAX,
+        p4.SET_ECN_THRESHOLDS_PMAX,
+    ),
+    p4.SET_PFC_THRESHOLDS: (p4.SET_PFC_THRESHOLDS_XOFF, p4.SET_PFC_THRESHOLDS_XON),
+    p4.HASH_QP: (),
+    p4.NO_ACTION: (),
 }
 
 
@@ -135,10 +128,10 @@ class _RouteWire:
     @classmethod
     def checked(cls, codec: Codec) -> _RouteWire | None:
         wire = cls(
-            codec.tables[ROUTING].id,
-            codec.tables[ROUTING].keys["ipv4_dst"],
-            codec.actions[SET_NEXT_ID].id,
-            codec.actions[SET_NEXT_ID].params["next_id"],
+            codec.tables[p4.ROUTING_V4].id,
+            codec.tables[p4.ROUTING_V4].keys[p4.ROUTING_V4_IPV4_DST],
+            codec.actions[p4.SET_NEXT_ID].id,
+            codec.actions[p4.SET_NEXT_ID].params[p4.SET_NEXT_ID_NEXT_ID],
         )
         samples = [RouteEntry(0, 0, 1), RouteEntry(0x0A000000, 8, 300), RouteEntry(U32, 32, U32)]
         for op in Op:
@@ -202,7 +195,7 @@ class Codec:
                 self._find(by_name, param, f"parameter of {name}")
             self.actions[name] = ActionIds(action.preamble.id, {p: by_name[p].id for p in params})
         profiles = {p.preamble.name: p for p in p4info.action_profiles}
-        self.selector_id = self._find(profiles, SELECTOR, "action profile").preamble.id
+        self.selector_id = self._find(profiles, p4.ECMP_SELECTOR, "action profile").preamble.id
         counters = {c.preamble.name: c for c in p4info.counters}
         self.counters = {
             name: self._find(counters, name, "counter").preamble.id for name in PORT_COUNTERS
@@ -210,20 +203,23 @@ class Codec:
         self.counter_names = {v: k for k, v in self.counters.items()}
         metadata = {m.preamble.name: m for m in p4info.controller_packet_metadata}
         self.packet_in = {
-            m.name: m.id for m in self._find(metadata, PACKET_IN, "packet metadata").metadata
+            m.name: m.id for m in self._find(metadata, p4.PACKET_IN, "packet metadata").metadata
         }
         self.packet_out = {
-            m.name: m.id for m in self._find(metadata, PACKET_OUT, "packet metadata").metadata
+            m.name: m.id for m in self._find(metadata, p4.PACKET_OUT, "packet metadata").metadata
         }
-        for need, have in (("ingress_port", self.packet_in), ("egress_port", self.packet_out)):
+        for need, have in (
+            (p4.PACKET_IN_INGRESS_PORT, self.packet_in),
+            (p4.PACKET_OUT_EGRESS_PORT, self.packet_out),
+        ):
             self._find(have, need, "controller packet metadata field")
         self._table_names = {t.id: n for n, t in self.tables.items()}
-        self._routing_id = self.tables[ROUTING].id
-        self._routing_dst_id = self.tables[ROUTING].keys["ipv4_dst"]
-        self._set_next_id_id = self.actions[SET_NEXT_ID].id
-        self._next_id_param_id = self.actions[SET_NEXT_ID].params["next_id"]
-        self._next_table_id = self.tables[NEXT].id
-        self._next_key_id = self.tables[NEXT].keys["next_id"]
+        self._routing_id = self.tables[p4.ROUTING_V4].id
+        self._routing_dst_id = self.tables[p4.ROUTING_V4].keys[p4.ROUTING_V4_IPV4_DST]
+        self._set_next_id_id = self.actions[p4.SET_NEXT_ID].id
+        self._next_id_param_id = self.actions[p4.SET_NEXT_ID].params[p4.SET_NEXT_ID_NEXT_ID]
+        self._next_table_id = self.tables[p4.NEXT].id
+        self._next_key_id = self.tables[p4.NEXT].keys[p4.NEXT_NEXT_ID]
         self._route_wire: _RouteWire | None = None
         self._fillers: dict[type, Callable[[p4r.Entity, Any], None]] = {
             AclEntry: self._fill_acl,
@@ -234,7 +230,11 @@ class Codec:
             NextEntry: self._fill_next,
             MemberEntry: self._fill_member,
             GroupEntry: self._fill_group,
+            HashConfigEntry: self._fill_hash_config,
         }
+        self._hash_config_id = self.tables[p4.HASH_CONFIG].id
+        self._warned_watch_port = False
+        self._hash_qp_id = self.actions[p4.HASH_QP].id
         self._route_wire = _RouteWire.checked(self)
 
     def _find(self, items: Mapping[str, T], name: str, what: str) -> T:
@@ -256,10 +256,11 @@ class Codec:
         field.field_id = self.tables[table].keys[key]
         field.exact.value = encode(value)
 
-    def _action(self, action: p4r.Action, name: str, **params: int) -> None:
+    def _action(self, action: p4r.Action, name: str, *params: tuple[str, int]) -> None:
+        """Set `action` to `name` with the (param name, value) pairs `params`."""
         ids = self.actions[name]
         action.action_id = ids.id
-        for key, value in params.items():
+        for key, value in params:
             param = action.params.add()
             param.param_id = ids.params[key]
             param.value = encode(value)
@@ -281,37 +282,49 @@ class Codec:
     # every route), with the ids of the hot ones (routes, next, groups) bound once.
 
     def _fill_acl(self, entity: p4r.Entity, entry: AclEntry) -> None:
-        te = self._table(entity, ACL)
+        te = self._table(entity, p4.ACL)
         field = te.match.add()
-        field.field_id = self.tables[ACL].keys["eth_type"]
+        field.field_id = self.tables[p4.ACL].keys[p4.ACL_ETH_TYPE]
         field.ternary.value = encode(entry.eth_type & entry.eth_type_mask)
         field.ternary.mask = encode(entry.eth_type_mask)
         te.priority = entry.priority
-        name = PUNT if entry.action is AclAction.PUNT_TO_CPU else DROP
+        name = p4.PUNT_TO_CPU if entry.action is AclAction.PUNT_TO_CPU else p4.DROP
         self._action(te.action.action, name)
 
     def _fill_qos(self, entity: p4r.Entity, entry: QosEntry) -> None:
-        te = self._table(entity, QOS)
-        self._exact(te, QOS, "dscp", entry.dscp)
-        self._action(te.action.action, SET_TC, tc=entry.traffic_class)
+        te = self._table(entity, p4.QOS_CLASSIFY)
+        self._exact(te, p4.QOS_CLASSIFY, p4.QOS_CLASSIFY_DSCP, entry.dscp)
+        self._action(
+            te.action.action, p4.SET_TRAFFIC_CLASS, (p4.SET_TRAFFIC_CLASS_TC, entry.traffic_class)
+        )
+
+    def _fill_hash_config(self, entity: p4r.Entity, entry: HashConfigEntry) -> None:
+        te = self._table(entity, p4.HASH_CONFIG)
+        te.is_default_action = True
+        self._action(te.action.action, p4.HASH_QP if entry.qp else p4.NO_ACTION)
 
     def _fill_ecn(self, entity: p4r.Entity, entry: EcnEntry) -> None:
-        te = self._table(entity, ECN)
-        self._exact(te, ECN, "eg_port", entry.port)
-        self._exact(te, ECN, "traffic_class", entry.traffic_class)
+        te = self._table(entity, p4.ECN_MARKING)
+        self._exact(te, p4.ECN_MARKING, p4.ECN_MARKING_EG_PORT, entry.port)
+        self._exact(te, p4.ECN_MARKING, p4.ECN_MARKING_TRAFFIC_CLASS, entry.traffic_class)
         self._action(
             te.action.action,
-            SET_ECN,
-            kmin=entry.kmin_bytes,
-            kmax=entry.kmax_bytes,
-            pmax=entry.pmax_ppm,
+            p4.SET_ECN_THRESHOLDS,
+            (p4.SET_ECN_THRESHOLDS_KMIN, entry.kmin_bytes),
+            (p4.SET_ECN_THRESHOLDS_KMAX, entry.kmax_bytes),
+            (p4.SET_ECN_THRESHOLDS_PMAX, entry.pmax_ppm),
         )
 
     def _fill_pfc(self, entity: p4r.Entity, entry: PfcEntry) -> None:
-        te = self._table(entity, PFC)
-        self._exact(te, PFC, "port", entry.port)
-        self._exact(te, PFC, "priority", entry.priority)
-        self._action(te.action.action, SET_PFC, xoff=entry.xoff_bytes, xon=entry.xon_bytes)
+        te = self._table(entity, p4.PFC_CONFIG)
+        self._exact(te, p4.PFC_CONFIG, p4.PFC_CONFIG_PORT, entry.port)
+        self._exact(te, p4.PFC_CONFIG, p4.PFC_CONFIG_PRIORITY, entry.priority)
+        self._action(
+            te.action.action,
+            p4.SET_PFC_THRESHOLDS,
+            (p4.SET_PFC_THRESHOLDS_XOFF, entry.xoff_bytes),
+            (p4.SET_PFC_THRESHOLDS_XON, entry.xon_bytes),
+        )
 
     def _fill_route(self, entity: p4r.Entity, entry: RouteEntry) -> None:
         te = entity.table_entry
@@ -344,7 +357,13 @@ class Codec:
         member = entity.action_profile_member
         member.action_profile_id = self.selector_id
         member.member_id = entry.member_id
-        self._action(member.action, SET_NEXTHOP, port=entry.port, smac=entry.smac, dmac=entry.dmac)
+        self._action(
+            member.action,
+            p4.SET_NEXTHOP,
+            (p4.SET_NEXTHOP_PORT, entry.port),
+            (p4.SET_NEXTHOP_SMAC, entry.smac),
+            (p4.SET_NEXTHOP_DMAC, entry.dmac),
+        )
 
     def _fill_group(self, entity: p4r.Entity, entry: GroupEntry) -> None:
         group = entity.action_profile_group
@@ -357,7 +376,8 @@ class Codec:
             m = members.add()
             m.member_id = ref.member_id
             m.weight = ref.weight
-            m.watch_port = encode(ref.watch_port)
+            if ref.watch_port:
+                m.watch_port = encode(ref.watch_port)
 
     def encode(self, entry: Entry) -> p4r.Entity:
         entity = p4r.Entity()
@@ -372,6 +392,13 @@ class Codec:
             return p4r.Update.FromString(self._route_wire.update(kind, entry))
         out = p4r.Update()
         op = update.op
+        if type(entry) is HashConfigEntry:
+            # A default entry is only ever modified; taking it away restores NoAction.
+            out.type = _MODIFY
+            self._fill_hash_config(
+                out.entity, entry if op is not Op.DELETE else HashConfigEntry(False)
+            )
+            return out
         # Identity tests: an Enum's __hash__ is Python code, a dict lookup per update adds up.
         out.type = _INSERT if op is Op.INSERT else _MODIFY if op is Op.MODIFY else _DELETE
         self.fill(out.entity, update.entry)
@@ -380,10 +407,15 @@ class Codec:
     # -- entities → entries ------------------------------------------------------------
 
     def read_requests(self) -> list[p4r.Entity]:
-        """Wildcard reads of everything the agent owns."""
+        """Wildcard reads of everything the agent owns (hash_config: its default entry, which
+        a wildcard read does not return)."""
         out = [
-            p4r.Entity(table_entry=p4r.TableEntry(table_id=self.tables[t].id))
-            for t in (ACL, QOS, ROUTING, NEXT, ECN, PFC)
+            p4r.Entity(
+                table_entry=p4r.TableEntry(
+                    table_id=t.id, is_default_action=t.id == self._hash_config_id
+                )
+            )
+            for t in self.tables.values()
         ]
         out.append(
             p4r.Entity(
@@ -405,33 +437,28 @@ class Codec:
             member = entity.action_profile_member
             if member.action_profile_id != self.selector_id:
                 return None
-            params = self._params(member.action, SET_NEXTHOP)
-            return MemberEntry(member.member_id, params["port"], params["smac"], params["dmac"])
+            params = self._params(member.action, p4.SET_NEXTHOP)
+            return MemberEntry(
+                member.member_id,
+                params[p4.SET_NEXTHOP_PORT],
+                params[p4.SET_NEXTHOP_SMAC],
+                params[p4.SET_NEXTHOP_DMAC],
+            )
         if kind == "action_profile_group":
             group = entity.action_profile_group
             if group.action_profile_id != self.selector_id:
                 return None
-            return GroupEntry(
-                group.group_id,
-                tuple(
-                    sorted(
-                        (
-                            GroupMember(
-                                m.member_id,
-                                decode_unchecked(m.watch_port)
-                                if m.WhichOneof("watch_kind") == "watch_port"
-                                else m.watch,
-                                max(1, m.weight),
-                            )
-                            for m in group.members
-                        ),
-                        key=lambda m: m.member_id,
-                    )
-                ),
-            )
+            return GroupEntry(group.group_id, self._group_members(group))
         if kind != "table_entry":
             return None
         entry = entity.table_entry
+        if entry.table_id == self._hash_config_id:
+            if not entry.is_default_action:
+                return None
+            action_id = entry.action.action.action_id
+            if action_id not in (self._hash_qp_id, self.actions[p4.NO_ACTION].id):
+                raise ValueError(f"{p4.HASH_CONFIG}: default action id {action_id} is not ours")
+            return HashConfigEntry(qp=action_id == self._hash_qp_id)
         table = self._table_names.get(entry.table_id)
         if table is None or entry.is_default_action:
             return None
@@ -442,39 +469,74 @@ class Codec:
             return decode_unchecked(fields[ids.keys[key]].exact.value)
 
         action = entry.action
-        if table == NEXT:
-            return NextEntry(exact("next_id"), action.action_profile_group_id)
-        if table == ROUTING:
-            lpm = fields.get(ids.keys["ipv4_dst"])
+        if table == p4.NEXT:
+            return NextEntry(exact(p4.NEXT_NEXT_ID), action.action_profile_group_id)
+        if table == p4.ROUTING_V4:
+            lpm = fields.get(ids.keys[p4.ROUTING_V4_IPV4_DST])
             address, length = (
                 (decode_unchecked(lpm.lpm.value), lpm.lpm.prefix_len) if lpm is not None else (0, 0)
             )
-            return RouteEntry(address, length, self._params(action.action, SET_NEXT_ID)["next_id"])
-        if table == QOS:
-            return QosEntry(exact("dscp"), self._params(action.action, SET_TC)["tc"])
-        if table == ECN:
-            p = self._params(action.action, SET_ECN)
+            next_id = self._params(action.action, p4.SET_NEXT_ID)[p4.SET_NEXT_ID_NEXT_ID]
+            return RouteEntry(address, length, next_id)
+        if table == p4.QOS_CLASSIFY:
+            tc = self._params(action.action, p4.SET_TRAFFIC_CLASS)[p4.SET_TRAFFIC_CLASS_TC]
+            return QosEntry(exact(p4.QOS_CLASSIFY_DSCP), tc)
+        if table == p4.ECN_MARKING:
+            p = self._params(action.action, p4.SET_ECN_THRESHOLDS)
             return EcnEntry(
-                exact("eg_port"), exact("traffic_class"), p["kmin"], p["kmax"], p["pmax"]
+                exact(p4.ECN_MARKING_EG_PORT),
+                exact(p4.ECN_MARKING_TRAFFIC_CLASS),
+                p[p4.SET_ECN_THRESHOLDS_KMIN],
+                p[p4.SET_ECN_THRESHOLDS_KMAX],
+                p[p4.SET_ECN_THRESHOLDS_PMAX],
             )
-        if table == PFC:
-            p = self._params(action.action, SET_PFC)
-            return PfcEntry(exact("port"), exact("priority"), p["xoff"], p["xon"])
+        if table == p4.PFC_CONFIG:
+            p = self._params(action.action, p4.SET_PFC_THRESHOLDS)
+            return PfcEntry(
+                exact(p4.PFC_CONFIG_PORT),
+                exact(p4.PFC_CONFIG_PRIORITY),
+                p[p4.SET_PFC_THRESHOLDS_XOFF],
+                p[p4.SET_PFC_THRESHOLDS_XON],
+            )
         # ACL: the agent owns only entries matching eth_type alone.
-        eth = fields.get(ids.keys["eth_type"])
+        eth = fields.get(ids.keys[p4.ACL_ETH_TYPE])
         if eth is None or len(fields) != 1:
             return None
         mask = decode_unchecked(eth.ternary.mask)
         act = (
             AclAction.PUNT_TO_CPU
-            if action.action.action_id == self.actions[PUNT].id
+            if action.action.action_id == self.actions[p4.PUNT_TO_CPU].id
             else AclAction.DROP
-            if action.action.action_id == self.actions[DROP].id
+            if action.action.action_id == self.actions[p4.DROP].id
             else None
         )
         if act is None:
             return None
         return AclEntry(decode_unchecked(eth.ternary.value), mask, entry.priority, act)
+
+    def _group_members(self, group: p4r.ActionProfileGroup) -> tuple[GroupMember, ...]:
+        """A group's members as read back. Whether a member watches a port is taken from the
+        target, which port it watches is not: PI answers a group Read with one watch port for
+        every member (the last member's; docs/bmv2.md), so the agent's rule — a member
+        watches its own port — says which."""
+        out = []
+        for m in group.members:
+            kind = m.WhichOneof("watch_kind")
+            read = decode_unchecked(m.watch_port) if kind == "watch_port" else m.watch
+            watch = m.member_id if kind is not None else 0
+            if kind is not None and read != watch and not self._warned_watch_port:
+                self._warned_watch_port = True
+                LOG.warning(
+                    "%s: group %d member %d reads back watching port %d, not its own port; "
+                    "taking the member's port (PI reports one watch port per group)",
+                    self.origin,
+                    group.group_id,
+                    m.member_id,
+                    read,
+                )
+            out.append(GroupMember(m.member_id, watch, max(1, m.weight)))
+        out.sort(key=lambda m: m.member_id)
+        return tuple(out)
 
     def _params(self, action: p4r.Action, name: str) -> dict[str, int]:
         ids = self.actions[name]

@@ -1,7 +1,7 @@
 """Intent → pipeline entries, and the ordered difference between two sets of entries.
 
 Pure and synchronous: no P4Info, no I/O. `translate` turns the controller's `DesiredState`
-(intent-level objects) into the entries of the fabric.p4 contract (/work/notes/p4_contract.md)
+(intent-level objects) into the entries of the fabric.p4 contract (railfabric/fabric_p4.py)
 as plain frozen dataclasses; `diff` computes the P4Runtime updates that turn what a target
 holds into what is wanted, as ordered batches (agent/codec.py encodes them for the wire).
 
@@ -9,7 +9,10 @@ Member identity (ARCHITECTURE §5): one action-profile member per port (member i
 number), carrying (port, smac = that port's PortConfig MAC, dmac = the peer's MAC). Members
 exist for every port that has a next hop in a group or a neighbour with a MAC, so a link that
 goes down and comes back never changes a member's identity or creation order; groups only
-reference members, with watch_port = the member's port.
+reference members, with watch_port = the member's port — except a group's only member, which
+watches nothing: bmv2 divides by the number of active members of a group, so a group whose
+every member is deactivated by its watch port crashes it on the next packet (docs/bmv2.md).
+One member is never more use deactivated than removed, and local repair removes it.
 """
 
 from __future__ import annotations
@@ -21,15 +24,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from railfabric import fabric_p4 as p4
 from railfabric.v1 import state_pb2
 
 # Field widths from the P4 contract; values must fit them.
-PORT_MAX = (1 << 9) - 1
+PORT_MAX = (1 << p4.SET_NEXTHOP_PORT_BITWIDTH) - 1
 CPU_PORT = 255
-MAC_MAX = (1 << 48) - 1
-U32_MAX = (1 << 32) - 1
-TRAFFIC_CLASSES = 8
-DSCP_MAX = 63
+MAC_MAX = (1 << p4.SET_NEXTHOP_DMAC_BITWIDTH) - 1
+U32_MAX = (1 << p4.SET_ECN_THRESHOLDS_KMAX_BITWIDTH) - 1  # every threshold param is a bit<32>
+TRAFFIC_CLASSES = 1 << p4.SET_TRAFFIC_CLASS_TC_BITWIDTH
+DSCP_MAX = (1 << p4.QOS_CLASSIFY_DSCP_BITWIDTH) - 1
 # pmax is a probability in parts per million.
 PPM_ONE = 1_000_000
 
@@ -45,7 +49,7 @@ class AclAction(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class AclEntry:
-    """`FabricIngress.acl`: match eth_type (all other keys wildcard)."""
+    """`p4.ACL`: match eth_type (all other keys wildcard)."""
 
     eth_type: int
     eth_type_mask: int
@@ -59,7 +63,7 @@ class AclEntry:
 
 @dataclass(frozen=True, slots=True)
 class QosEntry:
-    """`FabricIngress.qos_classify`: dscp → set_traffic_class(tc)."""
+    """`p4.QOS_CLASSIFY`: dscp → set_traffic_class(tc)."""
 
     dscp: int
     traffic_class: int
@@ -71,7 +75,7 @@ class QosEntry:
 
 @dataclass(frozen=True, slots=True)
 class EcnEntry:
-    """`FabricEgress.ecn_marking`: (eg_port, traffic_class) → set_ecn_thresholds.
+    """`p4.ECN_MARKING`: (eg_port, traffic_class) → set_ecn_thresholds.
     kmin/kmax in bytes of queue depth, pmax in parts per million."""
 
     port: int
@@ -87,7 +91,7 @@ class EcnEntry:
 
 @dataclass(frozen=True, slots=True)
 class PfcEntry:
-    """`FabricEgress.pfc_config`: (port, priority) → set_pfc_thresholds, bytes."""
+    """`p4.PFC_CONFIG`: (port, priority) → set_pfc_thresholds, bytes."""
 
     port: int
     priority: int
@@ -101,7 +105,7 @@ class PfcEntry:
 
 @dataclass(frozen=True, slots=True)
 class MemberEntry:
-    """An `ecmp_selector` member: set_nexthop(port, smac, dmac)."""
+    """A `p4.ECMP_SELECTOR` member: set_nexthop(port, smac, dmac)."""
 
     member_id: int
     port: int
@@ -115,14 +119,27 @@ class MemberEntry:
 
 @dataclass(frozen=True, slots=True)
 class GroupMember:
-    member_id: int
-    watch_port: int
+    member_id: int  # = the member's port
+    watch_port: int  # 0: none
     weight: int = 1
+
+
+def watched(members: Iterable[GroupMember]) -> tuple[GroupMember, ...]:
+    """A group's members with their watch ports by the rule above: each watches its own port,
+    unless it is the only one."""
+    out = tuple(members)
+    watch = len(out) > 1
+    return tuple(
+        m
+        if m.watch_port == (m.member_id if watch else 0)
+        else GroupMember(m.member_id, m.member_id if watch else 0, m.weight)
+        for m in out
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class GroupEntry:
-    """An `ecmp_selector` group; members in ascending member id (= port) order."""
+    """A `p4.ECMP_SELECTOR` group; members in ascending member id (= port) order."""
 
     group_id: int
     members: tuple[GroupMember, ...]
@@ -134,7 +151,7 @@ class GroupEntry:
 
 @dataclass(frozen=True, slots=True)
 class NextEntry:
-    """`FabricIngress.next`: next_id → action-profile group `group_id`."""
+    """`p4.NEXT`: next_id → action-profile group `group_id`."""
 
     next_id: int
     group_id: int
@@ -146,7 +163,7 @@ class NextEntry:
 
 @dataclass(frozen=True, slots=True)
 class RouteEntry:
-    """`FabricIngress.routing_v4`: lpm ipv4_dst → set_next_id(next_id)."""
+    """`p4.ROUTING_V4`: lpm ipv4_dst → set_next_id(next_id)."""
 
     address: int
     length: int
@@ -157,8 +174,29 @@ class RouteEntry:
         return ("route", self.address, self.length)
 
 
+@dataclass(frozen=True, slots=True)
+class HashConfigEntry:
+    """The default action of `p4.HASH_CONFIG`: fold the RoCEv2 destination QP into the ECMP
+    hash (`p4.HASH_QP`) or not (`p4.NO_ACTION`). A table's default entry always exists, so
+    the codec writes any update of it as a MODIFY (a delete restores NoAction)."""
+
+    qp: bool
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        return ("hash_config",)
+
+
 Entry = (
-    AclEntry | QosEntry | EcnEntry | PfcEntry | MemberEntry | GroupEntry | NextEntry | RouteEntry
+    AclEntry
+    | QosEntry
+    | EcnEntry
+    | PfcEntry
+    | HashConfigEntry
+    | MemberEntry
+    | GroupEntry
+    | NextEntry
+    | RouteEntry
 )
 Key = tuple[object, ...]
 
@@ -293,6 +331,20 @@ def qos_entry(mapping: state_pb2.DscpMapping) -> QosEntry:
     return QosEntry(mapping.dscp, mapping.traffic_class)
 
 
+def hash_config_entry(state: state_pb2.DesiredState) -> tuple[HashConfigEntry, str | None]:
+    """What the selector hashes, and a problem when the controller asked for a value this
+    agent does not know (a newer controller): the 5-tuple is hashed then, as before the
+    option existed."""
+    value = state.ecmp_hash
+    if value == state_pb2.ECMP_HASH_FIVE_TUPLE_QP:
+        return HashConfigEntry(qp=True), None
+    if value == state_pb2.ECMP_HASH_FIVE_TUPLE:
+        return HashConfigEntry(qp=False), None
+    return HashConfigEntry(
+        qp=False
+    ), f"ecmp_hash {value} is unknown to this agent; hashing the 5-tuple"
+
+
 def translate(state: state_pb2.DesiredState) -> tuple[Pipeline, list[ObjectProblem]]:
     """The entries for `state` (local repair is applied on top by `repair`).
 
@@ -300,6 +352,10 @@ def translate(state: state_pb2.DesiredState) -> tuple[Pipeline, list[ObjectProbl
     controller names them; a route whose group was skipped is skipped too."""
     problems: list[ObjectProblem] = []
     entries: list[Entry] = list(control_acl())
+    hashing, problem = hash_config_entry(state)
+    entries.append(hashing)
+    if problem is not None:
+        problems.append(ObjectProblem("ecmp_hash", problem))
 
     for mapping in state.dscp_map:
         try:
@@ -328,7 +384,7 @@ def translate(state: state_pb2.DesiredState) -> tuple[Pipeline, list[ObjectProbl
             problems.append(ObjectProblem(name, f"{name}: {err}"))
             continue
         members.update(new_members)
-        groups[group.id] = GroupEntry(group.id, tuple(group_members))
+        groups[group.id] = GroupEntry(group.id, watched(group_members))
 
     # Members for cabled ports without a next hop yet, so their identity is fixed up front.
     for neighbor in state.neighbors:
@@ -407,10 +463,10 @@ def _group(
 # Write order (P4Runtime §12: updates inside one WriteRequest may be applied in any order, so
 # an object and what it depends on go in separate Writes). Inserts and modifies go
 # members → groups → next → routes; deletes go the other way. Tables nobody references
-# (acl, qos, ecn, pfc) ride in the first batch.
+# (acl, qos, ecn, pfc, hash_config) ride in the first batch.
 _STAGE_OF: dict[tuple[type, Op], int] = {}
 for _op in Op:
-    for _kind in (AclEntry, QosEntry, EcnEntry, PfcEntry):
+    for _kind in (AclEntry, QosEntry, EcnEntry, PfcEntry, HashConfigEntry):
         _STAGE_OF[(_kind, _op)] = 0
     _STAGE_OF[(RouteEntry, _op)] = 3
 for _op in (Op.INSERT, Op.MODIFY):
@@ -460,22 +516,22 @@ def _sort_key(update: Update) -> Any:
 
 def repair_updates(pipeline: Pipeline, port: int) -> list[Update]:
     """The group modifies that take `port`'s members out of every group of `pipeline`, in
-    group id order: the one Write of a local repair. Looks only at groups."""
+    group id order: the one Write of a local repair. Looks only at groups, and finds members
+    by their port (member id), never by a watch port read back from a target."""
     out = []
     for group in pipeline.groups:
-        if any(m.watch_port == port for m in group.members):
-            live = tuple(m for m in group.members if m.watch_port != port)
+        if any(m.member_id == port for m in group.members):
+            live = watched(m for m in group.members if m.member_id != port)
             out.append(Update(Op.MODIFY, GroupEntry(group.group_id, live)))
     out.sort(key=_sort_key)
     return out
 
 
 def repair(pipeline: Pipeline, down_ports: frozenset[int]) -> Pipeline:
-    """`pipeline` with every group member whose watch_port is in `down_ports` removed."""
+    """`pipeline` with every group member whose port is in `down_ports` removed."""
     out = dict(pipeline.entries)
     for key, entry in pipeline.entries.items():
-        if isinstance(entry, GroupEntry):
-            live = tuple(m for m in entry.members if m.watch_port not in down_ports)
-            if live != entry.members:
-                out[key] = GroupEntry(entry.group_id, live)
+        if isinstance(entry, GroupEntry) and any(m.member_id in down_ports for m in entry.members):
+            live = watched(m for m in entry.members if m.member_id not in down_ports)
+            out[key] = GroupEntry(entry.group_id, live)
     return Pipeline(out)

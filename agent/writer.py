@@ -261,7 +261,16 @@ class Writer:
             return None, 0
         commit_mono, commit_wall = time.monotonic_ns(), time.time_ns()
         if errors:
-            LOG.error("local repair of port %d: %d updates failed", event.port, len(errors))
+            first = errors[0]
+            LOG.error(
+                "local repair of port %d: %d of %d updates failed; first: %s: code %d: %s",
+                event.port,
+                len(errors),
+                len(batch),
+                batch[first.index].entry.key,
+                first.code,
+                first.message,
+            )
             self.installed = None
             self._reconcile_pending = True
             self._wake.set()

@@ -13,7 +13,13 @@ from controller import qos
 from controller.fabric import Prefix
 from controller.routing import FabricRouting, Group, Route, SwitchDelta
 from railfabric.digest import state_digest
+from railfabric.ecmp import HashFields
 from railfabric.v1 import state_pb2
+
+ECMP_HASH: dict[HashFields, state_pb2.EcmpHash.ValueType] = {
+    HashFields.FIVE_TUPLE: state_pb2.ECMP_HASH_FIVE_TUPLE,
+    HashFields.FIVE_TUPLE_QP: state_pb2.ECMP_HASH_FIVE_TUPLE_QP,
+}
 
 # Messages are filled through `repeated.add()` and attribute writes: about three times
 # faster than building each message from keyword arguments, which matters for the 1,600 routes
@@ -128,6 +134,7 @@ def desired_state(
         add_dscp(dscp=dscp, traffic_class=int(tc))
     state.pfc_watchdog.detect_ns = params.pfc_watchdog_detect_ns
     state.pfc_watchdog.restore_ns = params.pfc_watchdog_restore_ns
+    state.ecmp_hash = ECMP_HASH[routing.topo.fabric.ecmp_hash]
     state.digest = state_digest(state)
     return state
 

@@ -21,6 +21,8 @@ import enum
 import math
 from dataclasses import dataclass, field
 
+from railfabric.ecmp import HashFields
+
 CPU_PORT = 255
 
 
@@ -216,6 +218,7 @@ class Fabric:
     nics: tuple[Nic, ...]
     qos: QosIntent = QosIntent()
     max_ecmp_group_size: int = 64
+    ecmp_hash: HashFields = HashFields.FIVE_TUPLE
     # Lookups built once (not part of equality).
     switch_by_name: dict[str, Switch] = field(init=False, repr=False, compare=False)
 

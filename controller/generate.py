@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from controller.fabric import CPU_PORT, Fabric, Link, Nic, Prefix, QosIntent, Role, Switch
 from controller.intent_keys import GENERATED_PORT_MAX, check_limit
+from railfabric.ecmp import HashFields
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class ClosParams:
     radix: int | None
     qos: QosIntent
     max_ecmp_group_size: int
+    ecmp_hash: HashFields = HashFields.FIVE_TUPLE
 
     @property
     def tor_count(self) -> int:
@@ -267,4 +269,5 @@ def generate(p: ClosParams) -> Fabric:
         nics=tuple(nics),
         qos=p.qos,
         max_ecmp_group_size=p.max_ecmp_group_size,
+        ecmp_hash=p.ecmp_hash,
     )

@@ -34,6 +34,7 @@ from controller.fabric import (
 )
 from controller.generate import ClosParams, LinkClass, generate
 from controller.yamlnodes import IntentError, Value, closest, compose, decode
+from railfabric.ecmp import HashFields
 
 __all__ = ["IntentError", "load_fabric", "load_fabric_text", "to_explicit", "to_explicit_yaml"]
 
@@ -122,13 +123,14 @@ def _qos(m: keys.Fields) -> QosIntent:
     )
 
 
-def _common(m: keys.Fields) -> tuple[str, int, int | None, int, QosIntent]:
+def _common(m: keys.Fields) -> tuple[str, int, int | None, int, QosIntent, HashFields]:
     return (
         m.text("name"),
         m.integer("rails"),
         m.opt_integer("switch_radix"),
         m.integer("max_ecmp_group_size"),
         _qos(m.sub("qos")),
+        HashFields(m.sub("ecmp").text("hash")),
     )
 
 
@@ -140,7 +142,7 @@ def _cable(m: keys.Fields) -> LinkClass:
 
 
 def _parametric(m: keys.Fields) -> ClosParams:
-    name, rails, radix, max_group, qos_intent = _common(m)
+    name, rails, radix, max_group, qos_intent, ecmp_hash = _common(m)
     pods = m.integer("pods")
     blocks = m.integer("blocks_per_pod")
     servers = m.integer("servers_per_block")
@@ -186,6 +188,7 @@ def _parametric(m: keys.Fields) -> ClosParams:
         radix=radix,
         qos=qos_intent,
         max_ecmp_group_size=max_group,
+        ecmp_hash=ecmp_hash,
     )
     problem = params.problem()
     if problem is not None:
@@ -222,7 +225,7 @@ class _Ports:
 
 
 def _explicit(m: keys.Fields) -> Fabric:
-    name, rails, radix, max_group, qos_intent = _common(m)
+    name, rails, radix, max_group, qos_intent, ecmp_hash = _common(m)
     for key in ("switches", "links"):  # counted before a single one is read
         message = keys.check_limit(key, m.count(key))
         if message is not None:
@@ -254,6 +257,7 @@ def _explicit(m: keys.Fields) -> Fabric:
         nics=tuple(nics),
         qos=qos_intent,
         max_ecmp_group_size=max_group,
+        ecmp_hash=ecmp_hash,
     )
 
 
@@ -440,6 +444,8 @@ def to_explicit(fabric: Fabric) -> dict[str, Any]:
     }
     if fabric.qos.overrides:
         out["qos"]["overrides"] = dict(fabric.qos.overrides)
+    if fabric.ecmp_hash is not Fabric.ecmp_hash:
+        out["ecmp"] = {"hash": fabric.ecmp_hash.value}
     out["switches"] = switches
     out["links"] = links
     out["hosts"] = [{"name": h, "nics": n} for h, n in hosts.items()]

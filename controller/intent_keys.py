@@ -38,6 +38,7 @@ from controller.fabric import (
 )
 from controller.yamlnodes import IntentError, Value
 from controller.yamlnodes import Mapping as NodeMapping
+from railfabric.ecmp import HashFields
 
 T = TypeVar("T")
 
@@ -332,6 +333,22 @@ FABRIC = Group(
             64,
         ),
         "qos": Key(Kind.MAPPING, "QoS profile and overrides.", None, group="qos"),
+        "ecmp": Key(Kind.MAPPING, "What the ECMP selector hashes.", None, group="ecmp"),
+    },
+)
+
+ECMP = Group(
+    "`ecmp`",
+    {
+        "hash": Key(
+            Kind.CHOICE,
+            "five_tuple: ipv4 src, dst, protocol, L4 ports. five_tuple_qp: the same with a "
+            "RoCEv2 packet's destination QP folded into the source port (railfabric/ecmp.py), "
+            "so the queue pairs of one NIC pair spread over the uplinks even when they share "
+            "a UDP source port. Needs agents of this release.",
+            Fabric.ecmp_hash.value,
+            choices=tuple(h.value for h in HashFields),
+        ),
     },
 )
 
@@ -658,6 +675,7 @@ GROUPS: dict[str, Group] = {
     "explicit": EXPLICIT,
     "qos": QOS,
     "qos.overrides": OVERRIDES,
+    "ecmp": ECMP,
     "spines": SPINES,
     "cores": CORES,
     "links": LINKS,

@@ -1,5 +1,6 @@
 """Path prediction: the exact hop-by-hop path of a flow, with the data plane's hash and member
-choice (railfabric.ecmp: crc32 over the packed 5-tuple, hash % live members, members in
+choice (railfabric.ecmp: crc32 over the packed 5-tuple, the RoCEv2 destination QP folded into
+the source port when the fabric's `ecmp.hash` says so, hash % live members, members in
 creation order). Agents create members in ascending port order, so that is the default
 creation order; `creation_order` overrides it where a target's groups were built otherwise
 (e.g. the bmv2 test vectors, whose members were created as ports 4, 2, 5, 3)."""
@@ -31,7 +32,7 @@ class Flow:
     proto: int
     sport: int
     dport: int
-    # RoCEv2 destination QP: not hashed by the fabric, shown for the operator.
+    # RoCEv2 destination QP: hashed when the fabric's ecmp.hash is five_tuple_qp.
     dst_qp: int | None = None
 
     def __post_init__(self) -> None:
@@ -39,13 +40,15 @@ class Flow:
             ("protocol", self.proto, 255),
             ("source port", self.sport, 65535),
             ("destination port", self.dport, 65535),
+            ("destination QP", self.dst_qp or 0, ecmp.QP_MAX),
         ):
             if not 0 <= value <= high:
                 raise PathError(f"{name} {value} is outside 0..{high}")
 
-    @property
-    def hash(self) -> int:
-        return ecmp.flow_hash(self.src_ip, self.dst_ip, self.proto, self.sport, self.dport)
+    def hash(self, fields: ecmp.HashFields) -> int:
+        """The selector's hash of this flow on a fabric hashing `fields`."""
+        sport = ecmp.hashed_sport(fields, self.proto, self.sport, self.dport, self.dst_qp)
+        return ecmp.flow_hash(self.src_ip, self.dst_ip, self.proto, sport, self.dport)
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,7 @@ def predict_path(
     if k is None:
         raise PathError(f"source {ipv4_str(flow.src_ip)} is not a NIC of the fabric")
     source = routing.topo.fabric.nics[k].full_name
-    h = flow.hash
+    h = flow.hash(topo.fabric.ecmp_hash)
     hops: list[Hop] = []
     x, ingress = topo.nic_switch[k], topo.nic_port[k]
     if not routing.nic_live[k]:

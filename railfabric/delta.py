@@ -3,8 +3,8 @@ DesiredState, used by the controller (to know the state it asks for) and the age
 state it holds), and the diff that produces a delta from two states.
 
 Objects are keyed as the API says: groups by id, routes by prefix, neighbours by port, ECN by
-(port, traffic class), PFC by (port, priority). Ports, DSCP map and watchdog are not in deltas:
-they change only with the intent, which sends a full DesiredState.
+(port, traffic class), PFC by (port, priority). Ports, DSCP map, watchdog and ECMP hash are not
+in deltas: they change only with the intent, which sends a full DesiredState.
 """
 
 from __future__ import annotations
@@ -159,13 +159,17 @@ def _delete(objs: dict[Hashable, M], k: Hashable, tag: Tag, acc: DigestAccumulat
 def diff_states(old: state_pb2.DesiredState, new: state_pb2.DesiredState) -> state_pb2.StateDelta:
     """The delta that turns `old` into `new` (generations from old.generation to +1).
 
-    Raises DeltaError when ports, DSCP map or watchdog differ: those need a full state."""
+    Raises DeltaError when ports, DSCP map, watchdog or ECMP hash differ: those need a full
+    state."""
     if (
         list(old.ports) != list(new.ports)
         or list(old.dscp_map) != list(new.dscp_map)
         or old.pfc_watchdog != new.pfc_watchdog
+        or old.ecmp_hash != new.ecmp_hash
     ):
-        raise DeltaError(f"{new.switch_name}: ports or QoS map changed; send a full state")
+        raise DeltaError(
+            f"{new.switch_name}: ports, QoS map or ECMP hash changed; send a full state"
+        )
     delta = state_pb2.StateDelta(
         switch_name=new.switch_name,
         from_generation=old.generation,

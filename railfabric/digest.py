@@ -3,9 +3,11 @@ sending the state, that they hold the same thing (DesiredState.digest, StateDelt
 Hello.applied_digest, Applied.digest).
 
 What is hashed. Every object of the state is hashed on its own: SHA-256 of a tag naming its
-kind ("switch", "port", "neighbor", "group", "route", "dscp", "ecn", "pfc", "watchdog"), a NUL
-byte, then the object's `SerializeToString(deterministic=True)` ("switch" hashes switch_name as
-UTF-8; "watchdog" only when pfc_watchdog is set). The tag keeps, say, a port and an ECN entry
+kind ("switch", "port", "neighbor", "group", "route", "dscp", "ecn", "pfc", "watchdog", "ecmp"),
+a NUL byte, then the object's `SerializeToString(deterministic=True)` ("switch" hashes
+switch_name as UTF-8; "watchdog" only when pfc_watchdog is set; "ecmp" hashes the EcmpHash
+value's name, only when it is not the zero value, so states without the option digest as they
+did before it existed). The tag keeps, say, a port and an ECN entry
 with equal bytes apart; the NUL keeps every tag from being a prefix of another. Generation and
 the digest field are not objects, so they are not covered. Order inside an object is content:
 a group's next hops are hashed in the order they have (the canonical ascending-port order).
@@ -34,7 +36,9 @@ from railfabric.v1 import state_pb2
 
 DIGEST_VERSION: Final = 2
 
-Tag = Literal["switch", "port", "neighbor", "group", "route", "dscp", "ecn", "pfc", "watchdog"]
+Tag = Literal[
+    "switch", "port", "neighbor", "group", "route", "dscp", "ecn", "pfc", "watchdog", "ecmp"
+]
 
 _PREFIX: Final[dict[str, bytes]] = {tag: tag.encode("ascii") + b"\x00" for tag in get_args(Tag)}
 _MASK: Final = (1 << 256) - 1
@@ -103,6 +107,8 @@ def _state_sum(state: state_pb2.DesiredState) -> int:
     total += _sum("pfc", state.pfc)
     if state.HasField("pfc_watchdog"):
         total += object_hash("watchdog", state.pfc_watchdog)
+    if state.ecmp_hash:
+        total += object_hash("ecmp", state_pb2.EcmpHash.Name(state.ecmp_hash))
     return total & _MASK
 
 

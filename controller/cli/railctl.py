@@ -17,10 +17,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from controller.cli.admin_commands import ADMIN_COMMANDS, UINT32_MAX, int_in, run_path
+from controller.cli.admin_commands import ADMIN_COMMANDS, int_in, run_path
 from controller.fabric import Fabric, Role, ipv4_str, parse_ipv4
 from controller.intent import IntentError, load_fabric, to_explicit, to_explicit_yaml
-from railfabric import cli
+from railfabric import cli, ecmp
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,11 @@ def _args_path(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sport", type=port, required=True, help="L4 source port")
     p.add_argument("--dport", type=port, default=4791, help="L4 destination port (RoCEv2)")
     p.add_argument("--proto", type=int_in(0, 255), default=17, help="IP protocol (17: UDP)")
-    p.add_argument("--qp", type=int_in(0, UINT32_MAX), help="RoCEv2 destination QP (shown only)")
+    p.add_argument(
+        "--qp",
+        type=int_in(0, ecmp.QP_MAX),
+        help="RoCEv2 destination QP (hashed when the fabric's ecmp.hash is five_tuple_qp)",
+    )
     p.add_argument(
         "--down",
         action="append",

@@ -790,7 +790,9 @@ class PredictPathRequest(_message.Message):
     dport: _builtins.int
     """4791 (RoCEv2) when 0."""
     dst_qp: _builtins.int
-    """RoCEv2 destination QP, for display; it does not enter the hash."""
+    """RoCEv2 destination QP (24 bits; 0: none). Hashed when the fabric's ecmp.hash is
+    five_tuple_qp, and only for RoCEv2 (UDP to 4791).
+    """
     def __init__(
         self,
         *,

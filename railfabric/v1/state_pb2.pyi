@@ -46,6 +46,32 @@ PEER_KIND_SWITCH: PeerKind.ValueType  # 1
 PEER_KIND_HOST: PeerKind.ValueType  # 2
 Global___PeerKind: _TypeAlias = PeerKind  # noqa: Y015
 
+class _EcmpHash:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _EcmpHashEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_EcmpHash.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ECMP_HASH_FIVE_TUPLE: _EcmpHash.ValueType  # 0
+    """ipv4 src, dst, protocol, L4 source and destination ports."""
+    ECMP_HASH_FIVE_TUPLE_QP: _EcmpHash.ValueType  # 1
+    """The same, with a RoCEv2 packet's BTH destination QP folded into the source port first
+    (railfabric/ecmp.py), so one NIC pair's queue pairs spread over the uplinks.
+    """
+
+class EcmpHash(_EcmpHash, metaclass=_EcmpHashEnumTypeWrapper):
+    """The fields the ECMP selector hashes (intent `ecmp.hash`). The zero value is the older
+    behaviour: an agent that does not know the field hashes the 5-tuple, as it always did.
+    """
+
+ECMP_HASH_FIVE_TUPLE: EcmpHash.ValueType  # 0
+"""ipv4 src, dst, protocol, L4 source and destination ports."""
+ECMP_HASH_FIVE_TUPLE_QP: EcmpHash.ValueType  # 1
+"""The same, with a RoCEv2 packet's BTH destination QP folded into the source port first
+(railfabric/ecmp.py), so one NIC pair's queue pairs spread over the uplinks.
+"""
+Global___EcmpHash: _TypeAlias = EcmpHash  # noqa: Y015
+
 @_typing.final
 class Ipv4Prefix(_message.Message):
     """An IPv4 prefix. Host bits beyond `length` must be zero."""
@@ -382,12 +408,15 @@ class DesiredState(_message.Message):
     PFC_FIELD_NUMBER: _builtins.int
     PFC_WATCHDOG_FIELD_NUMBER: _builtins.int
     DIGEST_FIELD_NUMBER: _builtins.int
+    ECMP_HASH_FIELD_NUMBER: _builtins.int
     switch_name: _builtins.str
     """Switch name from the fabric intent."""
     generation: _builtins.int
     """Monotonic per switch; each change of desired state increments it by one."""
     digest: _builtins.str
     """Digest of the state (railfabric.state_digest), so an agent can prove what it holds."""
+    ecmp_hash: Global___EcmpHash.ValueType
+    """Switch-wide; like ports and the DSCP map it changes only with the intent (a full state)."""
     @_builtins.property
     def ports(self) -> _containers.RepeatedCompositeFieldContainer[Global___PortConfig]: ...
     @_builtins.property
@@ -418,10 +447,11 @@ class DesiredState(_message.Message):
         pfc: _abc.Iterable[Global___PfcSetting] | None = ...,
         pfc_watchdog: Global___PfcWatchdog | None = ...,
         digest: _builtins.str = ...,
+        ecmp_hash: Global___EcmpHash.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["pfc_watchdog", b"pfc_watchdog"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["digest", b"digest", "dscp_map", b"dscp_map", "ecn", b"ecn", "generation", b"generation", "groups", b"groups", "neighbors", b"neighbors", "pfc", b"pfc", "pfc_watchdog", b"pfc_watchdog", "ports", b"ports", "routes", b"routes", "switch_name", b"switch_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["digest", b"digest", "dscp_map", b"dscp_map", "ecmp_hash", b"ecmp_hash", "ecn", b"ecn", "generation", b"generation", "groups", b"groups", "neighbors", b"neighbors", "pfc", b"pfc", "pfc_watchdog", b"pfc_watchdog", "ports", b"ports", "routes", b"routes", "switch_name", b"switch_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

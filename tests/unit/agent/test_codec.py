@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from finsy.proto import p4r
 
-from agent.codec import ACL, ROUTING, Codec, P4InfoMismatch
-from agent.translate import Op, Pipeline, RouteEntry, Update, diff, translate
+from agent.codec import Codec, P4InfoMismatch
+from agent.translate import HashConfigEntry, Op, Pipeline, RouteEntry, Update, diff, translate
+from railfabric import fabric_p4 as p4
 from railfabric.p4bytes import decode_unchecked
 from railfabric.p4info import DEFAULT_P4INFO, load_p4info
+from railfabric.v1 import state_pb2
 from tests.unit.agent.samples import tor_state
 
 pytestmark = pytest.mark.unit
@@ -33,13 +37,13 @@ def test_entities_carry_the_p4info_ids_and_contract_shapes(codec: Codec) -> None
     nxt = codec.encode(pipeline.entries[("next", 1)]).table_entry
     assert nxt.action.action_profile_group_id == 1
     default = codec.encode(pipeline.entries[("route", 0, 0)]).table_entry
-    assert default.table_id == codec.tables[ROUTING].id
+    assert default.table_id == codec.tables[p4.ROUTING_V4].id
     assert list(default.match) == []  # /0 is the don't-care LPM match
     host = codec.encode(pipeline.entries[("route", 0x0A000003, 32)]).table_entry
     assert host.match[0].lpm.prefix_len == 32
     assert decode_unchecked(host.match[0].lpm.value) == 0x0A000003
     lldp = codec.encode(pipeline.entries[("acl", 0x88CC, 0xFFFF, 100)]).table_entry
-    assert lldp.table_id == codec.tables[ACL].id and lldp.priority == 100
+    assert lldp.table_id == codec.tables[p4.ACL].id and lldp.priority == 100
     assert lldp.match[0].ternary.value == b"\x88\xcc"
 
 
@@ -67,20 +71,21 @@ def test_read_back_pipeline_diff_is_empty_and_foreign_entities_are_set_aside(
 
 def test_a_missing_name_is_reported_with_the_closest_one() -> None:
     p4info = load_p4info(DEFAULT_P4INFO)
+    renamed = p4.ROUTING_V4.replace("v4", "v6")
     for table in p4info.tables:
-        if table.preamble.name == ROUTING:
-            table.preamble.name = "FabricIngress.routing_v6"
+        if table.preamble.name == p4.ROUTING_V4:
+            table.preamble.name = renamed
     with pytest.raises(
         P4InfoMismatch,
-        match=r"no table named 'FabricIngress.routing_v4'.*"
-        r"Did you mean 'FabricIngress.routing_v6'",
+        match=f"no table named {re.escape(repr(p4.ROUTING_V4))}.*"
+        f"Did you mean {re.escape(repr(renamed))}",
     ):
         Codec(p4info, "x.p4info.txt")
 
 
 def test_an_entry_in_our_table_with_a_foreign_action_is_set_aside(codec: Codec) -> None:
     wire = codec.encode(RouteEntry(0x0A000000, 8, 4))
-    wire.table_entry.action.action.action_id = codec.actions["FabricIngress.drop"].id
+    wire.table_entry.action.action.action_id = codec.actions[p4.DROP].id
     del wire.table_entry.action.action.params[:]
     pipeline, foreign = codec.decode_all([wire])
     assert len(pipeline) == 0 and foreign == [wire]
@@ -109,3 +114,31 @@ def test_route_updates_in_wire_format_equal_the_field_encoder(
             Op.DELETE: p4r.Update.DELETE,
         }[op]
     )
+
+
+def test_ecmp_hash_is_the_default_action_of_hash_config_and_only_ever_modified(
+    codec: Codec,
+) -> None:
+    state = tor_state()
+    state.ecmp_hash = state_pb2.ECMP_HASH_FIVE_TUPLE_QP
+    pipeline, problems = translate(state)
+    assert problems == [] and pipeline.entries[("hash_config",)] == HashConfigEntry(qp=True)
+    ids = {op: codec.encode_update(Update(op, HashConfigEntry(qp=True))) for op in Op}
+    assert {u.type for u in ids.values()} == {p4r.Update.MODIFY}
+    for op, update in ids.items():
+        te = update.entity.table_entry
+        assert te.table_id == p4.HASH_CONFIG_ID and te.is_default_action and not te.match
+        want = p4.NO_ACTION_ID if op is Op.DELETE else p4.HASH_QP_ID
+        assert te.action.action.action_id == want, op
+        assert codec.decode(update.entity) == HashConfigEntry(qp=op is not Op.DELETE)
+    # A wildcard read does not return a default entry: the agent asks for it by name.
+    (read,) = [e for e in codec.read_requests() if e.table_entry.table_id == p4.HASH_CONFIG_ID]
+    assert read.table_entry.is_default_action
+
+
+def test_an_ecmp_hash_this_agent_does_not_know_hashes_the_five_tuple_and_says_so() -> None:
+    state = tor_state()
+    state.ecmp_hash = 7  # type: ignore[assignment]  # a newer controller's value
+    pipeline, problems = translate(state)
+    assert pipeline.entries[("hash_config",)] == HashConfigEntry(qp=False)
+    assert [(p.object, "unknown" in p.message) for p in problems] == [("ecmp_hash", True)]

@@ -10,6 +10,7 @@ from agent.translate import (
     EcnEntry,
     GroupEntry,
     GroupMember,
+    HashConfigEntry,
     MemberEntry,
     NextEntry,
     Op,
@@ -123,7 +124,7 @@ def test_initial_programming_is_ordered_members_groups_next_routes() -> None:
     assert all(u.op is Op.INSERT for batch in batches for u in batch)
     kinds = [{type(u.entry) for u in batch} for batch in batches]
     assert kinds == [
-        {AclEntry, QosEntry, EcnEntry, PfcEntry, MemberEntry},
+        {AclEntry, QosEntry, EcnEntry, PfcEntry, HashConfigEntry, MemberEntry},
         {GroupEntry},
         {NextEntry},
         {RouteEntry},
@@ -138,7 +139,7 @@ def test_deleting_everything_goes_routes_next_groups_members() -> None:
     assert all(u.op is Op.DELETE for batch in batches for u in batch)
     kinds = [{type(u.entry) for u in batch} for batch in batches]
     assert kinds == [
-        {AclEntry, QosEntry, EcnEntry, PfcEntry},
+        {AclEntry, QosEntry, EcnEntry, PfcEntry, HashConfigEntry},
         {RouteEntry},
         {NextEntry},
         {GroupEntry},
@@ -152,7 +153,7 @@ def test_a_port_leaving_every_group_keeps_its_member() -> None:
     del state.groups[0].next_hops[0]  # controller stops using port 1
     after, _ = translate(state)
     batches = diff(before, after)
-    assert batches == [[Update(Op.MODIFY, GroupEntry(1, (GroupMember(2, 2, 1),)))]]
+    assert batches == [[Update(Op.MODIFY, GroupEntry(1, (GroupMember(2, 0, 1),)))]]
     assert ("member", 1) in after.entries
 
 
@@ -167,7 +168,7 @@ def test_local_repair_is_one_batch_of_group_modifies() -> None:
         (Op.MODIFY, ("group", 1)),
         (Op.MODIFY, ("group", 3)),
     }
-    assert repaired.entries[("group", 1)] == GroupEntry(1, (GroupMember(2, 2, 1),))
+    assert repaired.entries[("group", 1)] == GroupEntry(1, (GroupMember(2, 0, 1),))
     assert repaired.entries[("group", 3)] == GroupEntry(3, ())
     assert repaired.entries[("member", 1)] == pipeline.entries[("member", 1)]
 

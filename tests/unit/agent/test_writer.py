@@ -16,7 +16,16 @@ from finsy.proto import p4r
 from agent.codec import Codec
 from agent.p4client import UpdateError
 from agent.ports import PortEvent
-from agent.translate import GroupEntry, GroupMember, MemberEntry, Pipeline, translate
+from agent.translate import (
+    Entry,
+    GroupEntry,
+    GroupMember,
+    HashConfigEntry,
+    MemberEntry,
+    Pipeline,
+    repair_updates,
+    translate,
+)
 from agent.writer import REPAIR_LOG_FORMAT, WROTE_LOG_FORMAT, Writer
 from railfabric.delta import diff_states
 from railfabric.v1 import control_pb2
@@ -31,7 +40,9 @@ class RecordingTarget:
     def __init__(self, codec: Codec, log: list[str], holds: Pipeline | None = None) -> None:
         self.codec = codec
         self.log = log
-        self.entries = dict(holds.entries) if holds else {}
+        # A table's default entry always exists: hash_config's is NoAction until written.
+        self.entries: dict[tuple[object, ...], Entry] = {("hash_config",): HashConfigEntry(False)}
+        self.entries.update(holds.entries if holds else {})
         self.primary = asyncio.Event()
         self.primary.set()
         self.writes: list[list[p4r.Update]] = []
@@ -115,8 +126,10 @@ async def test_first_programming_then_a_restart_writes_nothing(codec: Codec) -> 
     want, _ = translate(tor_state(1))
     assert h.target.entries == dict(want.entries)
     assert [m.generation for m in h.applied] == [1]
-    # Before the controller spoke, the agent installed its own control ACL (LLDP punt).
-    assert sum(len(w) for w in h.target.writes) == len(want) and not h.applied[0].errors
+    # Before the controller spoke, the agent installed its own control ACL (LLDP punt);
+    # hash_config's default already was what the state asks (NoAction), so it is not written.
+    written = sum(len(w) for w in h.target.writes)
+    assert written == len(want) - 1 and not h.applied[0].errors
     assert h.target.pipeline_pushed
 
     again = Harness(codec, holds=Pipeline(h.target.entries))
@@ -140,7 +153,7 @@ async def test_carrier_loss_repairs_in_one_write_before_port_status(codec: Codec
     assert h.log == ["write 1", "port 1 down"]
     status = h.statuses[0]
     assert status.groups_repaired == 1 and status.local_repair_wall_ns >= status.wall_ns
-    assert h.target.entries[("group", 1)] == GroupEntry(1, (GroupMember(2, 2, 1),))
+    assert h.target.entries[("group", 1)] == GroupEntry(1, (GroupMember(2, 0, 1),))
     assert ("member", 1) in h.target.entries  # identity kept
     # The repair's latency travels typed in the PortStatus: the record's own figure.
     record = h.writer.repairs[-1]
@@ -153,7 +166,7 @@ async def test_carrier_loss_repairs_in_one_write_before_port_status(codec: Codec
     await h.writer.port_event(_port(1, True))
     await h.settle()
     assert h.log == ["port 1 up"]
-    assert h.target.entries[("group", 1)] == GroupEntry(1, (GroupMember(2, 2, 1),))
+    assert h.target.entries[("group", 1)] == GroupEntry(1, (GroupMember(2, 0, 1),))
     nxt = tor_state(2)
     nxt.ecn[0].kmin_bytes = 120_000
     delta = diff_states(tor_state(1), nxt)
@@ -172,7 +185,7 @@ async def test_a_port_still_down_stays_out_whatever_the_controller_says(codec: C
     await h.writer.controller_message(_desired(tor_state(1)))
     await h.settle()
     assert h.statuses == []  # initial states travel in Hello, not PortStatus
-    assert h.target.entries[("group", 1)] == GroupEntry(1, (GroupMember(1, 1, 1),))
+    assert h.target.entries[("group", 1)] == GroupEntry(1, (GroupMember(1, 0, 1),))
 
 
 async def test_a_delta_for_another_generation_asks_for_a_snapshot(codec: Codec) -> None:
@@ -198,7 +211,7 @@ async def test_headless_restart_adopts_the_target_and_still_repairs(codec: Codec
     await h.writer.port_event(_port(2, False))
     await h.settle()
     assert len(h.target.writes) == 1
-    assert h.target.entries[("group", 1)] == GroupEntry(1, (GroupMember(1, 1, 1),))
+    assert h.target.entries[("group", 1)] == GroupEntry(1, (GroupMember(1, 0, 1),))
     assert h.statuses[0].groups_repaired == 1
     assert h.statuses[0].local_repair_ns == h.writer.repairs[-1].latency_ns > 0
 
@@ -268,7 +281,7 @@ async def test_a_target_lost_mid_repair_is_reconciled_when_back(
     h.target.lost = False
     await h.writer.target_ready()
     await h.settle()
-    assert h.target.entries[("group", 1)] == GroupEntry(1, (GroupMember(2, 2, 1),))
+    assert h.target.entries[("group", 1)] == GroupEntry(1, (GroupMember(2, 0, 1),))
 
 
 async def test_repair_and_write_log_lines_for_people_carry_the_typed_figures(
@@ -289,3 +302,54 @@ async def test_repair_and_write_log_lines_for_people_carry_the_typed_figures(
     line = REPAIR_LOG_FORMAT % (1, status.groups_repaired, status.local_repair_ns / 1e6)
     assert line in caplog.messages
     assert status.local_repair_ns == record.latency_ns > 0
+
+
+class PiTarget(RecordingTarget):
+    """Reads groups back as PI does on bmv2: every member carries the watch port of the
+    group's last member (PI's action_profile_group_read_one reuses one WatchPort)."""
+
+    async def read_pipeline(self) -> tuple[Pipeline, list[p4r.Entity]]:
+        entities = []
+        for entry in self.entries.values():
+            entity = self.codec.encode(entry)
+            members = entity.action_profile_group.members
+            if entity.HasField("action_profile_group") and members:
+                last = members[-1].watch_port
+                for m in members:
+                    m.watch_port = last
+            entities.append(entity)
+        return self.codec.decode_all(entities)
+
+
+@pytest.mark.parametrize("port", [1, 2])
+async def test_repair_after_reading_back_pi_groups_removes_the_right_member(
+    codec: Codec, port: int
+) -> None:
+    """An agent restarted before the controller answers adopts what the target holds:
+    `installed` and `desired` are then both the read-back."""
+    want, _ = translate(tor_state(1))
+    h = Harness(codec, holds=want)
+    h.target = PiTarget(codec, h.log, want)
+    h.writer.target = h.target
+    await h.writer.target_ready()
+    await h.settle()
+    await h.writer.port_event(_port(port, False))
+    await h.settle()
+    other = 3 - port
+    assert h.target.entries[("group", 1)] == GroupEntry(1, (GroupMember(other, 0, 1),))
+    assert [s.groups_repaired for s in h.statuses] == [1]
+
+
+def test_a_sole_member_watches_no_port_and_others_watch_their_own(codec: Codec) -> None:
+    """bmv2 divides by a group's active members: a group whose every member lost its watch
+    port would crash it, so a group of one carries no watch port."""
+    pipeline, _ = translate(tor_state(1))
+    (two,) = codec.encode(pipeline.entries[("group", 1)]).action_profile_group.members[:1]
+    assert two.WhichOneof("watch_kind") == "watch_port"
+    (single,) = repair_updates(pipeline, 1)
+    (member,) = codec.encode(single.entry).action_profile_group.members
+    assert member.member_id == 2 and member.WhichOneof("watch_kind") is None
+    # Back to two members: both watch again.
+    assert pipeline.entries[("group", 1)] == GroupEntry(
+        1, (GroupMember(1, 1, 1), GroupMember(2, 2, 1))
+    )

@@ -92,7 +92,9 @@ def test_paths_follow_routes_and_avoid_failed_links() -> None:
         used.add(path.hops[0].egress_port)
         # The member chosen is the data plane's choice over ascending ports.
         first = path.hops[0]
-        assert first.egress_port == ecmp.choose_member(flow.hash, [3, 4])
+        assert first.egress_port == ecmp.choose_member(
+            flow.hash(ecmp.HashFields.FIVE_TUPLE), [3, 4]
+        )
         after = predict_path(failed, flow)
         assert after.hops[0].egress_port == 4
         assert after.delivered_to == "srv-b2-s1/nic1"
@@ -165,6 +167,6 @@ def test_weighted_group_counts_member_copies() -> None:
         path = predict_path(routing, flow)
         hop = path.hops[0]
         assert hop.live_members == 3  # port 2 once, the 800G port 3 twice
-        assert hop.egress_port == [2, 3, 3][flow.hash % 3]
+        assert hop.egress_port == [2, 3, 3][flow.hash(ecmp.HashFields.FIVE_TUPLE) % 3]
         seen[hop.egress_port] = seen.get(hop.egress_port, 0) + 1
     assert seen[3] > seen[2]
