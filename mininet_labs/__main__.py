@@ -1,7 +1,8 @@
 """`python -m mininet_labs run FABRIC --scenario NAME|all [--target softswitch|bmv2] [--json OUT]`,
 `list`, `clean`, and `demo` (= `run examples/lab-2rail.yaml --scenario all`).
 
-Exit status: 0 when every scenario passed, 1 when one failed, 2 when the lab could not run."""
+Exit status: 0 when no scenario failed (each passed, or was skipped as one the target cannot
+run: listed as SKIP with its reason), 1 when one failed, 2 when the lab could not run."""
 
 from __future__ import annotations
 
@@ -15,10 +16,15 @@ from pathlib import Path
 
 from controller.yamlnodes import IntentError
 from mininet_labs.clean import clean
-from mininet_labs.lab import DEFAULT_PORT_RATE_MBPS, Interrupted, Lab, LabOptions
+from mininet_labs.lab import Interrupted, Lab, LabOptions
 from mininet_labs.netlinks import LabError
-from mininet_labs.processes import REPO, make_target
-from mininet_labs.report import Result, render, summary, write_json
+from mininet_labs.processes import (
+    BMV2_PORT_RATE_MBPS,
+    REPO,
+    SOFTSWITCH_PORT_RATE_MBPS,
+    make_target,
+)
+from mininet_labs.report import Result, exit_status, render, summary, write_json
 from mininet_labs.scenarios import SCENARIOS, Budget
 
 DEMO_FABRIC = REPO / "examples" / "lab-2rail.yaml"
@@ -52,8 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--port-rate-mbps",
             type=float,
-            default=DEFAULT_PORT_RATE_MBPS,
-            help=f"softswitch egress rate of every port (default {DEFAULT_PORT_RATE_MBPS:g})",
+            help="the rate the QoS scenarios congest: softswitch serializes every port at it "
+            f"(default {SOFTSWITCH_PORT_RATE_MBPS:g}); bmv2 paces its lossless-class queues "
+            f"at it in the scenarios' 1,042-byte frames (default {BMV2_PORT_RATE_MBPS:g})",
         )
         p.add_argument("--quick", action="store_true", help="smaller budget (fewer repetitions)")
         p.add_argument("--failover-reps", type=int, help="failover repetitions (default 10)")
@@ -66,6 +73,7 @@ def run(  # noqa: PLR0917 - the CLI's options, one call site
     fabric: Path,
     names: list[str],
     target_kind: str,
+    port_rate_mbps: float | None,
     options: LabOptions,
     budget: Budget,
     json_out: Path | None,
@@ -73,23 +81,19 @@ def run(  # noqa: PLR0917 - the CLI's options, one call site
     if os.geteuid() != 0:
         print("mininet_labs: needs root (network namespaces)", file=sys.stderr)
         return 2
-    target = make_target(target_kind, options.port_rate_mbps)
+    target = make_target(target_kind, port_rate_mbps)
     unavailable = target.unavailable()
     if unavailable is not None:
         print(f"mininet_labs: --target {target_kind}: {unavailable}", file=sys.stderr)
         return 2
     results: list[Result] = []
     started = time.monotonic()
+    detail = target.describe()
     try:
         lab = Lab(fabric, target, options)
         print(
             f"lab {lab.names.tag}: fabric {lab.fabric.name} ({len(lab.fabric.switches)} switches, "
-            f"{len(lab.topology.hosts)} servers, {len(lab.fabric.nics)} NICs), target "
-            + (
-                f"softswitch, ports at {options.port_rate_mbps:g} Mb/s"
-                if target.kind == "softswitch"
-                else target.kind
-            ),
+            f"{len(lab.topology.hosts)} servers, {len(lab.fabric.nics)} NICs), target {detail}",
             flush=True,
         )
         with lab:
@@ -103,25 +107,25 @@ def run(  # noqa: PLR0917 - the CLI's options, one call site
                 results.append(result)
                 print(render(result), flush=True)
                 print(f"({name}: {time.monotonic() - t0:.1f} s)\n", flush=True)
-                lab.failed = lab.failed or not result.passed
+                lab.failed = lab.failed or result.failed
     except Interrupted as sig:
         print(f"mininet_labs: interrupted ({sig}); everything was torn down", file=sys.stderr)
         return 2
     except (LabError, IntentError) as err:
         print(f"mininet_labs: {err}", file=sys.stderr)
         if json_out:
-            write_json(json_out, str(fabric), target_kind, results)
+            write_json(json_out, str(fabric), target_kind, results, detail)
         return 2
     if results:
         print(summary(results))
         print(f"\n{len(results)} scenarios in {time.monotonic() - started:.0f} s")
     if json_out:
-        write_json(json_out, str(fabric), target_kind, results)
+        write_json(json_out, str(fabric), target_kind, results, detail)
         print(f"results written to {json_out}")
-    if any(not r.passed for r in results):
+    status = exit_status(results)
+    if status:
         print(f"logs kept in {lab.run_dir}")
-        return 1
-    return 0
+    return status
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -139,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     fabric = DEMO_FABRIC if args.command == "demo" else args.fabric
     chosen = ["all"] if args.command == "demo" else args.scenario
     names = list(SCENARIOS) if "all" in chosen else list(dict.fromkeys(chosen))
-    options = LabOptions(port_rate_mbps=args.port_rate_mbps, keep_logs=args.keep_logs)
+    options = LabOptions(keep_logs=args.keep_logs)
     budget = Budget.quick() if args.quick else Budget()
     for flag, field, value in (
         ("--failover-reps", "failover_reps", args.failover_reps),
@@ -149,7 +153,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if value < 1:
                 parser.error(f"{flag} {value}: must be >= 1")
             budget = dataclasses.replace(budget, **{field: value})
-    return run(fabric, names, args.target, options, budget, args.json)
+    if args.port_rate_mbps is not None and not args.port_rate_mbps > 0:
+        parser.error(f"--port-rate-mbps {args.port_rate_mbps:g}: must be > 0")
+    return run(fabric, names, args.target, args.port_rate_mbps, options, budget, args.json)
 
 
 if __name__ == "__main__":

@@ -36,29 +36,30 @@ from mininet_labs.processes import (
 )
 from mininet_labs.topology import LabTopology
 from mininet_labs.traffic import FlowSpec, Packet, read_records
+from railfabric import fabric_p4 as p4
+from railfabric.ecmp import HashFields
 from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from railfabric.v1 import admin_pb2, admin_pb2_grpc
 
-# The QoS formulas know speeds from 1G up; the lab's fabric declares 1G links and the
-# softswitch serializes every port at `port_rate_mbps`, slow enough for a Python data plane
-# to congest a port. Byte thresholds (ECN Kmin/Kmax, PFC xoff/xon) are what the switch applies.
+# The QoS formulas know speeds from 1G up; the lab's fabric declares 1G links and each target
+# runs its ports (or its lossless queues) at the target's `port_rate_mbps`, slow enough for a
+# software data plane to congest (processes.py). Byte thresholds (ECN Kmin/Kmax, PFC xoff/xon)
+# are what the switch applies.
 LAB_LINK_SPEED_MBPS = 1000
-DEFAULT_PORT_RATE_MBPS = 20.0
 LAB_PORT = 4791  # receivers listen on the RoCEv2 port
 
 COUNTERS = {
-    "tx_packets": "FabricEgress.egress_port_counter",
-    "rx_packets": "FabricIngress.ingress_port_counter",
-    "drops": "FabricIngress.drop_counter",
-    "ecn_marks": "FabricEgress.ecn_mark_counter",
-    "pfc_pause_tx": "FabricEgress.pfc_pause_tx_counter",
-    "pfc_pause_rx": "FabricEgress.pfc_pause_rx_counter",
+    "tx_packets": p4.EGRESS_PORT_COUNTER,
+    "rx_packets": p4.INGRESS_PORT_COUNTER,
+    "drops": p4.DROP_COUNTER,
+    "ecn_marks": p4.ECN_MARK_COUNTER,
+    "pfc_pause_tx": p4.PFC_PAUSE_TX_COUNTER,
+    "pfc_pause_rx": p4.PFC_PAUSE_RX_COUNTER,
 }
 
 
 @dataclass(frozen=True)
 class LabOptions:
-    port_rate_mbps: float = DEFAULT_PORT_RATE_MBPS
     hold_down_s: float = 2.0
     # The lab cuts the same link every few seconds on purpose: a short damping half-life
     # keeps those deliberate cuts from being damped (damping has its own controller tests).
@@ -120,12 +121,14 @@ class Lab:
         self.processes = Processes(self.run_dir)
         self.controller_addr = ""
         self.switch_addr: dict[str, str] = {}
+        self.thrift_port: dict[str, int] = {}
         self.agents: dict[str, Child] = {}
         self._channels: list[grpc.Channel] = []
         self._admin: admin_pb2_grpc.FabricAdminStub | None = None
         self._p4: dict[str, p4r_grpc.P4RuntimeStub] = {}
         self._counter_ids: dict[str, int] = {}
         self._old_handlers: dict[int, Any] = {}
+        self._controller: Child | None = None
         self.failed = False
         self._reaper: subprocess.Popen[bytes] | None = None
 
@@ -173,12 +176,9 @@ class Lab:
         if reason is not None:
             raise LabError(f"--target {self.target.kind}: {reason}")
         self.run_dir.mkdir(parents=True)
-        fabric_file = self.run_dir / "fabric.yaml"
-        fabric_file.write_text(
-            f"# {self.fabric_path} with every cable at {LAB_LINK_SPEED_MBPS} Mb/s (lab)\n"
-            + to_explicit_yaml(self.fabric)
-        )
-        self.topology.build()
+        self._write_fabric()
+        fabric_file = self.fabric_file
+        self.topology.build(tx_checksum_offload=self.target.completes_partial_checksums)
         self.controller_addr = f"127.0.0.1:{free_port()}"
         o = self.options
         controller = self.processes.start(
@@ -193,14 +193,17 @@ class Lab:
             ],
         )  # fmt: skip
         assert controller.log is not None
+        self._controller = controller
         wait_listening(self.controller_addr, 20, controller.proc, controller.log)
         switches = []
         for sw in self.fabric.switches:
             addr = f"127.0.0.1:{free_port()}"
             ports = self.topology.switch_ports(sw.name)
             device_id = self.device_id(sw.name)
+            self.thrift_port[sw.name] = free_port()
             child = self.processes.start(
-                f"switch-{sw.name}", self.target.argv(device_id, addr, ports)
+                f"switch-{sw.name}",
+                self.target.argv(device_id, addr, ports, self.thrift_port[sw.name]),
             )
             self.switch_addr[sw.name] = addr
             switches.append((sw.name, child, addr, ports, device_id))
@@ -226,6 +229,8 @@ class Lab:
         self._channels.append(channel)
         self._admin = admin_pb2_grpc.FabricAdminStub(channel)
         self.wait_converged(timeout_s=60)
+        for name, _, _, ports, _ in switches:
+            self.target.after_pipeline(self.thrift_port[name], ports)
 
     def close(self) -> None:
         # A second Ctrl-C must not cut the teardown short.
@@ -292,6 +297,37 @@ class Lab:
                 log = tail(child.log) if child.log else ""
                 raise LabError(f"{child.name} exited with {child.proc.returncode}:\n{log}")
 
+    @property
+    def fabric_file(self) -> Path:
+        return self.run_dir / "fabric.yaml"
+
+    def _write_fabric(self) -> None:
+        self.fabric_file.write_text(
+            f"# {self.fabric_path} with every cable at {LAB_LINK_SPEED_MBPS} Mb/s (lab)\n"
+            + to_explicit_yaml(self.fabric)
+        )
+
+    def set_ecmp_hash(self, fields: HashFields, timeout_s: float = 60) -> None:
+        """Reload the controller (SIGHUP) with `ecmp.hash: fields` and wait until every
+        switch applied the state that carries it."""
+        if self.fabric.ecmp_hash is fields:
+            return
+        self.fabric = dataclasses.replace(self.fabric, ecmp_hash=fields)
+        self._write_fabric()
+        since = time.time_ns()
+        assert self._controller is not None
+        self._controller.proc.send_signal(signal.SIGHUP)
+        kinds = (admin_pb2.EVENT_KIND_INTENT_RELOADED, admin_pb2.EVENT_KIND_INTENT_REFUSED)
+        deadline = time.monotonic() + timeout_s
+        while not (done := self.events(limit=10, types=kinds, after_wall_ns=since)):
+            if time.monotonic() > deadline:
+                raise LabError(f"the controller did not reload {self.fabric_file} after SIGHUP")
+            self._check_alive()
+            time.sleep(0.05)
+        if done[-1].type == admin_pb2.EVENT_KIND_INTENT_REFUSED:
+            raise LabError(f"the controller refused ecmp.hash {fields.value}: {done[-1].message}")
+        self.wait_converged(timeout_s)
+
     def events(
         self,
         limit: int = 1000,
@@ -315,7 +351,12 @@ class Lab:
     def predict(self, flow: FlowSpec) -> admin_pb2.PredictPathResponse:
         return self.admin.PredictPath(
             admin_pb2.PredictPathRequest(
-                src_ip=flow.src, dst_ip=flow.dst, protocol=17, sport=flow.sport, dport=flow.dport
+                src_ip=flow.src,
+                dst_ip=flow.dst,
+                protocol=17,
+                sport=flow.sport,
+                dport=flow.dport,
+                dst_qp=flow.dst_qp,
             )
         )
 
@@ -404,7 +445,7 @@ class Lab:
                 "--pfc-iface",
                 pfc_iface,
                 "--pfc-rate-mbps",
-                f"{self.options.port_rate_mbps:g}",
+                f"{self.target.port_rate_mbps:g}",
             ]
         for f in flows:
             args += ["--flow", str(f)]

@@ -1,7 +1,12 @@
-"""Scenario results: a readable table per scenario and the JSON the labs write."""
+"""Scenario results: a readable table per scenario and the JSON the labs write.
+
+A result is PASS, FAIL or SKIP. A skip is a scenario the target cannot run (bmv2 has no PFC);
+it is neither a pass nor a failure: it shows as SKIP with its reason in the report, the
+summary and the JSON (`"result": "skip"`, `"passed": false`), and never fails a run."""
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 from collections.abc import Sequence
@@ -27,6 +32,12 @@ class Table:
         return "\n".join(lines)
 
 
+class Verdict(enum.Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    SKIP = "skip"
+
+
 @dataclass(frozen=True)
 class Result:
     name: str
@@ -34,10 +45,31 @@ class Result:
     reason: str
     metrics: dict[str, Metric] = field(default_factory=dict)
     tables: tuple[Table, ...] = ()
+    skipped: bool = False  # not run on this target (see `skip`); never passed
+
+    def __post_init__(self) -> None:
+        if self.skipped and self.passed:
+            raise ValueError(f"scenario {self.name}: a skipped scenario cannot have passed")
+
+    @classmethod
+    def skip(cls, name: str, reason: str) -> Result:
+        """`name` was not run on this target, for `reason`."""
+        return cls(name, False, reason, skipped=True)
+
+    @property
+    def verdict(self) -> Verdict:
+        if self.skipped:
+            return Verdict.SKIP
+        return Verdict.PASS if self.passed else Verdict.FAIL
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict is Verdict.FAIL
 
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
+            "result": self.verdict.value,
             "passed": self.passed,
             "reason": self.reason,
             "metrics": {
@@ -61,8 +93,7 @@ def fmt(value: float, digits: int = 1) -> str:
 
 
 def render(result: Result) -> str:
-    verdict = "PASS" if result.passed else "FAIL"
-    out = [f"== {result.name}: {verdict} — {result.reason}"]
+    out = [f"== {result.name}: {result.verdict.name} — {result.reason}"]
     for table in result.tables:
         out += ["", table.render()]
     if result.metrics:
@@ -78,14 +109,32 @@ def render(result: Result) -> str:
 
 
 def summary(results: Sequence[Result]) -> str:
-    rows = tuple((r.name, "PASS" if r.passed else "FAIL", r.reason) for r in results)
-    return Table(("scenario", "result", "reason"), rows).render()
+    """The table of verdicts and a count line, e.g. '4 passed, 0 failed, 2 skipped'."""
+    rows = tuple((r.name, r.verdict.name, r.reason) for r in results)
+    counts = ", ".join(
+        f"{sum(r.verdict is v for r in results)} {word}"
+        for v, word in (
+            (Verdict.PASS, "passed"),
+            (Verdict.FAIL, "failed"),
+            (Verdict.SKIP, "skipped"),
+        )
+    )
+    return Table(("scenario", "result", "reason"), rows).render() + "\n" + counts
 
 
-def write_json(path: Path, fabric: str, target: str, results: Sequence[Result]) -> None:
+def exit_status(results: Sequence[Result]) -> int:
+    """1 when a scenario failed, else 0 (passed or skipped; a skip is listed, not hidden)."""
+    return 1 if any(r.failed for r in results) else 0
+
+
+def write_json(
+    path: Path, fabric: str, target: str, results: Sequence[Result], target_detail: str = ""
+) -> None:
     data = {
         "fabric": fabric,
         "target": target,
+        "target_detail": target_detail,
         "scenarios": [r.to_json() for r in results],
+        "counts": {v.value: sum(r.verdict is v for r in results) for v in Verdict},
     }
     path.write_text(json.dumps(data, indent=2, allow_nan=False, default=str) + "\n")

@@ -9,19 +9,25 @@
 - Every switch-to-switch cable is two veth pairs meeting in one "wire" namespace, patched
   together there (netlinks.patch). Cutting a cable takes both wire-side ends down: both switch
   ports lose carrier and neither is set administratively down, as when a cable is pulled
-  (bmv2 stops forwarding when one of its own ports is set down: shared/bmv2/FACTS.md).
+  (bmv2 stops forwarding when one of its own ports is set down: docs/bmv2.md).
+- A host NIC is a veth, whose TX checksum offload leaves UDP/TCP checksums partial
+  (CHECKSUM_PARTIAL: only the pseudo-header sum in the field) for "hardware" that never comes.
+  softswitch finishes them; bmv2 forwards them as they are and the receiving kernel drops
+  them. For such a target, `build(tx_checksum_offload=False)` turns TX checksum offload off on
+  every host NIC (`ethtool -K NIC tx off`), so hosts send finished checksums.
 - `FabricTopo` is the same plan as a Mininet `Topo` (nodes and port-numbered links).
 """
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from mininet.topo import Topo
 
 from controller.fabric import Fabric, Link, Nic, Role, ipv4_str, mac_str
-from mininet_labs.netlinks import LabError, Names, ip, ip_batch, patch, sysctl
+from mininet_labs.netlinks import LabError, Names, ip, ip_batch, patch, run, sysctl
 
 TABLE_BASE = 100  # per-NIC routing table = 100 + rail
 
@@ -141,7 +147,15 @@ class LabTopology:
             name,
         )
 
-    def build(self) -> None:
+    def build(self, tx_checksum_offload: bool = True) -> None:
+        """Create everything; `tx_checksum_offload=False`: hosts compute their own L4
+        checksums (for a target that does not finish partial ones)."""
+        if not tx_checksum_offload and shutil.which("ethtool") is None:
+            raise LabError(
+                "ethtool is not on PATH: the lab needs it to turn TX checksum offload off on "
+                "the host NICs, since this target forwards partial checksums as they are "
+                "(install ethtool; scripts/setup.sh does)"
+            )
         for host in self.hosts:
             self._add_ns(self.names.host_ns(host))
         wire = self.names.wire_ns
@@ -187,6 +201,14 @@ class LabTopology:
                     lines.append(f"route add {prefix} via {gw} dev {dev} onlink")
         for ns, lines in by_host.items():
             ip_batch(lines, ns)
+        if not tx_checksum_offload:
+            for hp in self.host_ports:
+                self.disable_tx_checksum_offload(hp)
+
+    def disable_tx_checksum_offload(self, hp: HostPort) -> None:
+        """`ethtool -K NIC tx off` in the host's namespace: the kernel then computes every
+        UDP/TCP checksum in software before the frame leaves."""
+        run(["ip", "netns", "exec", hp.netns, "ethtool", "-K", hp.ifname, "tx", "off"])
 
     def teardown(self) -> None:
         """Delete every namespace (and the veths in it) and root veth this lab made."""

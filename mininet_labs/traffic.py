@@ -1,8 +1,11 @@
 """Lab traffic: a paced UDP sender and a recording receiver, run inside host namespaces as
 `python -m mininet_labs.traffic send|recv ...` (stdlib only, so they start fast).
 
-Every datagram carries (flow id, sequence number, send time on CLOCK_MONOTONIC), so the lab
-measures loss windows exactly: namespaces share the host's clock. The receiver records every
+Every datagram is RoCEv2-shaped: a BTH (12 bytes) naming the flow's destination QP, then
+(flow id, sequence number, send time on CLOCK_MONOTONIC), so the lab measures loss windows
+exactly (namespaces share the host's clock). The switches parse the BTH of every datagram to
+UDP 4791, and with `ecmp.hash: five_tuple_qp` hash its QP: it must be the flow's, not bytes of
+a sequence number. The receiver records every
 datagram with the IP TOS byte it arrived with (ECN CE marks) into a binary file.
 
 The sender behaves like a RoCE NIC with PFC on priority 3: with `--pfc-iface` it listens for
@@ -24,7 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-HEADER = struct.Struct("!IIq")  # flow id, sequence, send monotonic ns
+# BTH: opcode (RC SEND only), flags, partition key (default), reserved, dest QP, ack/PSN.
+BTH_HEAD = bytes([0x04, 0x00, 0xFF, 0xFF, 0x00])
+BTH_LEN = 12
+QP_MAX = (1 << 24) - 1
+HEADER = struct.Struct("!IIq")  # flow id, sequence, send monotonic ns, after the BTH
 RECORD = struct.Struct("<IIqqB")  # flow, seq, send ns, receive ns, tos
 ETH_P_MAC_CONTROL = 0x8808
 PFC_OPCODE = 0x0101
@@ -42,18 +49,28 @@ class FlowSpec:
     sport: int
     dport: int
     tos: int
+    dst_qp: int = 0
 
     @classmethod
     def parse(cls, text: str) -> FlowSpec:
-        """'FLOW,SRC,DST,SPORT,DPORT,TOS'."""
+        """'FLOW,SRC,DST,SPORT,DPORT,TOS[,QP]'."""
         parts = text.split(",")
-        if len(parts) != 6:
-            raise ValueError(f"--flow {text!r}: expected FLOW,SRC,DST,SPORT,DPORT,TOS")
-        flow, src, dst, sport, dport, tos = parts
-        return cls(int(flow), src, dst, int(sport), int(dport), int(tos))
+        if len(parts) not in (6, 7):
+            raise ValueError(f"--flow {text!r}: expected FLOW,SRC,DST,SPORT,DPORT,TOS[,QP]")
+        flow, src, dst, sport, dport, tos, *qp = parts
+        return cls(int(flow), src, dst, int(sport), int(dport), int(tos), int(qp[0]) if qp else 0)
 
     def __str__(self) -> str:
-        return f"{self.flow},{self.src},{self.dst},{self.sport},{self.dport},{self.tos}"
+        return (
+            f"{self.flow},{self.src},{self.dst},{self.sport},{self.dport},{self.tos},{self.dst_qp}"
+        )
+
+    @property
+    def bth(self) -> bytes:
+        """The BTH every datagram of the flow starts with."""
+        if not 0 <= self.dst_qp <= QP_MAX:
+            raise ValueError(f"flow {self.flow}: QP {self.dst_qp} is outside 0..{QP_MAX}")
+        return BTH_HEAD + self.dst_qp.to_bytes(3, "big") + bytes(BTH_LEN - 8)
 
 
 class _Stop(Exception):
@@ -121,7 +138,8 @@ def send(args: argparse.Namespace) -> int:
         socks.append(s)
     pause = PauseListener(args.pfc_iface, args.pfc_rate_mbps) if args.pfc_iface else None
     lossless = [f.tos >> 2 == DSCP_LOSSLESS for f in flows]
-    pad = b"\0" * max(0, args.size - HEADER.size)
+    bths = [f.bth for f in flows]
+    pad = b"\0" * max(0, args.size - BTH_LEN - HEADER.size)
     sent = [0] * len(flows)
     errors = 0
     interval = int(1e9 / args.rate)
@@ -145,7 +163,9 @@ def send(args: argparse.Namespace) -> int:
                 due = max(due, time.monotonic_ns())
             due += interval
             try:
-                socks[k].send(HEADER.pack(flows[k].flow, sent[k], time.monotonic_ns()) + pad)
+                socks[k].send(
+                    bths[k] + HEADER.pack(flows[k].flow, sent[k], time.monotonic_ns()) + pad
+                )
                 sent[k] += 1
             except OSError:
                 errors += 1  # e.g. no route while a test cuts links: counted, not fatal
@@ -168,8 +188,10 @@ def burst(args: argparse.Namespace) -> int:
     """Interactive: for each stdin line 'FLOW,SRC,DST,SPORT,DPORT,TOS COUNT', send COUNT
     datagrams of that flow at --rate, then print 'sent N'. Lets the lab attribute counters to
     one flow at a time without a process start per flow."""
-    pad = b"\0" * max(0, args.size - HEADER.size)
-    socks: dict[FlowSpec, socket.socket] = {}
+    pad = b"\0" * max(0, args.size - BTH_LEN - HEADER.size)
+    # One socket per 5-tuple and TOS: flows that differ only in QP (one NIC pair's queue
+    # pairs) share their UDP source port, as a RoCE NIC's do.
+    socks: dict[tuple[str, str, int, int, int], socket.socket] = {}
     interval = 1.0 / args.rate
     print("ready", flush=True)
     for line in sys.stdin:
@@ -177,16 +199,17 @@ def burst(args: argparse.Namespace) -> int:
         if not spec_text:
             continue
         f = FlowSpec.parse(spec_text)
-        s = socks.get(f)
+        key = (f.src, f.dst, f.sport, f.dport, f.tos)
+        s = socks.get(key)
         if s is None:
-            s = socks[f] = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s = socks[key] = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, f.tos)
             s.bind((f.src, f.sport))
             s.connect((f.dst, f.dport))
         n = 0
         for seq in range(int(count_text)):
             try:
-                s.send(HEADER.pack(f.flow, seq, time.monotonic_ns()) + pad)
+                s.send(f.bth + HEADER.pack(f.flow, seq, time.monotonic_ns()) + pad)
                 n += 1
             except OSError:
                 pass
@@ -211,13 +234,13 @@ def recv(args: argparse.Namespace) -> int:
             except TimeoutError:
                 continue
             now = time.monotonic_ns()
-            if len(data) < HEADER.size:
+            if len(data) < BTH_LEN + HEADER.size:
                 continue
             tos = 0
             for level, kind, value in ancillary:
                 if level == socket.IPPROTO_IP and kind == IP_TOS_CMSG and value:
                     tos = value[0]
-            flow, seq, sent_ns = HEADER.unpack_from(data)
+            flow, seq, sent_ns = HEADER.unpack_from(data, BTH_LEN)
             records += RECORD.pack(flow, seq, sent_ns, now, tos)
     except (_Stop, KeyboardInterrupt):
         pass
@@ -249,16 +272,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lab", default="", help="lab tag (lets `clean` find this process)")
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("send", help="paced UDP flows, round robin")
-    s.add_argument("--flow", action="append", required=True, help="FLOW,SRC,DST,SPORT,DPORT,TOS")
+    s.add_argument(
+        "--flow", action="append", required=True, help="FLOW,SRC,DST,SPORT,DPORT,TOS[,QP]"
+    )
     s.add_argument("--rate", type=float, required=True, help="datagrams per second, all flows")
     s.add_argument("--count", type=int, default=0, help="datagrams per flow (0: until stopped)")
     s.add_argument("--duration", type=float, default=0.0, help="seconds (0: until count)")
-    s.add_argument("--size", type=int, default=64, help="UDP payload bytes")
+    s.add_argument("--size", type=int, default=64, help="UDP payload bytes (BTH included)")
     s.add_argument("--pfc-iface", help="honour PFC PAUSE frames received on this interface")
     s.add_argument("--pfc-rate-mbps", type=float, default=1000.0, help="link rate for quanta")
     b = sub.add_parser("burst", help="send bursts of flows read from stdin")
     b.add_argument("--rate", type=float, default=2000.0, help="datagrams per second")
-    b.add_argument("--size", type=int, default=64, help="UDP payload bytes")
+    b.add_argument("--size", type=int, default=64, help="UDP payload bytes (BTH included)")
     r = sub.add_parser("recv", help="record every datagram to a file until SIGTERM")
     r.add_argument("--port", type=int, required=True)
     r.add_argument("--out", required=True)

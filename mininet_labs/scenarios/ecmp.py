@@ -1,11 +1,15 @@
-"""ECMP spread, flow by flow: RoCEv2-like flows between two blocks that differ only in their
-UDP source port. For each flow the controller predicts the source ToR's uplink (PredictPath,
-the data plane's own hash and member order); the lab sends a burst of that flow alone and
-reads which uplink's transmit counter moved. The aggregate per-uplink load is reported too."""
+"""ECMP spread, flow by flow, in two phases: RoCEv2 flows between two blocks that differ only
+in their UDP source port (the 5-tuple hash), then — after reloading the controller with
+`ecmp.hash: five_tuple_qp` — flows that share one source port and differ only in their
+destination QP (collective-aware hashing). For each flow the controller predicts the source
+ToR's uplink (PredictPath, the data plane's own hash and member order); the lab sends a burst
+of that flow alone and reads which uplink's transmit counter moved. The aggregate per-uplink
+load is reported too. The controller is reloaded back to the fabric's own hash afterwards."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections import Counter
 
@@ -15,6 +19,7 @@ from mininet_labs.netlinks import LabError
 from mininet_labs.report import Result, Table
 from mininet_labs.scenarios.common import Budget, flow, nics_on, tor_pair
 from mininet_labs.traffic import FlowSpec
+from railfabric.ecmp import HashFields
 
 SPORT_BASE = 49152
 
@@ -31,11 +36,32 @@ def _uplinks(lab: Lab, tor: str) -> list[int]:
 def run(lab: Lab, budget: Budget) -> Result:
     src_tor, dst_tor = tor_pair(lab)
     srcs, dsts = nics_on(lab, src_tor), nics_on(lab, dst_tor)
-    uplinks = _uplinks(lab, src_tor)
-    flows: list[FlowSpec] = []
+    five_tuple: list[FlowSpec] = []
+    by_qp: list[FlowSpec] = []
     for k in range(budget.ecmp_flows):
         src, dst = srcs[k % len(srcs)], dsts[(k // len(srcs)) % len(dsts)]
-        flows.append(flow(k, src, dst, SPORT_BASE + k))
+        five_tuple.append(flow(k, src, dst, SPORT_BASE + k))
+        by_qp.append(dataclasses.replace(flow(k, srcs[0], dsts[0], SPORT_BASE), dst_qp=k + 1))
+    own = lab.fabric.ecmp_hash
+    lab.set_ecmp_hash(HashFields.FIVE_TUPLE)
+    first = _phase(lab, budget, "five_tuple", src_tor, five_tuple)
+    lab.set_ecmp_hash(HashFields.FIVE_TUPLE_QP)
+    second = _phase(lab, budget, "five_tuple_qp", src_tor, by_qp)
+    lab.set_ecmp_hash(own)
+    metrics: dict[str, float | int | str] = {}
+    for phase in (first, second):
+        metrics.update({f"{phase.name}_{k}": v for k, v in phase.metrics.items()})
+    return Result(
+        "ecmp",
+        first.passed and second.passed,
+        f"5-tuple: {first.reason}; QP hashing (one source port, {len(by_qp)} QPs): {second.reason}",
+        metrics,
+        (*first.tables, *second.tables),
+    )
+
+
+def _phase(lab: Lab, budget: Budget, name: str, src_tor: str, flows: list[FlowSpec]) -> Result:
+    uplinks = _uplinks(lab, src_tor)
     predicted: dict[int, int] = {}
     for f in flows:
         path = lab.predict(f)
@@ -45,14 +71,15 @@ def run(lab: Lab, budget: Budget) -> Result:
     measured: dict[int, int | None] = {}
     n = budget.ecmp_packets
     start = time.monotonic()
-    host_of = {ipv4_str(s.ipv4): s.host for s in srcs}
+    host_of = {ipv4_str(s.ipv4): s.host for s in lab.fabric.nics}
+    wanted = {f.dst for f in flows}
     by_host: dict[str, list[FlowSpec]] = {}
     for f in flows:
         by_host.setdefault(host_of[f.src], []).append(f)
     with contextlib.ExitStack() as stack:
         outs = [
             stack.enter_context(lab.receiver(host, f"ecmp-recv-{host}"))
-            for host in sorted({d.host for d in dsts})
+            for host in sorted({d.host for d in lab.fabric.nics if ipv4_str(d.ipv4) in wanted})
         ]
         for host, host_flows in by_host.items():
             with lab.burster(host, f"ecmp-burst-{host}") as burster:
@@ -70,7 +97,7 @@ def run(lab: Lab, budget: Budget) -> Result:
     mean = len(flows) / len(uplinks)
     imbalance = max(per_uplink_meas.values(), default=0) / mean
     table = Table(
-        ("uplink", "flows predicted", "flows measured", "packets (counter)"),
+        (f"uplink ({name})", "flows predicted", "flows measured", "packets (counter)"),
         tuple(
             (
                 f"{src_tor}:{port}",
@@ -87,8 +114,11 @@ def run(lab: Lab, budget: Budget) -> Result:
         if measured[f.flow] != predicted[f.flow]
     ]
     mismatch = Table(
-        ("flow", "sport", "predicted uplink", "measured uplink"),
-        tuple((f"{f.src}->{f.dst}", str(f.sport), str(p), str(m)) for f, p, m in wrong[:10]),
+        ("flow", "sport", "qp", "predicted uplink", "measured uplink"),
+        tuple(
+            (f"{f.src}->{f.dst}", str(f.sport), str(f.dst_qp), str(p), str(m))
+            for f, p, m in wrong[:10]
+        ),
     )
     metrics: dict[str, float | int | str] = {
         "flows": len(flows),
@@ -110,7 +140,7 @@ def run(lab: Lab, budget: Budget) -> Result:
         f"{delivered}/{len(flows)} delivered, {len(per_uplink_meas)}/{len(uplinks)} uplinks "
         f"used (max/mean {imbalance:.2f})"
     )
-    return Result("ecmp", passed, reason, metrics, (table, mismatch) if wrong else (table,))
+    return Result(name, passed, reason, metrics, (table, mismatch) if wrong else (table,))
 
 
 def _moved(

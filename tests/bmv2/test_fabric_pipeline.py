@@ -1,6 +1,8 @@
-"""fabric.p4 on the real target: compile it with p4c, start simple_switch_grpc as
-/work/shared/bmv2/FACTS.md describes, push the pipeline with finsy and write one entry into
-every table the contract names (skipped where bmv2 or p4c is not installed)."""
+"""fabric.p4 on the real target: compile it with p4c, start simple_switch_grpc with the lab's
+own command line (mininet_labs.processes: `--thrift-port` only where the binary's `--help`
+lists it, the target's options after `--`; docs/bmv2.md), push the pipeline with finsy and
+write one entry into every table the contract names (skipped where bmv2 or p4c is not
+installed)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ from pathlib import Path
 import finsy as fy
 import pytest
 
+from mininet_labs.processes import Bmv2
+from railfabric import fabric_p4 as p4
 from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from softswitch import p4build
 from tests.conftest import Netns, Processes
@@ -42,23 +46,13 @@ def bmv2_address(
     b1, b2 = f"rf{netns.tag}b1", f"rf{netns.tag}b2"
     netns.veth(a1, None, b1, None)
     netns.veth(a2, None, b2, None)
+    target = Bmv2()
+    missing = target.options().missing()
+    assert missing == [], f"simple_switch_grpc's --help lists no {', '.join(missing)}"
     grpc_port = free_port()
     log = (tmp_path / "bmv2.log").open("wb")
-    processes.start(
-        [
-            "simple_switch_grpc",
-            "--device-id", "41",
-            "-i", f"1@{a1}",
-            "-i", f"2@{a2}",
-            "--thrift-port", str(free_port()),
-            "--no-p4",
-            "--",
-            "--grpc-server-addr", f"127.0.0.1:{grpc_port}",
-            "--cpu-port", "255",
-        ],
-        stdout=log,
-        stderr=log,
-    )  # fmt: skip
+    argv = target.argv(41, f"127.0.0.1:{grpc_port}", {1: a1, 2: a2}, thrift_port=free_port())
+    processes.start(argv, stdout=log, stderr=log)
     _wait_for_port(grpc_port)
     return f"127.0.0.1:{grpc_port}"
 
@@ -70,14 +64,12 @@ async def test_bmv2_accepts_fabric_pipeline(bmv2_address: str, tmp_path: Path) -
 
     options = fy.SwitchOptions(p4info=DEFAULT_P4INFO, p4blob=built.bmv2_json, device_id=41)
     async with asyncio.timeout(30), fy.Switch("bmv2", bmv2_address, options) as sw:
-        ecmp = "FabricIngress.ecmp_selector"
+        ecmp = p4.ECMP_SELECTOR
         nexthop = [
             fy.P4ActionProfileMember(
                 ecmp,
                 member_id=port,
-                action=fy.P4TableAction(
-                    "FabricIngress.set_nexthop", port=port, smac=0x0200000000FE, dmac=port
-                ),
+                action=fy.P4TableAction(p4.SET_NEXTHOP, port=port, smac=0x0200000000FE, dmac=port),
             )
             for port in (1, 2)
         ]
@@ -88,37 +80,37 @@ async def test_bmv2_accepts_fabric_pipeline(bmv2_address: str, tmp_path: Path) -
         )
         entries = [
             fy.P4TableEntry(
-                "FabricIngress.acl",
+                p4.ACL,
                 match=fy.P4TableMatch(eth_type=(0x88CC, 0xFFFF)),
-                action=fy.P4TableAction("FabricIngress.punt_to_cpu"),
+                action=fy.P4TableAction(p4.PUNT_TO_CPU),
                 priority=10,
             ),
             fy.P4TableEntry(
-                "FabricIngress.qos_classify",
+                p4.QOS_CLASSIFY,
                 match=fy.P4TableMatch(dscp=26),
-                action=fy.P4TableAction("FabricIngress.set_traffic_class", tc=3),
+                action=fy.P4TableAction(p4.SET_TRAFFIC_CLASS, tc=3),
             ),
             fy.P4TableEntry(
-                "FabricIngress.routing_v4",
+                p4.ROUTING_V4,
                 match=fy.P4TableMatch(ipv4_dst="10.1.0.0/16"),
-                action=fy.P4TableAction("FabricIngress.set_next_id", next_id=10),
+                action=fy.P4TableAction(p4.SET_NEXT_ID, next_id=10),
             ),
             fy.P4TableEntry(
-                "FabricIngress.next",
+                p4.NEXT,
                 match=fy.P4TableMatch(next_id=10),
                 action=fy.P4IndirectAction(group_id=10),
             ),
             fy.P4TableEntry(
-                "FabricEgress.ecn_marking",
+                p4.ECN_MARKING,
                 match=fy.P4TableMatch(eg_port=1, traffic_class=3),
                 action=fy.P4TableAction(
-                    "FabricEgress.set_ecn_thresholds", kmin=15000, kmax=150000, pmax=200000
+                    p4.SET_ECN_THRESHOLDS, kmin=15000, kmax=150000, pmax=200000
                 ),
             ),
             fy.P4TableEntry(
-                "FabricEgress.pfc_config",
+                p4.PFC_CONFIG,
                 match=fy.P4TableMatch(port=1, priority=3),
-                action=fy.P4TableAction("FabricEgress.set_pfc_thresholds", xoff=60000, xon=30000),
+                action=fy.P4TableAction(p4.SET_PFC_THRESHOLDS, xoff=60000, xon=30000),
             ),
         ]
         await sw.insert([*nexthop, group, *entries])
@@ -127,14 +119,14 @@ async def test_bmv2_accepts_fabric_pipeline(bmv2_address: str, tmp_path: Path) -
         routes = [
             e
             async for e in sw.read(  # type: ignore[attr-defined]
-                fy.P4TableEntry("FabricIngress.routing_v4")
+                fy.P4TableEntry(p4.ROUTING_V4)
             )
         ]
         assert [r.match for r in routes] == [fy.P4TableMatch(ipv4_dst="10.1.0.0/16")]
         counters = [
             c
             async for c in sw.read(  # type: ignore[attr-defined]
-                fy.P4CounterEntry("FabricIngress.ingress_port_counter")
+                fy.P4CounterEntry(p4.INGRESS_PORT_COUNTER)
             )
         ]
         assert len(counters) == 512

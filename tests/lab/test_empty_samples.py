@@ -1,15 +1,16 @@
 """Every scenario that reports a loss or delivery figure fails on a target that forwarded
 nothing, and on a budget that sent nothing: a figure from an empty sample is a failure, never
 a pass. A stand-in lab (no namespaces, no processes): every send succeeds and every uplink
-counter moves as predicted, but no datagram reaches a receiver. (failover: test_judging.py.)"""
+counter moves as predicted, but no datagram reaches a receiver. (failover: test_judging.py.)
+With a bmv2 target, what bmv2 cannot do is a SKIP with its reason, never a pass."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,12 +19,21 @@ from controller.fabric import ipv4_str
 from controller.intent import load_fabric
 from mininet_labs.lab import LabOptions, lab_fabric
 from mininet_labs.netlinks import Names, new_tag
-from mininet_labs.processes import REPO
-from mininet_labs.report import Result
+from mininet_labs.processes import (
+    NO_THRIFT,
+    REPO,
+    Bmv2,
+    Bmv2Build,
+    Softswitch,
+    SwitchTarget,
+)
+from mininet_labs.report import Result, Verdict
 from mininet_labs.scenarios import SCENARIOS, Budget
 from mininet_labs.topology import LabTopology
 from mininet_labs.traffic import FlowSpec, Packet
+from railfabric.ecmp import HashFields
 from railfabric.v1 import admin_pb2
+from tests.lab.bmv2_help import HELP_WITH_THRIFT, HELP_WITHOUT_THRIFT
 
 pytestmark = pytest.mark.unit
 
@@ -34,11 +44,11 @@ COUNTER_NAMES = ("tx_packets", "rx_packets", "drops", "ecn_marks", "pfc_pause_tx
 class DeadTarget:
     """The parts of `Lab` the reachability, ecmp, ecn and pfc scenarios use."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, target: SwitchTarget | None = None) -> None:
         self.fabric = lab_fabric(load_fabric(LAB_FABRIC))
         self.topology = LabTopology(self.fabric, Names(new_tag()))
         self.options = LabOptions()
-        self.target = SimpleNamespace(kind="softswitch")
+        self.target = target or Softswitch()
         self.run_dir = run_dir
         self.tx: Counter[tuple[str, int]] = Counter()
         self.nic_at = {ipv4_str(n.ipv4): n for n in self.fabric.nics}
@@ -54,7 +64,7 @@ class DeadTarget:
     def predict(self, flow: FlowSpec) -> admin_pb2.PredictPathResponse:
         src, dst = self.nic_at[flow.src], self.nic_at[flow.dst]
         uplinks = self._uplinks(src.switch)
-        up = uplinks[flow.sport % len(uplinks)]
+        up = uplinks[(flow.sport ^ flow.dst_qp) % len(uplinks)]
         link = self.topology.cable(src.switch, up).link
         spine, spine_port = (link.b, link.b_port) if link.a == src.switch else (link.a, link.a_port)
         hop = admin_pb2.PathHop
@@ -118,9 +128,12 @@ class DeadTarget:
     def wait_converged(self, timeout_s: float) -> None:
         pass
 
+    def set_ecmp_hash(self, fields: HashFields) -> None:
+        self.fabric = dataclasses.replace(self.fabric, ecmp_hash=fields)
 
-def run(name: str, tmp_path: Path, budget: Budget) -> Result:
-    lab: Any = DeadTarget(tmp_path)
+
+def run(name: str, tmp_path: Path, budget: Budget, target: SwitchTarget | None = None) -> Result:
+    lab: Any = DeadTarget(tmp_path, target)
     return SCENARIOS[name].run(lab, budget)
 
 
@@ -138,8 +151,10 @@ def test_the_stand_in_is_otherwise_healthy(tmp_path: Path) -> None:
     """The failures above are the empty samples': ecmp's flows all take their predicted
     uplink on the stand-in, only delivery fails."""
     m = run("ecmp", tmp_path, Budget.quick()).metrics
-    assert m["flows_matching_prediction"] == m["flows"] == Budget.quick().ecmp_flows
-    assert m["flows_delivered"] == 0
+    for phase in ("five_tuple", "five_tuple_qp"):
+        assert m[f"{phase}_flows_matching_prediction"] == Budget.quick().ecmp_flows
+        assert m[f"{phase}_flows"] == Budget.quick().ecmp_flows
+        assert m[f"{phase}_flows_delivered"] == 0
 
 
 def test_reported_samples(tmp_path: Path) -> None:
@@ -150,3 +165,34 @@ def test_reported_samples(tmp_path: Path) -> None:
     assert int(ecn["sent"]) > 0 and ecn["received"] == 0
     pfc = run("pfc", tmp_path, Budget.quick()).metrics
     assert int(pfc["pfc_on_sent"]) == int(pfc["pfc_on_lost"]) > 0
+
+
+def test_what_bmv2_cannot_do_is_a_skip_with_the_reason(tmp_path: Path) -> None:
+    without_thrift = Bmv2(build=Bmv2Build.from_help(HELP_WITHOUT_THRIFT))
+    ecn = run("ecn", tmp_path, Budget.quick(), without_thrift)
+    assert (ecn.verdict, ecn.reason, ecn.passed) == (Verdict.SKIP, NO_THRIFT, False)
+    pfc = run("pfc", tmp_path, Budget.quick(), without_thrift)
+    assert pfc.verdict is Verdict.SKIP and not pfc.passed
+    assert pfc.reason.startswith("not supported by this target (bmv2")
+    # Reachability is not skipped on bmv2: a target that forwards nothing fails it.
+    assert run("reachability", tmp_path, Budget.quick(), without_thrift).verdict is Verdict.FAIL
+
+
+def test_ecn_runs_on_a_thrift_bmv2_and_fails_when_nothing_arrives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cli = tmp_path / "simple_switch_CLI"
+    cli.write_text("#!/bin/sh\n")
+    cli.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    target = Bmv2(build=Bmv2Build.from_help(HELP_WITH_THRIFT))
+    assert target.unpaced() is None
+    ecn = run("ecn", tmp_path, Budget.quick(), target)
+    assert ecn.verdict is Verdict.FAIL, ecn.reason
+    m = ecn.metrics
+    assert m["port_rate_mbps"] == 5.0
+    # Everything sent was lost, and no drop counter saw it: reported, not silent.
+    assert int(m["sent"]) == int(m["lost"]) == int(m["lost_not_in_drop_counter"]) > 0
+    assert f"{int(m['sent']):,} of {int(m['sent']):,} datagrams lost" in ecn.reason
+    assert "in no drop counter" in ecn.reason
+    assert run("pfc", tmp_path, Budget.quick(), target).verdict is Verdict.SKIP

@@ -1,14 +1,18 @@
 """How scenarios judge what they measured, on synthetic records (no lab): every loss figure
 comes with its sample, and a figure from an empty or broken sample is a failure, never a
-pass. Mostly the failover scenario: its windows, its delivery floor outside the cuts."""
+pass. Mostly the failover scenario: its windows, its delivery floor outside the cuts. And a
+scenario the target cannot run is a SKIP: shown as such, never counted as a pass."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
+from mininet_labs.report import Result, Verdict, exit_status, render, summary, write_json
 from mininet_labs.scenarios.common import Budget, Sample, sample_problem
 from mininet_labs.scenarios.failover import (
     CUT_LEAD_NS,
@@ -241,3 +245,41 @@ def test_no_cut_is_no_pass() -> None:
 
 def test_delivery_floor_is_the_documented_one() -> None:
     assert MIN_DELIVERY == 0.95
+
+
+# --- skips ------------------------------------------------------------------------------------
+
+
+def test_a_skip_is_neither_a_pass_nor_a_failure_and_shows_everywhere(tmp_path: Path) -> None:
+    skip = Result.skip("pfc", "not supported by this target (bmv2: no PFC)")
+    passed, failed = Result("ecmp", True, "all on the prediction"), Result("ecn", False, "none")
+    assert (skip.verdict, skip.passed, skip.failed) == (Verdict.SKIP, False, False)
+    assert (passed.verdict, failed.verdict) == (Verdict.PASS, Verdict.FAIL)
+    assert render(skip).startswith("== pfc: SKIP — not supported by this target (bmv2: no PFC)")
+    table = summary([passed, skip, failed])
+    assert "pfc       SKIP    not supported by this target" in table
+    assert table.endswith("1 passed, 1 failed, 1 skipped")
+    out = tmp_path / "lab.json"
+    write_json(out, "lab-2rail.yaml", "bmv2", [passed, skip], "bmv2, 8 priority queues")
+    data = json.loads(out.read_text())
+    assert data["target_detail"] == "bmv2, 8 priority queues"
+    assert data["counts"] == {"pass": 1, "fail": 0, "skip": 1}
+    assert data["scenarios"][1] == {
+        "name": "pfc",
+        "result": "skip",
+        "passed": False,
+        "reason": "not supported by this target (bmv2: no PFC)",
+        "metrics": {},
+    }
+
+
+def test_only_a_failure_fails_a_run() -> None:
+    skip = Result.skip("pfc", "not supported by this target")
+    assert exit_status([Result("ecmp", True, "ok"), skip]) == 0
+    assert exit_status([skip, Result("ecn", False, "no marks")]) == 1
+    assert exit_status([]) == 0
+
+
+def test_a_skip_cannot_pass() -> None:
+    with pytest.raises(ValueError, match="scenario pfc: a skipped scenario cannot have passed"):
+        Result("pfc", True, "?", skipped=True)

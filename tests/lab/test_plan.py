@@ -55,5 +55,9 @@ def test_percentile_nearest_rank() -> None:
 def test_flow_spec_round_trips_and_rejects_bad_text() -> None:
     f = FlowSpec(7, "10.0.0.2", "10.0.0.18", 49152, 4791, 106)
     assert FlowSpec.parse(str(f)) == f
+    with_qp = FlowSpec(7, "10.0.0.2", "10.0.0.18", 49152, 4791, 106, dst_qp=0xABCDEF)
+    assert FlowSpec.parse(str(with_qp)) == with_qp
+    assert with_qp.bth[5:8] == bytes.fromhex("abcdef") and len(with_qp.bth) == 12
+    assert FlowSpec.parse("7,10.0.0.2,10.0.0.18,49152,4791,106") == f
     with pytest.raises(ValueError, match="expected FLOW,SRC,DST,SPORT,DPORT,TOS"):
         FlowSpec.parse("7,10.0.0.2,10.0.0.18")

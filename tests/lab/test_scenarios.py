@@ -26,12 +26,17 @@ def test_reachability_every_nic_pair_same_rail_and_across(lab: Lab) -> None:
 
 
 def test_ecmp_every_flow_takes_the_predicted_uplink(lab: Lab) -> None:
+    """Both phases: flows differing in source port, then (QP hashing reloaded in) flows of one
+    NIC pair and one source port differing only in QP; the fabric's own hash afterwards."""
     r = SCENARIOS["ecmp"].run(lab, BUDGET)
     m = r.metrics
-    assert m["flows_matching_prediction"] == m["flows"] == BUDGET.ecmp_flows, r.reason
-    assert m["flows_delivered"] == BUDGET.ecmp_flows
-    assert m["uplinks_used"] == m["uplinks"] == 2
-    assert int(m["flows_on_port_3"]) + int(m["flows_on_port_4"]) == BUDGET.ecmp_flows
+    for phase in ("five_tuple", "five_tuple_qp"):
+        assert m[f"{phase}_flows_matching_prediction"] == BUDGET.ecmp_flows, r.reason
+        assert m[f"{phase}_flows"] == m[f"{phase}_flows_delivered"] == BUDGET.ecmp_flows
+        assert m[f"{phase}_uplinks_used"] == m[f"{phase}_uplinks"] == 2, r.reason
+        on = int(m[f"{phase}_flows_on_port_3"]) + int(m[f"{phase}_flows_on_port_4"])
+        assert on == BUDGET.ecmp_flows
+    assert lab.fabric.ecmp_hash.value == "five_tuple"
     assert r.passed
 
 
