@@ -18,10 +18,10 @@ import asyncio
 import contextlib
 import ipaddress
 import json
-import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,11 +29,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import finsy as fy
-import grpc
-from finsy.proto import p4r, p4r_grpc
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
+from mininet_labs.processes import free_port, wait_listening
 from railfabric import ecmp
 from railfabric import fabric_p4 as p4
 from railfabric.p4info import DEFAULT_P4INFO
@@ -117,20 +116,6 @@ def _frame(qp: int) -> bytes:
     )
 
 
-async def _wait_serving(address: str, proc: subprocess.Popen[bytes]) -> None:
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = p4r_grpc.P4RuntimeStub(channel)
-        for _ in range(400):
-            if proc.poll() is not None:
-                raise RuntimeError(f"softswitch exited with {proc.returncode}")
-            try:
-                await stub.Capabilities(p4r.CapabilitiesRequest(), timeout=0.5)
-                return
-            except grpc.aio.AioRpcError:
-                await asyncio.sleep(0.05)
-    raise RuntimeError(f"softswitch did not answer on {address}")
-
-
 async def _program(sw: fy.Switch, uplinks: list[int]) -> None:
     members = [
         fy.P4ActionProfileMember(
@@ -165,18 +150,17 @@ async def _program(sw: fy.Switch, uplinks: list[int]) -> None:
 
 async def on_softswitch(qps: int, uplinks: int) -> list[Spread]:
     out = []
-    with _ports(uplinks + 1) as ports, socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        address = f"127.0.0.1:{probe.getsockname()[1]}"
-        probe.close()
+    with _ports(uplinks + 1) as ports, tempfile.TemporaryDirectory() as tmp:
+        address = f"127.0.0.1:{free_port()}"
         argv = [sys.executable, "-m", "softswitch.main", "--device-id", "1", "--grpc-addr", address]
         argv += ["--log-level", "warning"]
         for port, (sw_if, _) in ports.items():
             argv += ["-i", f"{port}@{sw_if}"]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        proc = subprocess.Popen(argv, env=env)  # noqa: ASYNC220 - started once, not awaited on
+        log = Path(tmp) / "softswitch.log"
+        with log.open("wb") as sink:
+            proc = subprocess.Popen(argv, stdout=sink, stderr=sink)  # noqa: ASYNC220 - once
         try:
-            await _wait_serving(address, proc)
+            wait_listening(address, 30, proc, log)
             opts = fy.SwitchOptions(p4info=DEFAULT_P4INFO, p4blob=b"softswitch", device_id=1)
             async with fy.Switch("softswitch", address, opts) as sw:
                 up = list(range(2, uplinks + 2))
