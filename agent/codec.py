@@ -28,6 +28,7 @@ from agent.translate import (
     NextEntry,
     Op,
     PfcEntry,
+    PfcWatchdogEntry,
     Pipeline,
     QosEntry,
     RouteEntry,
@@ -59,6 +60,7 @@ _TABLE_KEYS: dict[str, tuple[str, ...]] = {
     p4.ECN_MARKING: (p4.ECN_MARKING_EG_PORT, p4.ECN_MARKING_TRAFFIC_CLASS),
     p4.PFC_CONFIG: (p4.PFC_CONFIG_PORT, p4.PFC_CONFIG_PRIORITY),
     p4.HASH_CONFIG: (),  # no key: the agent writes only its default action
+    p4.PFC_WATCHDOG: (),  # the same
 }
 _ACTION_PARAMS: dict[str, tuple[str, ...]] = {
     p4.PUNT_TO_CPU: (),
@@ -72,6 +74,7 @@ _ACTION_PARAMS: dict[str, tuple[str, ...]] = {
         p4.SET_ECN_THRESHOLDS_PMAX,
     ),
     p4.SET_PFC_THRESHOLDS: (p4.SET_PFC_THRESHOLDS_XOFF, p4.SET_PFC_THRESHOLDS_XON),
+    p4.SET_PFC_WATCHDOG: (p4.SET_PFC_WATCHDOG_DETECT_US, p4.SET_PFC_WATCHDOG_RESTORE_US),
     p4.HASH_QP: (),
     p4.NO_ACTION: (),
 }
@@ -231,8 +234,11 @@ class Codec:
             MemberEntry: self._fill_member,
             GroupEntry: self._fill_group,
             HashConfigEntry: self._fill_hash_config,
+            PfcWatchdogEntry: self._fill_pfc_watchdog,
         }
         self._hash_config_id = self.tables[p4.HASH_CONFIG].id
+        self._pfc_watchdog_id = self.tables[p4.PFC_WATCHDOG].id
+        self._set_pfc_watchdog_id = self.actions[p4.SET_PFC_WATCHDOG].id
         self._warned_watch_port = False
         self._hash_qp_id = self.actions[p4.HASH_QP].id
         self._route_wire = _RouteWire.checked(self)
@@ -302,6 +308,20 @@ class Codec:
         te = self._table(entity, p4.HASH_CONFIG)
         te.is_default_action = True
         self._action(te.action.action, p4.HASH_QP if entry.qp else p4.NO_ACTION)
+
+    def _fill_pfc_watchdog(self, entity: p4r.Entity, entry: PfcWatchdogEntry) -> None:
+        te = self._table(entity, p4.PFC_WATCHDOG)
+        te.is_default_action = True
+        if entry.timing_us is None:
+            self._action(te.action.action, p4.NO_ACTION)
+            return
+        detect, restore = entry.timing_us
+        self._action(
+            te.action.action,
+            p4.SET_PFC_WATCHDOG,
+            (p4.SET_PFC_WATCHDOG_DETECT_US, detect),
+            (p4.SET_PFC_WATCHDOG_RESTORE_US, restore),
+        )
 
     def _fill_ecn(self, entity: p4r.Entity, entry: EcnEntry) -> None:
         te = self._table(entity, p4.ECN_MARKING)
@@ -399,6 +419,12 @@ class Codec:
                 out.entity, entry if op is not Op.DELETE else HashConfigEntry(False)
             )
             return out
+        if type(entry) is PfcWatchdogEntry:
+            out.type = _MODIFY
+            self._fill_pfc_watchdog(
+                out.entity, entry if op is not Op.DELETE else PfcWatchdogEntry(None)
+            )
+            return out
         # Identity tests: an Enum's __hash__ is Python code, a dict lookup per update adds up.
         out.type = _INSERT if op is Op.INSERT else _MODIFY if op is Op.MODIFY else _DELETE
         self.fill(out.entity, update.entry)
@@ -407,13 +433,12 @@ class Codec:
     # -- entities → entries ------------------------------------------------------------
 
     def read_requests(self) -> list[p4r.Entity]:
-        """Wildcard reads of everything the agent owns (hash_config: its default entry, which
-        a wildcard read does not return)."""
+        """Wildcard reads of everything the agent owns (hash_config, pfc_watchdog: their
+        default entries, which a wildcard read does not return)."""
+        default_only = (self._hash_config_id, self._pfc_watchdog_id)
         out = [
             p4r.Entity(
-                table_entry=p4r.TableEntry(
-                    table_id=t.id, is_default_action=t.id == self._hash_config_id
-                )
+                table_entry=p4r.TableEntry(table_id=t.id, is_default_action=t.id in default_only)
             )
             for t in self.tables.values()
         ]
@@ -459,6 +484,15 @@ class Codec:
             if action_id not in (self._hash_qp_id, self.actions[p4.NO_ACTION].id):
                 raise ValueError(f"{p4.HASH_CONFIG}: default action id {action_id} is not ours")
             return HashConfigEntry(qp=action_id == self._hash_qp_id)
+        if entry.table_id == self._pfc_watchdog_id:
+            if not entry.is_default_action:
+                return None
+            action_id = entry.action.action.action_id
+            if action_id == self.actions[p4.NO_ACTION].id:
+                return PfcWatchdogEntry(None)
+            params = self._params(entry.action.action, p4.SET_PFC_WATCHDOG)
+            timing = (params[p4.SET_PFC_WATCHDOG_DETECT_US], params[p4.SET_PFC_WATCHDOG_RESTORE_US])
+            return PfcWatchdogEntry(timing)
         table = self._table_names.get(entry.table_id)
         if table is None or entry.is_default_action:
             return None

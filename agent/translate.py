@@ -187,12 +187,28 @@ class HashConfigEntry:
         return ("hash_config",)
 
 
+@dataclass(frozen=True, slots=True)
+class PfcWatchdogEntry:
+    """The default action of `p4.PFC_WATCHDOG`: the watchdog's timing in microseconds
+    (`p4.SET_PFC_WATCHDOG`), or None for `p4.NO_ACTION` (the target's own timing). Written
+    as a MODIFY, like HashConfigEntry."""
+
+    timing_us: tuple[int, int] | None  # (detect, restore)
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        return ("pfc_watchdog",)
+
+
+DEFAULT_ONLY = (HashConfigEntry, PfcWatchdogEntry)  # keyless tables: only the default entry
+
 Entry = (
     AclEntry
     | QosEntry
     | EcnEntry
     | PfcEntry
     | HashConfigEntry
+    | PfcWatchdogEntry
     | MemberEntry
     | GroupEntry
     | NextEntry
@@ -345,6 +361,23 @@ def hash_config_entry(state: state_pb2.DesiredState) -> tuple[HashConfigEntry, s
     ), f"ecmp_hash {value} is unknown to this agent; hashing the 5-tuple"
 
 
+def pfc_watchdog_entry(state: state_pb2.DesiredState) -> PfcWatchdogEntry:
+    """The watchdog timing of `state` in whole microseconds (the table's unit); no timing
+    (all zero) leaves the target's own. Raises ValueError for timing the table cannot hold."""
+    wd = state.pfc_watchdog
+    if not wd.detect_ns and not wd.restore_ns:
+        return PfcWatchdogEntry(None)
+    timing = []
+    for name, ns in (("detect_ns", wd.detect_ns), ("restore_ns", wd.restore_ns)):
+        if ns % 1000 or not 0 < ns // 1000 <= U32_MAX:
+            raise ValueError(
+                f"pfc_watchdog.{name} {ns}: must be a whole number of microseconds in "
+                f"1..{U32_MAX} us"
+            )
+        timing.append(ns // 1000)
+    return PfcWatchdogEntry((timing[0], timing[1]))
+
+
 def translate(state: state_pb2.DesiredState) -> tuple[Pipeline, list[ObjectProblem]]:
     """The entries for `state` (local repair is applied on top by `repair`).
 
@@ -356,6 +389,11 @@ def translate(state: state_pb2.DesiredState) -> tuple[Pipeline, list[ObjectProbl
     entries.append(hashing)
     if problem is not None:
         problems.append(ObjectProblem("ecmp_hash", problem))
+    try:
+        entries.append(pfc_watchdog_entry(state))
+    except ValueError as err:
+        entries.append(PfcWatchdogEntry(None))
+        problems.append(ObjectProblem("pfc_watchdog", f"{err}; the target's own timing is kept"))
 
     for mapping in state.dscp_map:
         try:
@@ -463,10 +501,10 @@ def _group(
 # Write order (P4Runtime §12: updates inside one WriteRequest may be applied in any order, so
 # an object and what it depends on go in separate Writes). Inserts and modifies go
 # members → groups → next → routes; deletes go the other way. Tables nobody references
-# (acl, qos, ecn, pfc, hash_config) ride in the first batch.
+# (acl, qos, ecn, pfc, hash_config, pfc_watchdog) ride in the first batch.
 _STAGE_OF: dict[tuple[type, Op], int] = {}
 for _op in Op:
-    for _kind in (AclEntry, QosEntry, EcnEntry, PfcEntry, HashConfigEntry):
+    for _kind in (AclEntry, QosEntry, EcnEntry, PfcEntry, HashConfigEntry, PfcWatchdogEntry):
         _STAGE_OF[(_kind, _op)] = 0
     _STAGE_OF[(RouteEntry, _op)] = 3
 for _op in (Op.INSERT, Op.MODIFY):

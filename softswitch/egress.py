@@ -3,7 +3,8 @@
 Frames leaving the pipeline are queued per egress port and traffic class; `flush` sends what
 the TM lets go now and arms a loop timer for its next event (port rate, pause expiry, PAUSE
 refresh, watchdog). The TM's ECN and PFC settings follow the pipeline's `fabric_p4.ECN_MARKING`
-and `fabric_p4.PFC_CONFIG` entries; received MAC control frames (0x8808) go to the TM, not
+and `fabric_p4.PFC_CONFIG` entries and `fabric_p4.PFC_WATCHDOG`'s default action (NoAction:
+SONiC's 200 ms / 200 ms); received MAC control frames (0x8808) go to the TM, not
 the pipeline. TM counters (drops, ECN marks, PAUSE sent/received, storms) are folded into the
 P4 counters as deltas, so a counter reset over P4Runtime keeps working.
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 from softswitch.dataplane import DataPlane
 from softswitch.pipeline import Forward, Pipeline
 from softswitch.switch import Switch
-from softswitch.tm import NUM_TCS, TrafficManager
+from softswitch.tm import DEFAULT_WATCHDOG, NUM_TCS, TrafficManager, WatchdogConfig
 
 LOG = logging.getLogger("softswitch.egress")
 
@@ -70,6 +71,12 @@ class TmEgress:
         self._config_key = key
         pipeline.counter_sync = self.sync_counters
         tm = self.tm
+        timing = pipeline.pfc_watchdog_us
+        tm.set_watchdog(
+            DEFAULT_WATCHDOG
+            if timing is None
+            else WatchdogConfig(detect_ns=timing[0] * 1000, restore_ns=timing[1] * 1000)
+        )
         for port in self.dataplane.ports:
             for tc in range(NUM_TCS):
                 tm.clear_ecn(port, tc)

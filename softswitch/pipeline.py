@@ -6,7 +6,8 @@ and Next (the ECMP action selector, set_nexthop), DropCounter on every drop, the
 checksum update. It returns where the frame goes (the CPU port for a punt), or None when it is
 dropped. PacketIoIngress is `packet_out`. The egress controls run outside this class, at the
 port: EcnMarking and Pfc in the traffic manager (egress.py, tm.py) from the ecn_marking and
-pfc_config entries kept here (`ecn_thresholds`, `pfc_thresholds`), PacketIoEgress in the
+pfc_config entries kept here (`ecn_thresholds`, `pfc_thresholds`, and pfc_watchdog's default
+action as `pfc_watchdog_us`), PacketIoEgress in the
 switch (packet-in with the ingress port), PortCountersEgress in `count_egress`.
 
 Pure and synchronous. The P4Runtime objects live in `p4state.P4State`, which calls the hooks
@@ -129,6 +130,7 @@ class Pipeline:
         self._a_ecn = aid[p4.SET_ECN_THRESHOLDS]
         self._a_pfc = aid[p4.SET_PFC_THRESHOLDS]
         self._a_hash_qp = aid.get(p4.HASH_QP, -1)  # a P4Info without HashConfig never folds
+        self._a_pfc_watchdog = aid.get(p4.SET_PFC_WATCHDOG, -1)
         self.counters: dict[int, tuple[list[int], list[int]]] = {
             c.id: ([0] * c.size, [0] * c.size) for c in schema.counters.values()
         }
@@ -153,7 +155,8 @@ class Pipeline:
         self._next: dict[int, TableAction] = {}
         self.ecn_thresholds: dict[tuple[int, int], tuple[int, int, int]] = {}
         self.pfc_thresholds: dict[tuple[int, int], tuple[int, int]] = {}
-        self.tm_generation = 0  # bumped when ecn_thresholds or pfc_thresholds change
+        self.pfc_watchdog_us: tuple[int, int] | None = None  # (detect, restore); None: TM's own
+        self.tm_generation = 0  # bumped when ecn_thresholds, pfc_thresholds or the watchdog change
         # Called before counters are read (the traffic manager folds its counts in).
         self.counter_sync: Callable[[], None] | None = None
         self.carrier: dict[int, bool] = {}
@@ -186,6 +189,8 @@ class Pipeline:
         }
         if p4.HASH_CONFIG in tid:
             self._on_default[tid[p4.HASH_CONFIG]] = self._hash_config_default_set
+        if p4.PFC_WATCHDOG in tid:
+            self._on_default[tid[p4.PFC_WATCHDOG]] = self._pfc_watchdog_default_set
         self.state = P4State(schema, self)
 
     # ---- hooks from P4State ------------------------------------------------------------
@@ -527,6 +532,11 @@ class Pipeline:
 
     def _hash_config_default_set(self, action: ActionCall) -> None:
         self._hash_qp = action.action_id == self._a_hash_qp
+
+    def _pfc_watchdog_default_set(self, action: ActionCall) -> None:
+        timing = action.args if action.action_id == self._a_pfc_watchdog else None
+        self.pfc_watchdog_us = (timing[0], timing[1]) if timing else None
+        self.tm_generation += 1
 
     def _next_set(self, key: Key, priority: int, action: TableAction) -> None:
         next_id = _key_value(key, 0)

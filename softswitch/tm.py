@@ -311,6 +311,11 @@ class TrafficManager:
     def clear_ecn(self, port: int, tc: int) -> None:
         self._port(port).ecn[_check_tc(tc)] = None
 
+    def set_watchdog(self, watchdog: WatchdogConfig | None) -> None:
+        """New watchdog timing (None: off). A storm in progress keeps going and ends by the
+        new restore time; a pause in progress is judged by the new detect time."""
+        self._watchdog = watchdog
+
     def configure_pfc(self, port: int, priority: int, xoff: int, xon: int) -> None:
         """Generate PFC for frames arriving on `port` with `priority` (bytes of occupancy).
         Idempotent: re-applying the configuration during a pause keeps pausing upstream."""

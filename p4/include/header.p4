@@ -111,6 +111,9 @@ struct fabric_metadata_t {
     // Filled by FabricEgress.pfc_config; consumed by targets that implement PFC.
     bit<32>         pfc_xoff;
     bit<32>         pfc_xon;
+    // Filled by FabricEgress.pfc_watchdog; consumed by targets with a PFC watchdog.
+    bit<32>         pfc_watchdog_detect_us;
+    bit<32>         pfc_watchdog_restore_us;
 }
 
 #endif  // __HEADER__

@@ -11,6 +11,7 @@
 #define ECMP_MAX_GROUP_SIZE     64
 #define ECN_TABLE_SIZE          4096    // 512 ports x 8 traffic classes
 #define PFC_TABLE_SIZE          4096    // 512 ports x 8 priorities
+#define PFC_WATCHDOG_TABLE_SIZE 1       // no key: only its default action matters
 #define PORT_COUNTER_SIZE       512     // indexed by port number (9 bits)
 
 #endif  // __SIZE__

@@ -47,8 +47,33 @@ control Pfc(inout parsed_headers_t hdr,
         size = PFC_TABLE_SIZE;
     }
 
+    // The PFC watchdog's timing: a queue paused for detect_us is a storm, which ends after
+    // restore_us without a PAUSE.
+    @name(".FabricEgress.set_pfc_watchdog")
+    action set_pfc_watchdog(bit<32> detect_us, bit<32> restore_us) {
+        fabric_md.pfc_watchdog_detect_us = detect_us;
+        fabric_md.pfc_watchdog_restore_us = restore_us;
+    }
+
+    /*
+     * FabricEgress.pfc_watchdog: no key; the agent sets its default action from the intent's
+     * pfc_watchdog_detect_ms / pfc_watchdog_restore_ms. NoAction leaves the target's own
+     * timing. Consumed by targets with a PFC watchdog (softswitch); bmv2 has none and
+     * ignores the result.
+     */
+    @name(".FabricEgress.pfc_watchdog")
+    table pfc_watchdog {
+        actions = {
+            set_pfc_watchdog;
+            NoAction;
+        }
+        default_action = NoAction();
+        size = PFC_WATCHDOG_TABLE_SIZE;
+    }
+
     apply {
         pfc_config.apply();
+        pfc_watchdog.apply();
         if (hdr.mac_control.isValid() && hdr.mac_control.opcode == MAC_CONTROL_OPCODE_PFC) {
             if (standard_metadata.ingress_port == CPU_PORT) {
                 pfc_pause_tx_counter.count((bit<32>)standard_metadata.egress_port);

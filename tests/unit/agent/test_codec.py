@@ -8,7 +8,16 @@ import pytest
 from finsy.proto import p4r
 
 from agent.codec import Codec, P4InfoMismatch
-from agent.translate import HashConfigEntry, Op, Pipeline, RouteEntry, Update, diff, translate
+from agent.translate import (
+    HashConfigEntry,
+    Op,
+    PfcWatchdogEntry,
+    Pipeline,
+    RouteEntry,
+    Update,
+    diff,
+    translate,
+)
 from railfabric import fabric_p4 as p4
 from railfabric.p4bytes import decode_unchecked
 from railfabric.p4info import DEFAULT_P4INFO, load_p4info
@@ -133,6 +142,23 @@ def test_ecmp_hash_is_the_default_action_of_hash_config_and_only_ever_modified(
         assert codec.decode(update.entity) == HashConfigEntry(qp=op is not Op.DELETE)
     # A wildcard read does not return a default entry: the agent asks for it by name.
     (read,) = [e for e in codec.read_requests() if e.table_entry.table_id == p4.HASH_CONFIG_ID]
+    assert read.table_entry.is_default_action
+
+
+@pytest.mark.parametrize("entry", [PfcWatchdogEntry((1_000_000, 200_000)), PfcWatchdogEntry(None)])
+def test_pfc_watchdog_is_the_default_action_of_its_table_and_only_ever_modified(
+    codec: Codec, entry: PfcWatchdogEntry
+) -> None:
+    for op in Op:
+        update = codec.encode_update(Update(op, entry))
+        te = update.entity.table_entry
+        assert update.type == p4r.Update.MODIFY
+        assert te.table_id == p4.PFC_WATCHDOG_ID and te.is_default_action and not te.match
+        # Taking it away restores NoAction, the target's own timing.
+        assert codec.decode(update.entity) == (
+            entry if op is not Op.DELETE else PfcWatchdogEntry(None)
+        )
+    (read,) = [e for e in codec.read_requests() if e.table_entry.table_id == p4.PFC_WATCHDOG_ID]
     assert read.table_entry.is_default_action
 
 

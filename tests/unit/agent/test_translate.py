@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agent.translate import (
+    U32_MAX,
     AclAction,
     AclEntry,
     EcnEntry,
@@ -15,6 +16,7 @@ from agent.translate import (
     NextEntry,
     Op,
     PfcEntry,
+    PfcWatchdogEntry,
     Pipeline,
     QosEntry,
     RouteEntry,
@@ -124,7 +126,7 @@ def test_initial_programming_is_ordered_members_groups_next_routes() -> None:
     assert all(u.op is Op.INSERT for batch in batches for u in batch)
     kinds = [{type(u.entry) for u in batch} for batch in batches]
     assert kinds == [
-        {AclEntry, QosEntry, EcnEntry, PfcEntry, HashConfigEntry, MemberEntry},
+        {AclEntry, QosEntry, EcnEntry, PfcEntry, HashConfigEntry, PfcWatchdogEntry, MemberEntry},
         {GroupEntry},
         {NextEntry},
         {RouteEntry},
@@ -139,7 +141,7 @@ def test_deleting_everything_goes_routes_next_groups_members() -> None:
     assert all(u.op is Op.DELETE for batch in batches for u in batch)
     kinds = [{type(u.entry) for u in batch} for batch in batches]
     assert kinds == [
-        {AclEntry, QosEntry, EcnEntry, PfcEntry, HashConfigEntry},
+        {AclEntry, QosEntry, EcnEntry, PfcEntry, HashConfigEntry, PfcWatchdogEntry},
         {RouteEntry},
         {NextEntry},
         {GroupEntry},
@@ -182,3 +184,29 @@ def test_repair_updates_are_the_diff_of_the_repaired_pipeline() -> None:
         assert repair_updates(pipeline, port) == expected
     fixed = pipeline.replaced(u.entry for u in repair_updates(pipeline, 1))
     assert fixed == repair(pipeline, frozenset({1}))
+
+
+def test_pfc_watchdog_is_the_intents_timing_in_microseconds() -> None:
+    state = tor_state()
+    state.pfc_watchdog.detect_ns, state.pfc_watchdog.restore_ns = 1_000_000_000, 250_500_000
+    pipeline, problems = translate(state)
+    assert problems == []
+    assert pipeline.entries[("pfc_watchdog",)] == PfcWatchdogEntry((1_000_000, 250_500))
+    state.ClearField("pfc_watchdog")  # none given: the target's own timing
+    assert translate(state)[0].entries[("pfc_watchdog",)] == PfcWatchdogEntry(None)
+
+
+@pytest.mark.parametrize(
+    ("detect_ns", "restore_ns", "field"),
+    [(1_500, 200_000_000, "detect_ns"), (0, 200_000_000, "detect_ns"),
+     (200_000_000, (U32_MAX + 1) * 1000, "restore_ns")],
+)  # fmt: skip
+def test_a_pfc_watchdog_the_table_cannot_hold_is_a_problem_and_keeps_the_targets(
+    detect_ns: int, restore_ns: int, field: str
+) -> None:
+    state = tor_state()
+    state.pfc_watchdog.detect_ns, state.pfc_watchdog.restore_ns = detect_ns, restore_ns
+    pipeline, problems = translate(state)
+    assert pipeline.entries[("pfc_watchdog",)] == PfcWatchdogEntry(None)
+    assert [p.object for p in problems] == ["pfc_watchdog"]
+    assert f"pfc_watchdog.{field}" in problems[0].message

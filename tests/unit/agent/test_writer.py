@@ -22,6 +22,7 @@ from agent.translate import (
     GroupMember,
     HashConfigEntry,
     MemberEntry,
+    PfcWatchdogEntry,
     Pipeline,
     repair_updates,
     translate,
@@ -40,8 +41,11 @@ class RecordingTarget:
     def __init__(self, codec: Codec, log: list[str], holds: Pipeline | None = None) -> None:
         self.codec = codec
         self.log = log
-        # A table's default entry always exists: hash_config's is NoAction until written.
-        self.entries: dict[tuple[object, ...], Entry] = {("hash_config",): HashConfigEntry(False)}
+        # A table's default entry always exists: NoAction until written.
+        self.entries: dict[tuple[object, ...], Entry] = {
+            ("hash_config",): HashConfigEntry(False),
+            ("pfc_watchdog",): PfcWatchdogEntry(None),
+        }
         self.entries.update(holds.entries if holds else {})
         self.primary = asyncio.Event()
         self.primary.set()
@@ -127,9 +131,10 @@ async def test_first_programming_then_a_restart_writes_nothing(codec: Codec) -> 
     assert h.target.entries == dict(want.entries)
     assert [m.generation for m in h.applied] == [1]
     # Before the controller spoke, the agent installed its own control ACL (LLDP punt);
-    # hash_config's default already was what the state asks (NoAction), so it is not written.
+    # hash_config's and pfc_watchdog's defaults already were what the state asks (NoAction),
+    # so they are not written.
     written = sum(len(w) for w in h.target.writes)
-    assert written == len(want) - 1 and not h.applied[0].errors
+    assert written == len(want) - 2 and not h.applied[0].errors
     assert h.target.pipeline_pushed
 
     again = Harness(codec, holds=Pipeline(h.target.entries))

@@ -61,6 +61,9 @@ TABLES: dict[str, tuple[list[tuple[str, int, int]], set[str], set[str], str | No
         {p4.NO_ACTION},
         None,
     ),
+    p4.PFC_WATCHDOG: (
+        [], {p4.SET_PFC_WATCHDOG, p4.NO_ACTION}, set(), None,
+    ),
 }  # fmt: skip
 
 ACTIONS: dict[str, list[tuple[str, int]]] = {
@@ -81,6 +84,10 @@ ACTIONS: dict[str, list[tuple[str, int]]] = {
         (p4.SET_ECN_THRESHOLDS_PMAX, 32),
     ],
     p4.SET_PFC_THRESHOLDS: [(p4.SET_PFC_THRESHOLDS_XOFF, 32), (p4.SET_PFC_THRESHOLDS_XON, 32)],
+    p4.SET_PFC_WATCHDOG: [
+        (p4.SET_PFC_WATCHDOG_DETECT_US, 32),
+        (p4.SET_PFC_WATCHDOG_RESTORE_US, 32),
+    ],
 }
 
 BOTH = P4CounterUnit.BOTH

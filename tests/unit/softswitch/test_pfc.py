@@ -456,6 +456,18 @@ def test_watchdog_drop_action_drops_queued_and_arriving_frames() -> None:
     assert counters.queue_bytes[ROCE_TC] == 0
 
 
+def test_a_new_watchdog_timing_judges_the_pause_in_progress() -> None:
+    tm = TrafficManager(seed=1)
+    tm.add_port(1, mac=mac(1), rate_bps=GBPS)
+    tm.enqueue(0, 1, ROCE_TC, frame(), None)
+    tm.on_pause_frame(0, 1, pfc.pause_for(mac(9), ROCE_TC, 0xFFFF))  # ~33 ms at 1 Gb/s
+    tm.set_watchdog(WatchdogConfig(detect_ns=10 * MS, restore_ns=20 * MS))
+    tm.on_pause_frame(9 * MS, 1, pfc.pause_for(mac(9), ROCE_TC, 0xFFFF))
+    assert tm.next_departure(9 * MS) == [] and not tm.port_counters(1).stormed[ROCE_TC]
+    tm.next_departure(10 * MS)  # paused 10 ms with a frame held: a storm at the new detect
+    assert tm.port_counters(1).storms == 1
+
+
 def test_storm_ends_after_restore_time_without_pause() -> None:
     tm, _ = storm(StormAction.DRAIN)
     # Last PAUSE at 29 ms; at 49 ms the storm is over and PAUSEs are honoured again.

@@ -105,3 +105,20 @@ def test_padded_action_values_are_canonical_every_time(
     too_wide = (+route("13.0.0.0/8", 1)).encode_update(fy_schema)
     too_wide.entity.table_entry.action.action.params[0].value = b"\x01\x00\x00\x00\x01"
     assert apply(too_wide, too_wide) == [Code.INVALID_ARGUMENT] * 2
+
+
+def test_pfc_watchdog_default_action_is_the_timing_the_traffic_manager_gets(
+    apply: Apply, pipeline: Pipeline
+) -> None:
+    assert pipeline.pfc_watchdog_us is None  # NoAction: the traffic manager's own
+    generation = pipeline.tm_generation
+    timing = fy.P4TableEntry(
+        p4.PFC_WATCHDOG,
+        is_default_action=True,
+        action=fy.P4TableAction(p4.SET_PFC_WATCHDOG, detect_us=1_000_000, restore_us=200_000),
+    )
+    assert apply(~timing) == [Code.OK]
+    assert pipeline.pfc_watchdog_us == (1_000_000, 200_000)
+    assert pipeline.tm_generation > generation  # egress.py re-reads it on the next frame
+    assert apply(~fy.P4TableEntry(p4.PFC_WATCHDOG, is_default_action=True)) == [Code.OK]
+    assert pipeline.pfc_watchdog_us is None
