@@ -86,7 +86,7 @@ def test_every_problem_is_listed(p4info: p4i.P4Info) -> None:
     changed.CopyFrom(p4info)
     named(changed, "counter", p4.DROP_COUNTER).size = -5
     named(changed, "table", p4.ACL).size = -5
-    changed.tables.remove(named(changed, "table", p4.PFC_CONFIG))
+    changed.tables.remove(next(t for t in changed.tables if t.preamble.name == p4.PFC_CONFIG))
     message = refusal(changed)
     assert message.startswith("P4Info is not fabric.p4 as softswitch models it: no table named")
     assert "P4Info sizes softswitch cannot hold: " in message
