@@ -55,6 +55,7 @@ COUNTERS = {
     "ecn_marks": p4.ECN_MARK_COUNTER,
     "pfc_pause_tx": p4.PFC_PAUSE_TX_COUNTER,
     "pfc_pause_rx": p4.PFC_PAUSE_RX_COUNTER,
+    "pfc_storms": p4.PFC_STORM_COUNTER,
 }
 
 

@@ -16,6 +16,7 @@ the paused time (quanta * 512 bit times at `--pfc-rate-mbps`) or until a resume 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import socket
@@ -225,6 +226,18 @@ def recv(args: argparse.Namespace) -> int:
     sock.bind(("0.0.0.0", args.port))
     sock.settimeout(0.2)
     records = bytearray()
+
+    def record(data: bytes, ancillary: list[tuple[int, int, bytes]]) -> None:
+        now = time.monotonic_ns()
+        if len(data) < BTH_LEN + HEADER.size:
+            return
+        tos = 0
+        for level, kind, value in ancillary:
+            if level == socket.IPPROTO_IP and kind == IP_TOS_CMSG and value:
+                tos = value[0]
+        flow, seq, sent_ns = HEADER.unpack_from(data, BTH_LEN)
+        records.extend(RECORD.pack(flow, seq, sent_ns, now, tos))
+
     signal.signal(signal.SIGTERM, _raise_stop)
     print("ready", flush=True)
     try:
@@ -233,17 +246,14 @@ def recv(args: argparse.Namespace) -> int:
                 data, ancillary, _flags, _addr = sock.recvmsg(65536, 64)
             except TimeoutError:
                 continue
-            now = time.monotonic_ns()
-            if len(data) < BTH_LEN + HEADER.size:
-                continue
-            tos = 0
-            for level, kind, value in ancillary:
-                if level == socket.IPPROTO_IP and kind == IP_TOS_CMSG and value:
-                    tos = value[0]
-            flow, seq, sent_ns = HEADER.unpack_from(data, BTH_LEN)
-            records += RECORD.pack(flow, seq, sent_ns, now, tos)
+            record(data, ancillary)
     except (_Stop, KeyboardInterrupt):
-        pass
+        # What already arrived is received, even if this process was slow to read it.
+        sock.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                data, ancillary, _flags, _addr = sock.recvmsg(65536, 64)
+                record(data, ancillary)
     finally:
         Path(args.out).write_bytes(bytes(records))
     return 0

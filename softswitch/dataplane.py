@@ -32,6 +32,8 @@ PACKET_ADD_MEMBERSHIP = 1
 PACKET_MR_PROMISC = 1
 PACKET_IGNORE_OUTGOING = 23
 PACKET_OUTGOING = 4
+PACKET_STATISTICS = 6
+TPACKET_STATS = struct.Struct("II")  # struct tpacket_stats: tp_packets, tp_drops
 RX_BUDGET = 256  # frames read per readable callback before yielding to the loop
 MAX_FRAME = 65536  # GSO super-frames from a veth peer can exceed the MTU
 SOCKET_BUFFER = 4 * 1024 * 1024
@@ -112,7 +114,19 @@ class Port:
         self.number = number
         self.ifname = ifname
         self.sock, self.tx, self.ignores_outgoing, self.vnet = open_port_socket(ifname)
-        self.tx_errors = 0
+        self.tx_errors = 0  # frames the kernel refused to send (full queue, no carrier)
+        self.rx_dropped = 0  # frames the kernel dropped because our receive queue was full
+
+    def lost_frames(self) -> int:
+        """Frames lost on this port outside the pipeline so far: refused sends and receive
+        queue overflows (the kernel's tally resets when read, so it is summed here)."""
+        try:
+            raw = self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, TPACKET_STATS.size)
+        except OSError:
+            pass
+        else:
+            self.rx_dropped += TPACKET_STATS.unpack(raw)[1]
+        return self.tx_errors + self.rx_dropped
 
     def send(self, frame: bytes | bytearray) -> bool:
         try:

@@ -6,7 +6,9 @@ refresh, watchdog). The TM's ECN and PFC settings follow the pipeline's `fabric_
 and `fabric_p4.PFC_CONFIG` entries and `fabric_p4.PFC_WATCHDOG`'s default action (NoAction:
 SONiC's 200 ms / 200 ms); received MAC control frames (0x8808) go to the TM, not
 the pipeline. TM counters (drops, ECN marks, PAUSE sent/received, storms) are folded into the
-P4 counters as deltas, so a counter reset over P4Runtime keeps working.
+P4 counters as deltas, so a counter reset over P4Runtime keeps working; so are the frames the
+kernel lost on a port (a full receive queue, a refused send), which count as drops there
+(packets only: their bytes are unknown).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import logging
 import time
 from pathlib import Path
 
-from softswitch.dataplane import DataPlane
+from softswitch.dataplane import SOCKET_BUFFER, DataPlane
 from softswitch.pipeline import Forward, Pipeline
 from softswitch.switch import Switch
 from softswitch.tm import DEFAULT_WATCHDOG, NUM_TCS, TrafficManager, WatchdogConfig
@@ -47,7 +49,13 @@ class TmEgress:
         self.loop = loop
         self.tm = TrafficManager()
         for number, port in dataplane.ports.items():
-            self.tm.add_port(number, mac=interface_mac(port.ifname), rate_bps=rate_bps)
+            # Headroom: what the port's receive socket holds while the switch is not scheduled.
+            self.tm.add_port(
+                number,
+                mac=interface_mac(port.ifname),
+                rate_bps=rate_bps,
+                headroom_bytes=SOCKET_BUFFER,
+            )
         self._config_key: tuple[int, int] | None = None
         self._flush_pending = False
         self._timer: asyncio.TimerHandle | None = None
@@ -157,10 +165,12 @@ class TmEgress:
         pipeline = self.switch.pipeline
         if pipeline is None:
             return
+        ports = self.dataplane.ports
         for port, c in self.tm.counters().items():
+            lost = ports[port].lost_frames() if port in ports else 0
             now = (
-                c.tail_drops + c.storm_drops,
-                c.tail_drop_bytes,
+                c.tail_drops + c.headroom_drops + c.storm_drops + lost,
+                c.tail_drop_bytes + c.headroom_drop_bytes,
                 c.ecn_marks,
                 c.pause_tx,
                 c.pause_rx,

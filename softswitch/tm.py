@@ -30,9 +30,10 @@ woken late is fine (see burst below), being woken early costs nothing. Unknown p
 KeyError, bad settings ValueError, both naming the port. ~0.4 M frames/s enqueue+dequeue on
 one core (1000-byte frames, ECN and PFC configured).
 
-Counters per port (PortCounters): tx packets/bytes, tail drops (+bytes), storm drops, ECN
-marks, PAUSE sent / received / malformed, watchdog storms, and per class: queued bytes and
-packets, PFC ingress occupancy, paused, stormed.
+Counters per port (PortCounters): tx packets/bytes, tail drops (+bytes), headroom drops
+(+bytes, counted on the ingress port), storm drops, ECN marks, PAUSE sent / received /
+malformed, watchdog storms, and per class: queued bytes and packets, PFC ingress occupancy,
+paused, stormed.
 
 Model
 -----
@@ -47,6 +48,11 @@ Model
   everything eligible at once (congestion then only comes from PAUSE).
   Rates count frame bytes as given (no preamble, IFG or FCS).
 - Buffer: per egress port, all classes together; a frame that does not fit is tail-dropped.
+  Lossless frames (a priority with PFC on the port they came in on) are admitted at ingress
+  instead, as in SONiC's buffer model (lossless PGs limited at ingress, lossless egress queues
+  never tail-dropped): up to xoff + `headroom_bytes` of that ingress port and priority, the
+  room for what arrives between sending a PAUSE and the upstream stopping. Beyond it the frame
+  is a headroom drop, counted on the ingress port.
 - ECN at enqueue: thresholds per (port, tc), depth = bytes already queued in that class;
   see softswitch/ecn.py. Marks are counted per port.
 - PFC, ingress side: bytes queued anywhere that came in on (ingress port, priority = tc).
@@ -77,6 +83,9 @@ TC_CNP = 6
 DRR_ORDER = (0, 1, 2, 3, 4, 5, 7)  # every class but the strict one
 DRR_QUANTUM = 9216  # bytes per weight unit: one jumbo frame, so a visit always sends
 DEFAULT_BUFFER_BYTES = 512 * 1024
+# A software switch's PAUSE reaction includes the time it is not scheduled, when what the
+# upstream sends waits in the port's receive socket: the data plane sizes the headroom to it.
+DEFAULT_HEADROOM_BYTES = 4 * 1024 * 1024
 DEFAULT_SPEED_BPS = 1_000_000_000  # pause timing for ports without a rate
 MIN_BURST_BYTES = 2 * 1518
 BURST_NS = 1_000_000  # default credit: 1 ms at the port rate
@@ -87,6 +96,7 @@ _NS = 1_000_000_000
 class Verdict(Enum):
     ACCEPTED = "accepted"
     TAIL_DROP = "tail_drop"  # the egress port's buffer is full
+    HEADROOM_DROP = "headroom_drop"  # lossless: the ingress port's xoff + headroom is full
     STORM_DROP = "storm_drop"  # the class is stormed and the watchdog action is DROP
 
 
@@ -126,6 +136,7 @@ class EnqueueResult:
 _ACCEPTED = EnqueueResult(Verdict.ACCEPTED)
 _ACCEPTED_CE = EnqueueResult(Verdict.ACCEPTED, ce_marked=True)
 _TAIL_DROP = EnqueueResult(Verdict.TAIL_DROP)
+_HEADROOM_DROP = EnqueueResult(Verdict.HEADROOM_DROP)
 _STORM_DROP = EnqueueResult(Verdict.STORM_DROP)
 
 
@@ -137,6 +148,8 @@ class PortCounters:
     tx_bytes: int
     tail_drops: int
     tail_drop_bytes: int
+    headroom_drops: int  # lossless frames that came in on this port beyond xoff + headroom
+    headroom_drop_bytes: int
     storm_drops: int
     ecn_marks: int
     pause_tx: int
@@ -162,6 +175,9 @@ class _Port:
         "ecn_marks",
         "frames",
         "fresh_visit",
+        "headroom_bytes",
+        "headroom_drop_bytes",
+        "headroom_drops",
         "ingress",
         "ingress_bytes",
         "last_pause_rx",
@@ -191,10 +207,11 @@ class _Port:
         "vt",
     )
 
-    def __init__(self, number: int, mac: bytes, buffer_bytes: int) -> None:
+    def __init__(self, number: int, mac: bytes, buffer_bytes: int, headroom_bytes: int) -> None:
         self.number = number
         self.mac = mac
         self.buffer_bytes = buffer_bytes
+        self.headroom_bytes = headroom_bytes
         self.rate_bps = 0  # 0: unlimited
         self.ns_per_byte = 0.0
         self.burst_ns = 0
@@ -226,6 +243,8 @@ class _Port:
         self.tx_bytes = 0
         self.tail_drops = 0
         self.tail_drop_bytes = 0
+        self.headroom_drops = 0
+        self.headroom_drop_bytes = 0
         self.storm_drops = 0
         self.ecn_marks = 0
         self.pause_tx = 0
@@ -272,13 +291,17 @@ class TrafficManager:
         rate_bps: int | None = None,
         buffer_bytes: int = DEFAULT_BUFFER_BYTES,
         burst_bytes: int | None = None,
+        headroom_bytes: int = DEFAULT_HEADROOM_BYTES,
     ) -> None:
-        """Add an egress port. `mac` is the port's own MAC (source of its PAUSE frames)."""
+        """Add a port. `mac` is the port's own MAC (source of its PAUSE frames);
+        `headroom_bytes` is what each lossless priority arriving here may hold above xoff."""
         if port in self._ports:
             raise ValueError(f"port {port} is already in the traffic manager")
         if len(mac) != 6:
             raise ValueError(f"port {port}: mac must be 6 bytes, got {mac!r}")
-        self._ports[port] = _Port(port, bytes(mac), buffer_bytes)
+        if headroom_bytes < 0:
+            raise ValueError(f"port {port}: headroom_bytes must be >= 0, got {headroom_bytes}")
+        self._ports[port] = _Port(port, bytes(mac), buffer_bytes, headroom_bytes)
         self.set_buffer_limit(port, buffer_bytes)
         self.set_port_rate(port, rate_bps, burst_bytes)
 
@@ -352,7 +375,14 @@ class TrafficManager:
         if p.stormed[tc] and self._storm_drops(p, tc, now_ns):
             p.storm_drops += 1
             return _STORM_DROP
-        if p.queued_bytes + size > p.buffer_bytes:
+        ingress = self._ports.get(ingress_port) if ingress_port is not None else None
+        xoff = ingress.pfc_xoff[tc] if ingress is not None else None
+        if ingress is not None and xoff is not None:
+            if ingress.ingress_bytes[tc] + size > xoff + ingress.headroom_bytes:
+                ingress.headroom_drops += 1
+                ingress.headroom_drop_bytes += size
+                return _HEADROOM_DROP
+        elif p.queued_bytes + size > p.buffer_bytes:
             p.tail_drops += 1
             p.tail_drop_bytes += size
             return _TAIL_DROP
@@ -370,13 +400,11 @@ class TrafficManager:
         p.qbytes[tc] += size
         p.queued_bytes += size
         self._backlogged.add(p)
-        ingress = self._ports.get(ingress_port) if ingress_port is not None else None
         if ingress is None:
             p.ingress[tc].append(-1)
             return result
         p.ingress[tc].append(ingress.number)
         ingress.ingress_bytes[tc] += size
-        xoff = ingress.pfc_xoff[tc]
         if xoff is None or ingress.pfc_xoff_state[tc] or ingress.ingress_bytes[tc] <= xoff:
             return result
         pause = self._send_xoff(ingress, tc, now_ns)
@@ -489,6 +517,8 @@ class TrafficManager:
             tx_bytes=p.tx_bytes,
             tail_drops=p.tail_drops,
             tail_drop_bytes=p.tail_drop_bytes,
+            headroom_drops=p.headroom_drops,
+            headroom_drop_bytes=p.headroom_drop_bytes,
             storm_drops=p.storm_drops,
             ecn_marks=p.ecn_marks,
             pause_tx=p.pause_tx,

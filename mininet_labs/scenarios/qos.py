@@ -38,7 +38,9 @@ from mininet_labs.traffic import FlowSpec
 FRAME = PACED_FRAME_BYTES  # the frame size bmv2's queue rate (frames/s) is computed for
 PAYLOAD = FRAME - 14 - 20 - 8  # Ethernet, IPv4, UDP
 LOAD = 0.8  # of the port rate, per sender
-DRAIN_S = 0.5
+DRAIN_S = 0.5  # after the path has accounted for every datagram: for the receiver to read
+DRAIN_TIMEOUT_S = 60.0  # an outcome bound: a loaded machine drains slowly
+DRAIN_QUIET_S = 3.0  # counters that long unchanged: what is missing will not come
 
 
 Port = tuple[str, int]
@@ -127,18 +129,46 @@ def incast(lab: Lab, budget: Budget, tos: int) -> Incast:
             for nic, f in zip(senders, flows, strict=True)
         ]
         summaries = [lab.finish_sender(s, timeout_s=budget.incast_s + 60) for s in running]
-        time.sleep(DRAIN_S)  # the congested queue drains before the receiver stops
+        sent = sum(sum(s["sent"].values()) for s in summaries)
+        _drain(lab, ports, congested, before, sent)
     after = lab.counters_at(ports)
     packets = [p for p in lab.records(out) if p.flow in {f.flow for f in flows}]
     return Incast(
         congested,
-        sum(sum(s["sent"].values()) for s in summaries),
+        sent,
         len({(p.flow, p.seq) for p in packets}),
         sum(1 for p in packets if p.tos & 3 == CE),
         sum(int(s["pauses"]) for s in summaries),
         sum(float(s["paused_ms"]) for s in summaries),
         {port: {k: after[port][k] - before[port][k] for k in after[port]} for port in ports},
     )
+
+
+def _drain(
+    lab: Lab,
+    ports: list[Port],
+    congested: Port,
+    before: dict[Port, dict[str, int]],
+    sent: int,
+) -> None:
+    """Wait until the path has accounted for every datagram sent (out of the congested port
+    to the receiver, or dropped), not a fixed time: queues and the switches' receive sockets
+    drain at the speed the machine allows. Stops early when the counters stand still."""
+    deadline = time.monotonic() + DRAIN_TIMEOUT_S
+    last: tuple[int, int] | None = None
+    changed = time.monotonic()
+    while time.monotonic() < deadline:
+        now = lab.counters_at(ports)
+        out = now[congested]["tx_packets"] - before[congested]["tx_packets"]
+        drops = sum(now[p]["drops"] - before[p]["drops"] for p in ports)
+        if out + drops >= sent:
+            break
+        if (out, drops) != last:
+            last, changed = (out, drops), time.monotonic()
+        elif time.monotonic() - changed > DRAIN_QUIET_S:
+            break
+        time.sleep(0.1)
+    time.sleep(DRAIN_S)
 
 
 def _row(label: str, i: Incast) -> tuple[str, ...]:
@@ -164,13 +194,14 @@ HEADER = (
 
 def _per_port(i: Incast, label: str) -> Table:
     """Where the marks, drops and PAUSE frames happened, port by port."""
-    keys = ("ecn_marks", "drops", "pfc_pause_tx", "pfc_pause_rx")
+    keys = ("ecn_marks", "drops", "pfc_pause_tx", "pfc_pause_rx", "pfc_storms")
     rows = tuple(
         (f"{sw}:{port}", *(str(d[k]) for k in keys))
         for (sw, port), d in sorted(i.delta.items())
         if any(d[k] for k in keys)
     )
-    return Table((label, "ECN marks", "drops", "PAUSE sent", "PAUSE received"), rows)
+    header = (label, "ECN marks", "drops", "PAUSE sent", "PAUSE received", "PFC storms")
+    return Table(header, rows)
 
 
 def _load(lab: Lab, i: Incast) -> str:

@@ -17,7 +17,7 @@ import pytest
 
 from controller.fabric import ipv4_str
 from controller.intent import load_fabric
-from mininet_labs.lab import LabOptions, lab_fabric
+from mininet_labs.lab import COUNTERS, LabOptions, lab_fabric
 from mininet_labs.netlinks import Names, new_tag
 from mininet_labs.processes import (
     NO_THRIFT,
@@ -38,7 +38,7 @@ from tests.lab.bmv2_help import HELP_WITH_THRIFT, HELP_WITHOUT_THRIFT
 pytestmark = pytest.mark.unit
 
 LAB_FABRIC = REPO / "examples" / "lab-2rail.yaml"
-COUNTER_NAMES = ("tx_packets", "rx_packets", "drops", "ecn_marks", "pfc_pause_tx", "pfc_pause_rx")
+COUNTER_NAMES = tuple(COUNTERS)  # what Lab.counters reads
 
 
 class DeadTarget:

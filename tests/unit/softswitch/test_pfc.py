@@ -319,13 +319,22 @@ class PacedIncast:
     longest_pause_ns: int  # at the senders' switches
 
 
-def paced_incast(*, pfc_on: bool, sender_bps: int, lag_ns: int = 0) -> PacedIncast:
+def paced_incast(
+    *,
+    pfc_on: bool,
+    sender_bps: int,
+    lag_ns: int = 0,
+    stall: tuple[int, int] | None = None,
+    upstream_watchdog: WatchdogConfig = DEFAULT_WATCHDOG,
+) -> PacedIncast:
     """tests/integration/softswitch/test_qos.py's incast in simulated time, with the default
     watchdog: each sender's switch (one upstream TM, ports 1 and 2 at `sender_bps`) holds its
     burst of jumbo frames and paces it into the congested switch C, whose port 3 runs at
     CONGESTED_RATE_MBPS. `lag_ns`: C reads each frame that long after it was sent (a switch
-    behind its senders), so its PAUSE leaves that much later."""
-    upstream = TrafficManager(seed=1)
+    behind its senders), so its PAUSE leaves that much later. `stall` (start, duration): C is
+    not scheduled for that long (a starved process): it neither reads, sends nor PAUSEs, and
+    what arrives waits."""
+    upstream = TrafficManager(seed=1, watchdog=upstream_watchdog)
     switch = TrafficManager(seed=2)
     congested = int(qos.CONGESTED_RATE_MBPS * 1e6)
     for port in (1, 2):
@@ -352,7 +361,8 @@ def paced_incast(*, pfc_on: bool, sender_bps: int, lag_ns: int = 0) -> PacedInca
             longest = max(longest, now - paused_at.pop(port))
 
     while True:
-        while in_flight and in_flight[0][0] <= now:
+        stalled = stall is not None and stall[0] <= now < stall[0] + stall[1]
+        while in_flight and in_flight[0][0] <= now and not stalled:
             _, port, raw = in_flight.popleft()
             result = switch.enqueue(now, 3, ROCE_TC, raw, ingress_port=port)
             dropped += not result.accepted
@@ -360,14 +370,17 @@ def paced_incast(*, pfc_on: bool, sender_bps: int, lag_ns: int = 0) -> PacedInca
                 pause(pause_port, pause_frame)
         for port, raw in upstream.next_departure(now):
             in_flight.append((now + lag_ns, port, raw))
-        for port, raw in switch.next_departure(now):
+        for port, raw in [] if stalled else switch.next_departure(now):
             if port == 3:
                 delivered += 1
             else:
                 pause(port, raw)
-        times = [t for t in (upstream.next_event_ns(), switch.next_event_ns()) if t is not None]
+        at_c = [t for t in (switch.next_event_ns(),) if t is not None]
         if in_flight:
-            times.append(in_flight[0][0])
+            at_c.append(in_flight[0][0])
+        if stall is not None and stalled:
+            at_c = [max(t, stall[0] + stall[1]) for t in at_c]
+        times = at_c + [t for t in (upstream.next_event_ns(),) if t is not None]
         if not times:
             break
         now = max(now, min(times))
@@ -410,6 +423,49 @@ def test_the_integration_incast_with_pfc_stays_lossless_with_a_lagging_switch(
     assert 0 < r.longest_pause_ns < DEFAULT_WATCHDOG.detect_ns
     if lag_ms == 0:
         assert r.longest_pause_ns < DEFAULT_WATCHDOG.detect_ns // 4  # ~33 ms
+
+
+STALL = (MS, 400 * MS)  # from before the first PAUSE; a busy 2-core machine stalls that long
+
+
+def test_a_stalled_congested_switch_keeps_what_arrived_meanwhile_in_headroom() -> None:
+    """C is not scheduled for 400 ms while the senders keep sending (its PAUSE is late): the
+    lossless frames that arrived meanwhile exceed the egress buffer, and are admitted at
+    ingress against xoff + headroom, so nothing is tail-dropped. (With a watchdog slower than
+    the stall, as the lab configures it.)"""
+    slow_watchdog = WatchdogConfig(detect_ns=1000 * MS)
+    r = paced_incast(
+        pfc_on=True, sender_bps=SENDER_BPS, stall=STALL, upstream_watchdog=slow_watchdog
+    )
+    assert (r.delivered, r.dropped, r.upstream_dropped, r.storms) == (BURST, 0, 0, 0)
+    # Without PFC the same frames meet the egress buffer and overflow it.
+    without = paced_incast(pfc_on=False, sender_bps=SENDER_BPS, stall=STALL)
+    assert without.dropped > 0 and without.delivered + without.dropped == BURST
+
+
+def test_a_stall_longer_than_the_watchdog_is_a_storm_at_the_paused_upstream() -> None:
+    """A stall that starts while C pauses its upstream, with SONiC's 200 ms watchdog: the
+    upstream, paused by a switch that stopped answering, declares a storm and drops what it
+    holds. That is the watchdog doing its job, and why the lab, whose switches share 2 cores,
+    sets a longer detection time."""
+    r = paced_incast(pfc_on=True, sender_bps=SENDER_BPS, stall=(20 * MS, 400 * MS))
+    assert r.storms >= 1 and r.upstream_dropped > 0
+    assert r.dropped == 0
+
+
+def test_lossless_frames_beyond_xoff_plus_headroom_are_headroom_drops_at_ingress() -> None:
+    tm = TrafficManager(seed=1)
+    tm.add_port(1, mac=mac(1), rate_bps=GBPS, headroom_bytes=3000)
+    tm.add_port(2, mac=mac(2), rate_bps=GBPS, buffer_bytes=1000)
+    tm.configure_pfc(1, ROCE_TC, xoff=2000, xon=1000)
+    verdicts = [tm.enqueue(0, 2, ROCE_TC, frame(1000), 1).verdict for _ in range(7)]
+    # xoff + headroom = 5 frames from port 1, far past port 2's 1,000-byte buffer.
+    assert verdicts == [Verdict.ACCEPTED] * 5 + [Verdict.HEADROOM_DROP] * 2
+    ingress, egress = tm.port_counters(1), tm.port_counters(2)
+    assert (ingress.headroom_drops, ingress.headroom_drop_bytes) == (2, 2000)
+    assert egress.tail_drops == 0 and egress.queue_bytes[ROCE_TC] == 5000
+    # Best effort on the same egress port still meets its buffer.
+    assert tm.enqueue(0, 2, 0, frame(1000), 1).verdict is Verdict.TAIL_DROP
 
 
 # --- watchdog ---------------------------------------------------------------------------------
