@@ -18,7 +18,7 @@ import logging
 import time
 from pathlib import Path
 
-from softswitch.dataplane import SOCKET_BUFFER, DataPlane
+from softswitch.dataplane import SOCKET_BUFFER, DataPlane, Port
 from softswitch.pipeline import Forward, Pipeline
 from softswitch.switch import Switch
 from softswitch.tm import DEFAULT_WATCHDOG, NUM_TCS, TrafficManager, WatchdogConfig
@@ -167,7 +167,7 @@ class TmEgress:
             return
         ports = self.dataplane.ports
         for port, c in self.tm.counters().items():
-            lost = ports[port].lost_frames() if port in ports else 0
+            lost = self._kernel_losses(ports[port]) if port in ports else 0
             now = (
                 c.tail_drops + c.headroom_drops + c.storm_drops + lost,
                 c.tail_drop_bytes + c.headroom_drop_bytes,
@@ -187,6 +187,19 @@ class TmEgress:
             pipeline.c_pause_tx[0][port] += d[3]
             pipeline.c_pause_rx[0][port] += d[4]
             pipeline.c_storm[0][port] += d[5]
+
+    def _kernel_losses(self, port: Port) -> int:
+        """port.lost_frames(), with a warning naming the port and the cause when it grew."""
+        before = (port.rx_dropped, port.tx_errors)
+        lost = port.lost_frames()
+        rx, tx = port.rx_dropped - before[0], port.tx_errors - before[1]
+        if rx or tx:
+            LOG.warning(
+                "port %d (%s): %d frames lost in the kernel since the last count: %d on a full "
+                "receive queue, %d sends refused",
+                port.number, port.ifname, rx + tx, rx, tx,
+            )  # fmt: skip
+        return lost
 
     def close(self) -> None:
         if self._timer is not None:

@@ -52,7 +52,8 @@ Model
   instead, as in SONiC's buffer model (lossless PGs limited at ingress, lossless egress queues
   never tail-dropped): up to xoff + `headroom_bytes` of that ingress port and priority, the
   room for what arrives between sending a PAUSE and the upstream stopping. Beyond it the frame
-  is a headroom drop, counted on the ingress port.
+  is a headroom drop, counted on the ingress port. Headroom is a pool of its own: frames in
+  it do not count against the buffer that lossy frames are tail-dropped by.
 - ECN at enqueue: thresholds per (port, tc), depth = bytes already queued in that class;
   see softswitch/ecn.py. Marks are counted per port.
 - PFC, ingress side: bytes queued anywhere that came in on (ingress port, priority = tc).
@@ -86,6 +87,7 @@ DEFAULT_BUFFER_BYTES = 512 * 1024
 # A software switch's PAUSE reaction includes the time it is not scheduled, when what the
 # upstream sends waits in the port's receive socket: the data plane sizes the headroom to it.
 DEFAULT_HEADROOM_BYTES = 4 * 1024 * 1024
+_IN_HEADROOM = 1 << 16  # added to a queued frame's ingress port number: admitted into headroom
 DEFAULT_SPEED_BPS = 1_000_000_000  # pause timing for ports without a rate
 MIN_BURST_BYTES = 2 * 1518
 BURST_NS = 1_000_000  # default credit: 1 ms at the port rate
@@ -178,6 +180,7 @@ class _Port:
         "headroom_bytes",
         "headroom_drop_bytes",
         "headroom_drops",
+        "headroom_queued",
         "ingress",
         "ingress_bytes",
         "last_pause_rx",
@@ -212,6 +215,7 @@ class _Port:
         self.mac = mac
         self.buffer_bytes = buffer_bytes
         self.headroom_bytes = headroom_bytes
+        self.headroom_queued = 0  # bytes queued here that were admitted into headroom
         self.rate_bps = 0  # 0: unlimited
         self.ns_per_byte = 0.0
         self.burst_ns = 0
@@ -377,12 +381,15 @@ class TrafficManager:
             return _STORM_DROP
         ingress = self._ports.get(ingress_port) if ingress_port is not None else None
         xoff = ingress.pfc_xoff[tc] if ingress is not None else None
+        in_headroom = False
         if ingress is not None and xoff is not None:
-            if ingress.ingress_bytes[tc] + size > xoff + ingress.headroom_bytes:
+            occupancy = ingress.ingress_bytes[tc] + size
+            if occupancy > xoff + ingress.headroom_bytes:
                 ingress.headroom_drops += 1
                 ingress.headroom_drop_bytes += size
                 return _HEADROOM_DROP
-        elif p.queued_bytes + size > p.buffer_bytes:
+            in_headroom = occupancy > xoff
+        elif p.queued_bytes - p.headroom_queued + size > p.buffer_bytes:
             p.tail_drops += 1
             p.tail_drop_bytes += size
             return _TAIL_DROP
@@ -403,7 +410,11 @@ class TrafficManager:
         if ingress is None:
             p.ingress[tc].append(-1)
             return result
-        p.ingress[tc].append(ingress.number)
+        if in_headroom:
+            p.headroom_queued += size
+            p.ingress[tc].append(ingress.number + _IN_HEADROOM)
+        else:
+            p.ingress[tc].append(ingress.number)
         ingress.ingress_bytes[tc] += size
         if xoff is None or ingress.pfc_xoff_state[tc] or ingress.ingress_bytes[tc] <= xoff:
             return result
@@ -543,11 +554,15 @@ class TrafficManager:
         return ingress.number, pfc.pause_for(ingress.mac, prio, PAUSE_TX_QUANTA)
 
     def _dequeued(
-        self, ingress_number: int, tc: int, size: int, out: list[tuple[int, bytes]]
+        self, p: _Port, ingress_number: int, tc: int, size: int, out: list[tuple[int, bytes]]
     ) -> None:
-        """Ingress accounting for a frame that left (sent or dropped): resume upstream at xon."""
+        """Accounting for a frame that left `p` (sent or dropped): headroom, and the ingress
+        side, resuming upstream at xon."""
         if ingress_number < 0:
             return
+        if ingress_number >= _IN_HEADROOM:
+            p.headroom_queued -= size
+            ingress_number -= _IN_HEADROOM
         ingress = self._ports[ingress_number]
         ingress.ingress_bytes[tc] -= size
         if ingress.pfc_xoff_state[tc] and ingress.ingress_bytes[tc] <= ingress.pfc_xon[tc]:
@@ -633,7 +648,7 @@ class TrafficManager:
             if p.rate_bps:
                 p.vt = start + int(size * p.ns_per_byte)
             out.append((p.number, frame))
-            self._dequeued(ingress[tc].popleft(), tc, size, out)
+            self._dequeued(p, ingress[tc].popleft(), tc, size, out)
         self._backlogged.discard(p)
 
     def _drop_queue(self, p: _Port, tc: int, out: list[tuple[int, bytes]]) -> None:
@@ -643,7 +658,7 @@ class TrafficManager:
             p.qbytes[tc] -= size
             p.queued_bytes -= size
             p.storm_drops += 1
-            self._dequeued(ingress.popleft(), tc, size, out)
+            self._dequeued(p, ingress.popleft(), tc, size, out)
         if not p.queued_bytes:
             self._backlogged.discard(p)
 

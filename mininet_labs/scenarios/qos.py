@@ -245,6 +245,7 @@ def run_ecn(lab: Lab, budget: Budget) -> Result:
         "ecn_marks_port": marks,
         "ecn_marks_path": on_path,
         "drops_path": i.drops,
+        "pfc_storms_path": i.total("pfc_storms"),
     }
     # A CE packet is not ECT, so it is never marked twice: without loss, every mark on the
     # path arrives as exactly one CE datagram.

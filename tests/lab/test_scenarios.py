@@ -104,6 +104,7 @@ def test_a_switch_stalled_for_400_ms_loses_nothing_in_the_lossless_class(lab: La
     m = r.metrics
     where = "\n".join(t.render() for t in r.tables)
     assert m["drops_path"] == 0 and m["sent"] == m["received"], f"{r.reason}\n{where}"
+    assert m["pfc_storms_path"] == 0, where
     assert int(m["ce_marked_received"]) > 0
 
 

@@ -464,8 +464,16 @@ def test_lossless_frames_beyond_xoff_plus_headroom_are_headroom_drops_at_ingress
     ingress, egress = tm.port_counters(1), tm.port_counters(2)
     assert (ingress.headroom_drops, ingress.headroom_drop_bytes) == (2, 2000)
     assert egress.tail_drops == 0 and egress.queue_bytes[ROCE_TC] == 5000
-    # Best effort on the same egress port still meets its buffer.
-    assert tm.enqueue(0, 2, 0, frame(1000), 1).verdict is Verdict.TAIL_DROP
+    # Headroom is a pool of its own: best effort still finds port 2's buffer (2,000 bytes of
+    # lossless frames within xoff fill it: one more best-effort frame does not fit).
+    tm.set_buffer_limit(2, 3000)
+    assert tm.enqueue(0, 2, 0, frame(1000), None).verdict is Verdict.ACCEPTED
+    assert tm.enqueue(0, 2, 0, frame(1000), None).verdict is Verdict.TAIL_DROP
+    # Draining the headroom frames gives their pool back, and the resume goes out at xon.
+    sent = [port for port, _ in tm.next_departure(10**9)]
+    assert sent.count(2) == 6 and tm.port_counters(1).ingress_bytes[ROCE_TC] == 0
+    verdicts = [tm.enqueue(10**9, 2, 0, frame(1000), None).verdict for _ in range(4)]
+    assert verdicts == [Verdict.ACCEPTED] * 3 + [Verdict.TAIL_DROP]  # all 3,000 bytes free
 
 
 # --- watchdog ---------------------------------------------------------------------------------
