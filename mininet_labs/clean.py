@@ -39,8 +39,9 @@ def _lab_processes(tag: str | None) -> list[int]:
     return pids
 
 
-def clean(tag: str | None = None) -> list[str]:
-    """Kill, delete; return what was removed. `tag`: only that lab run's leftovers."""
+def clean(tag: str | None = None, *, logs: bool = True) -> list[str]:
+    """Kill, delete; return what was removed. `tag`: only that lab run's leftovers;
+    `logs=False`: keep the /tmp/rfl<tag>/ logs (a lab's own teardown keeps a failed run's)."""
     removed = []
     pids = _lab_processes(tag)
     for pid in pids:
@@ -62,7 +63,7 @@ def clean(tag: str | None = None) -> list[str]:
                     os.kill(int(pid_text), signal.SIGKILL)
             ip("netns", "del", name, check=False)
             removed.append(f"netns {name}")
-    for run_dir in Path("/tmp").glob(f"{PREFIX}*"):
+    for run_dir in Path("/tmp").glob(f"{PREFIX}*") if logs else ():
         if run_dir.is_dir() and TAG_RE.fullmatch(run_dir.name) and _ours(run_dir.name, tag):
             shutil.rmtree(run_dir, ignore_errors=True)
             removed.append(f"logs {run_dir}")

@@ -1,6 +1,7 @@
-"""A running lab: topology, controller, switches, agents, and the handles scenarios use
-(admin API, switch counters, traffic tools). `with Lab(...) as lab:` tears everything down
-whatever happens, SIGINT/SIGTERM included."""
+"""A running lab: its Mininet network (mininet_labs/network.py: servers, switches running a
+target and its agent, cables, the controller), and the handles scenarios use (admin API,
+switch counters, traffic tools). `with Lab(...) as lab:` tears everything down whatever
+happens, SIGINT/SIGTERM included; a lab killed outright is cleaned up by its reaper."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -20,10 +21,13 @@ from typing import Any
 
 import grpc
 from finsy.proto import p4r, p4r_grpc
+from mininet.net import Mininet
 
 from controller.fabric import Fabric
 from controller.intent import load_fabric, to_explicit_yaml
+from mininet_labs.clean import clean
 from mininet_labs.netlinks import PREFIX, LabError, Names, new_tag
+from mininet_labs.network import build_network
 from mininet_labs.processes import (
     BIN,
     REPO,
@@ -67,6 +71,8 @@ class LabOptions:
     damping_half_life_s: float = 1.0
     lldp_interval_s: float = 1.0
     keep_logs: bool = False
+    # Called with a line for each long step (building, starting, converging); None: quiet.
+    progress: Callable[[str], None] | None = None
 
 
 class Interrupted(BaseException):
@@ -130,6 +136,8 @@ class Lab:
         self._counter_ids: dict[str, int] = {}
         self._old_handlers: dict[int, Any] = {}
         self._controller: Child | None = None
+        self._switches: dict[str, Child] = {}
+        self.net: Mininet | None = None
         self.failed = False
         self._reaper: subprocess.Popen[bytes] | None = None
 
@@ -178,15 +186,40 @@ class Lab:
             raise LabError(f"--target {self.target.kind}: {reason}")
         self.run_dir.mkdir(parents=True)
         self._write_fabric()
-        fabric_file = self.fabric_file
-        self.topology.build(tx_checksum_offload=self.target.completes_partial_checksums)
+        if not self.target.completes_partial_checksums and shutil.which("ethtool") is None:
+            raise LabError(
+                "ethtool is not on PATH: the lab needs it to turn TX checksum offload off on "
+                "the host NICs, since this target forwards partial checksums as they are "
+                "(install ethtool; scripts/setup.sh does)"
+            )
+        self._progress(
+            f"building the Mininet network: {len(self.topology.hosts)} servers, "
+            f"{len(self.fabric.switches)} switches, {len(self.topology.cables)} cables"
+        )
+        self.net = build_network(self)
+        self._progress(f"starting the controller and {len(self.fabric.switches)} switches")
+        self.net.start()
+        channel = grpc.insecure_channel(self.controller_addr)
+        self._channels.append(channel)
+        self._admin = admin_pb2_grpc.FabricAdminStub(channel)
+        self.wait_converged(timeout_s=60)
+        for name in self._switches:
+            self.target.after_pipeline(self.thrift_port[name], self.topology.switch_ports(name))
+
+    def _progress(self, text: str) -> None:
+        if self.options.progress is not None:
+            self.options.progress(text)
+
+    # -- processes, started and stopped by the Mininet nodes (network.py) ----------------
+
+    def start_controller(self) -> None:
         self.controller_addr = f"127.0.0.1:{free_port()}"
         o = self.options
         controller = self.processes.start(
             "controller",
             [
                 str(BIN / "railfabric-controller"),
-                "--fabric", str(fabric_file),
+                "--fabric", str(self.fabric_file),
                 "--listen", self.controller_addr,
                 "--state-dir", str(self.run_dir / "state"),
                 "--hold-down-s", f"{o.hold_down_s:g}",
@@ -196,29 +229,37 @@ class Lab:
         assert controller.log is not None
         self._controller = controller
         wait_listening(self.controller_addr, 20, controller.proc, controller.log)
-        switches = []
-        for sw in self.fabric.switches:
-            addr = f"127.0.0.1:{free_port()}"
-            ports = self.topology.switch_ports(sw.name)
-            device_id = self.device_id(sw.name)
-            self.thrift_port[sw.name] = free_port()
-            child = self.processes.start(
-                f"switch-{sw.name}",
-                self.target.argv(device_id, addr, ports, self.thrift_port[sw.name]),
-            )
-            self.switch_addr[sw.name] = addr
-            switches.append((sw.name, child, addr, ports, device_id))
-        for name, child, addr, ports, device_id in switches:
-            assert child.log is not None
-            wait_listening(addr, 20, child.proc, child.log)
-            self.agents[name] = self.processes.start(
+
+    def stop_controller(self) -> None:
+        if self._controller is not None:
+            self.processes.stop(self._controller)
+            self._controller = None
+
+    def start_target(self, name: str) -> None:
+        """Start switch `name`'s P4Runtime target (its agent follows in start_agent)."""
+        addr = f"127.0.0.1:{free_port()}"
+        ports = self.topology.switch_ports(name)
+        self.thrift_port[name] = free_port()
+        self._switches[name] = self.processes.start(
+            f"switch-{name}",
+            self.target.argv(self.device_id(name), addr, ports, self.thrift_port[name]),
+        )
+        self.switch_addr[name] = addr
+
+    def start_agent(self, name: str) -> None:
+        """Once switch `name`'s target listens, start its agent."""
+        child, addr, o = self._switches[name], self.switch_addr[name], self.options
+        assert child.log is not None
+        wait_listening(addr, 20, child.proc, child.log)
+        ports = self.topology.switch_ports(name)
+        self.agents[name] = self.processes.start(
                 f"agent-{name}",
                 [
                     str(BIN / "railfabric-agent"),
                     "--switch", name,
                     "--controller", self.controller_addr,
                     "--target", addr,
-                    "--device-id", str(device_id),
+                    "--device-id", str(self.device_id(name)),
                     "--port-map", ",".join(f"{p}={i}" for p, i in ports.items()),
                     "--p4info", str(DEFAULT_P4INFO),
                     "--election-id", "10",
@@ -226,12 +267,12 @@ class Lab:
                     *self.target.agent_args(),
                 ],
             )  # fmt: skip
-        channel = grpc.insecure_channel(self.controller_addr)
-        self._channels.append(channel)
-        self._admin = admin_pb2_grpc.FabricAdminStub(channel)
-        self.wait_converged(timeout_s=60)
-        for name, _, _, ports, _ in switches:
-            self.target.after_pipeline(self.thrift_port[name], ports)
+
+    def stop_switch(self, name: str) -> None:
+        """Stop switch `name`'s agent, then its target."""
+        for child in (self.agents.pop(name, None), self._switches.pop(name, None)):
+            if child is not None:
+                self.processes.stop(child)
 
     def close(self) -> None:
         # A second Ctrl-C must not cut the teardown short.
@@ -240,8 +281,12 @@ class Lab:
         for channel in self._channels:
             channel.close()
         self._channels.clear()
+        if self.net is not None:
+            self.net.stop()
+            self.net = None
         self.processes.stop_all()
-        self.topology.teardown()
+        # Whatever a build that failed half-way made: namespaces and links by the lab's tag.
+        clean(self.names.tag, logs=False)
         defaults = {signal.SIGTERM: signal.SIG_DFL, signal.SIGINT: signal.default_int_handler}
         for sig, default in defaults.items():
             signal.signal(sig, self._old_handlers.pop(sig, default))

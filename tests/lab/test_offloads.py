@@ -3,10 +3,10 @@
 A host NIC is a veth: with TX checksum offload on (the default), a UDP datagram leaves with
 only the pseudo-header sum in its checksum field (CHECKSUM_PARTIAL), for "hardware" to finish.
 softswitch finishes it (softswitch/offload.py); bmv2 forwards it as it is and the receiver
-drops it (docs/bmv2.md). The lab's hosts are built here as the lab builds them for each kind of
-target (no switch process needed), a datagram is sent, and the frame is captured on the ToR's
-port with PACKET_AUXDATA, as softswitch receives it: TP_STATUS_CSUMNOTREADY marks a partial
-checksum, and the checksum bytes are checked."""
+drops it (docs/bmv2.md). The lab's Mininet network is built here as the lab builds it for each
+kind of target (not started: no switch process needed), a datagram is sent, and the frame is
+captured on the ToR's port with PACKET_AUXDATA, as softswitch receives it:
+TP_STATUS_CSUMNOTREADY marks a partial checksum, and the checksum bytes are checked."""
 
 from __future__ import annotations
 
@@ -21,10 +21,11 @@ from scapy.layers.l2 import Ether
 
 from controller.fabric import ipv4_str
 from controller.intent import load_fabric
-from mininet_labs.lab import LAB_PORT, lab_fabric
-from mininet_labs.netlinks import Names, new_tag
+from mininet_labs.clean import clean
+from mininet_labs.lab import LAB_PORT, Lab, lab_fabric
+from mininet_labs.network import build_network
 from mininet_labs.processes import REPO, Bmv2, Softswitch, SwitchTarget
-from mininet_labs.topology import HostPort, LabTopology
+from mininet_labs.topology import HostPort
 from softswitch.offload import (
     AUXDATA,
     PACKET_AUXDATA,
@@ -35,7 +36,8 @@ from softswitch.offload import (
 
 pytestmark = pytest.mark.lab
 
-FABRIC = lab_fabric(load_fabric(REPO / "examples" / "lab-2rail.yaml"))
+FABRIC_FILE = REPO / "examples" / "lab-2rail.yaml"
+FABRIC = lab_fabric(load_fabric(FABRIC_FILE))
 ETH_P_ALL = 0x0003
 SEND = (
     "import socket, sys; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM);"
@@ -51,7 +53,7 @@ def udp_checksum_ok(frame: bytes) -> bool:
     return bool(Ether(bytes(pkt))[UDP].chksum == claimed)
 
 
-def first_datagram(topology: LabTopology, src: HostPort, dst_ip: str) -> tuple[bytes, int]:
+def first_datagram(src: HostPort, dst_ip: str) -> tuple[bytes, int]:
     """The frame of one UDP datagram from `src` to `dst_ip`, as it arrives on the ToR's port,
     and its PACKET_AUXDATA status."""
     with socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL)) as rx:
@@ -80,12 +82,12 @@ def first_datagram(topology: LabTopology, src: HostPort, dst_ip: str) -> tuple[b
 def test_no_partial_checksum_reaches_a_target_that_does_not_finish_it(
     target: SwitchTarget,
 ) -> None:
-    topology = LabTopology(FABRIC, Names(new_tag()))
+    lab = Lab(FABRIC_FILE, target)
+    net = build_network(lab)
     try:
-        topology.build(tx_checksum_offload=target.completes_partial_checksums)
-        for src in topology.host_ports:
+        for src in lab.topology.host_ports:
             dst = next(n for n in FABRIC.nics if n.host != src.nic.host)
-            frame, status = first_datagram(topology, src, ipv4_str(dst.ipv4))
+            frame, status = first_datagram(src, ipv4_str(dst.ipv4))
             partial = bool(status & TP_STATUS_CSUMNOTREADY)
             where = f"{src.nic.full_name} -> {dst.full_name} ({target.kind})"
             if target.completes_partial_checksums:
@@ -98,4 +100,5 @@ def test_no_partial_checksum_reaches_a_target_that_does_not_finish_it(
                 assert not partial, f"{where}: the frame left with a partial checksum"
                 assert udp_checksum_ok(frame), f"{where}: wrong UDP checksum"
     finally:
-        topology.teardown()
+        net.stop()
+        assert clean(lab.names.tag, logs=False) == []  # the network took everything along

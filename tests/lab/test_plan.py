@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from controller.intent import load_fabric
-from mininet_labs.lab import LAB_LINK_SPEED_MBPS, lab_fabric
+from mininet_labs.lab import LAB_LINK_SPEED_MBPS, Lab, lab_fabric
 from mininet_labs.netlinks import TAG_RE, Names, new_tag
-from mininet_labs.processes import REPO
+from mininet_labs.network import WIRE, FabricTopo, SoftSwitch
+from mininet_labs.processes import REPO, Softswitch
 from mininet_labs.report import percentile
 from mininet_labs.topology import LabTopology
 from mininet_labs.traffic import FlowSpec
@@ -31,8 +32,21 @@ def test_plan_covers_every_port_with_short_unique_names() -> None:
     assert len(names) == len(set(names)) == 8 + 2 * 8  # host ports + both ends of 8 cables
     assert all(len(n) <= 15 and TAG_RE.match(n) for n in names)  # IFNAMSIZ; clean finds them
     assert len(topo.cables) == 8
-    assert topo.topo.switches() and len(topo.topo.hosts()) == 4
-    assert len(topo.topo.links()) == 8 + 8
+
+
+def test_the_mininet_topo_is_the_plan_with_cables_through_the_wire_node() -> None:
+    lab = Lab(REPO / "examples" / "lab-2rail.yaml", Softswitch())  # planned, not started
+    topo = FabricTopo(lab.topology, lab, SoftSwitch)
+    assert sorted(topo.hosts()) == lab.topology.hosts and len(topo.hosts()) == 4
+    assert sorted(topo.switches()) == sorted([*(sw.name for sw in FABRIC.switches), WIRE])
+    # 8 host cables, and each of the 8 switch cables as two links through the wire node
+    links = topo.links(withInfo=True)
+    assert len(links) == 8 + 2 * 8
+    through_wire = [info for a, b, info in links if WIRE in (a, b)]
+    assert len(through_wire) == 16
+    ends = {(a, info["intfName1"]) for a, _, info in links}
+    ends |= {(b, info["intfName2"]) for _, b, info in links}
+    assert len(ends) == 2 * len(links)  # every interface once on its node
 
 
 def test_lab_fabric_only_changes_link_speeds() -> None:
