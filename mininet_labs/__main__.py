@@ -1,4 +1,5 @@
 """`python -m mininet_labs run FABRIC --scenario NAME|all [--target softswitch|bmv2] [--json OUT]`,
+`up FABRIC [--target ...] [--script FILE]` (the fabric kept up under Mininet's CLI, `mininet>`),
 `list`, `clean`, and `demo` (= `run examples/lab-2rail.yaml --scenario all`).
 
 Exit status: 0 when no scenario failed (each passed, or was skipped as one the target cannot
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from controller.yamlnodes import IntentError
 from mininet_labs.clean import clean
+from mininet_labs.cli import FabricCLI
 from mininet_labs.lab import Interrupted, Lab, LabOptions
 from mininet_labs.netlinks import LabError
 from mininet_labs.processes import (
@@ -42,10 +44,22 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in (
         ("run", "run scenarios on a fabric"),
         ("demo", "run every scenario on examples/lab-2rail.yaml"),
+        (
+            "up",
+            "build a fabric and open Mininet's CLI on it (mininet>), with railfabric's commands",
+        ),
     ):
         p = sub.add_parser(name, help=text)
-        if name == "run":
+        if name in ("run", "up"):
             p.add_argument("fabric", type=Path, help="fabric YAML (intent or explicit form)")
+        if name == "up":
+            p.add_argument(
+                "--script",
+                type=Path,
+                help="run these CLI commands (one per line, as Mininet's `source`), then tear "
+                "the fabric down, instead of prompting",
+            )
+        if name == "run":
             p.add_argument(
                 "--scenario",
                 action="append",
@@ -54,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
                 help="scenario to run (repeatable); all = every one in order",
             )
         p.add_argument("--target", choices=["softswitch", "bmv2"], default="softswitch")
-        p.add_argument("--json", type=Path, help="write the results as JSON here")
+        if name != "up":
+            p.add_argument("--json", type=Path, help="write the results as JSON here")
         p.add_argument(
             "--port-rate-mbps",
             type=float,
@@ -62,11 +77,18 @@ def build_parser() -> argparse.ArgumentParser:
             f"(default {SOFTSWITCH_PORT_RATE_MBPS:g}); bmv2 paces its lossless-class queues "
             f"at it in the scenarios' 1,042-byte frames (default {BMV2_PORT_RATE_MBPS:g})",
         )
-        p.add_argument("--quick", action="store_true", help="smaller budget (fewer repetitions)")
-        p.add_argument("--failover-reps", type=int, help="failover repetitions (default 10)")
-        p.add_argument("--probe-pps", type=int, help="failover probe rate (default 1000)")
+        if name != "up":
+            p.add_argument(
+                "--quick", action="store_true", help="smaller budget (fewer repetitions)"
+            )
+            p.add_argument("--failover-reps", type=int, help="failover repetitions (default 10)")
+            p.add_argument("--probe-pps", type=int, help="failover probe rate (default 1000)")
         p.add_argument("--keep-logs", action="store_true", help="keep /tmp/rfl<tag>/ logs")
     return parser
+
+
+def _progress(text: str) -> None:
+    print(f"  .. {text}", flush=True)
 
 
 def run(  # noqa: PLR0917 - the CLI's options, one call site
@@ -128,6 +150,46 @@ def run(  # noqa: PLR0917 - the CLI's options, one call site
     return status
 
 
+def up(
+    fabric: Path,
+    target_kind: str,
+    port_rate_mbps: float | None,
+    options: LabOptions,
+    script: Path | None,
+) -> int:
+    """The fabric kept up under Mininet's CLI until `exit` (or the script's end)."""
+    if os.geteuid() != 0:
+        print("mininet_labs: needs root (network namespaces)", file=sys.stderr)
+        return 2
+    if script is not None and not script.is_file():
+        print(f"mininet_labs: --script {script}: no such file", file=sys.stderr)
+        return 2
+    target = make_target(target_kind, port_rate_mbps)
+    unavailable = target.unavailable()
+    if unavailable is not None:
+        print(f"mininet_labs: --target {target_kind}: {unavailable}", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    try:
+        lab = Lab(fabric, target, options)
+        print(f"lab {lab.names.tag}: fabric {lab.fabric.name}, target {target.describe()}")
+        with lab:
+            print(
+                f"fabric converged in {time.monotonic() - started:.1f} s; "
+                "`help` lists the commands, `exit` tears the fabric down",
+                flush=True,
+            )
+            FabricCLI(lab, script=str(script) if script else None)
+    except Interrupted as sig:
+        print(f"mininet_labs: interrupted ({sig}); everything was torn down", file=sys.stderr)
+        return 2
+    except (LabError, IntentError) as err:
+        print(f"mininet_labs: {err}", file=sys.stderr)
+        return 2
+    print("fabric torn down")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -140,10 +202,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         removed = clean()
         print("\n".join(removed) if removed else "nothing to clean")
         return 0
+    if args.port_rate_mbps is not None and not args.port_rate_mbps > 0:
+        parser.error(f"--port-rate-mbps {args.port_rate_mbps:g}: must be > 0")
+    options = LabOptions(keep_logs=args.keep_logs, progress=_progress)
+    if args.command == "up":
+        return up(args.fabric, args.target, args.port_rate_mbps, options, args.script)
     fabric = DEMO_FABRIC if args.command == "demo" else args.fabric
     chosen = ["all"] if args.command == "demo" else args.scenario
     names = list(SCENARIOS) if "all" in chosen else list(dict.fromkeys(chosen))
-    options = LabOptions(keep_logs=args.keep_logs)
     budget = Budget.quick() if args.quick else Budget()
     for flag, field, value in (
         ("--failover-reps", "failover_reps", args.failover_reps),
@@ -153,8 +219,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             if value < 1:
                 parser.error(f"{flag} {value}: must be >= 1")
             budget = dataclasses.replace(budget, **{field: value})
-    if args.port_rate_mbps is not None and not args.port_rate_mbps > 0:
-        parser.error(f"--port-rate-mbps {args.port_rate_mbps:g}: must be > 0")
     return run(fabric, names, args.target, args.port_rate_mbps, options, budget, args.json)
 
 

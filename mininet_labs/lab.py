@@ -20,7 +20,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 import grpc
-from finsy.proto import p4r, p4r_grpc
+from finsy.proto import p4i, p4r, p4r_grpc
 from mininet.net import Mininet
 
 from controller.fabric import Fabric
@@ -38,6 +38,7 @@ from mininet_labs.processes import (
     tail,
     wait_listening,
 )
+from mininet_labs.report import Table
 from mininet_labs.topology import LabTopology
 from mininet_labs.traffic import FlowSpec, Packet, read_records
 from railfabric import fabric_p4 as p4
@@ -315,7 +316,7 @@ class Lab:
     def wait_converged(self, timeout_s: float) -> None:
         """Every agent connected and applied its state, every link up."""
         deadline = time.monotonic() + timeout_s
-        why = ""
+        why = shown = ""
         while time.monotonic() < deadline:
             self._check_alive()
             try:
@@ -329,6 +330,13 @@ class Lab:
                     f"{x.a.switch_name}:{x.a.port}--{x.b.switch_name}:{x.b.port}"
                     for x in links.links
                 ]
+                status = (
+                    f"{len(switches.switches) - len(waiting)}/{len(self.fabric.switches)} "
+                    f"switches converged, {len(down)} links not up"
+                )
+                if status != shown:
+                    self._progress(status)
+                    shown = status
                 if not waiting and not down:
                     return
                 why = f"not converged: {waiting}; links not up: {down}"
@@ -413,11 +421,7 @@ class Lab:
             info = load_p4info(DEFAULT_P4INFO)
             by_name = {c.preamble.name: c.preamble.id for c in info.counters}
             self._counter_ids = {key: by_name[name] for key, name in COUNTERS.items()}
-        stub = self._p4.get(switch)
-        if stub is None:
-            channel = grpc.insecure_channel(self.switch_addr[switch])
-            self._channels.append(channel)
-            stub = self._p4[switch] = p4r_grpc.P4RuntimeStub(channel)
+        stub = self._p4_stub(switch)
         device_id = self.device_id(switch)
         out: dict[int, dict[str, int]] = {p: {} for p in ports}
         request = p4r.ReadRequest(device_id=device_id)
@@ -434,6 +438,33 @@ class Lab:
                 data = entry.data
                 out[entry.index.index][key] = int(data.packet_count)
         return out
+
+    def _p4_stub(self, switch: str) -> p4r_grpc.P4RuntimeStub:
+        stub = self._p4.get(switch)
+        if stub is None:
+            channel = grpc.insecure_channel(self.switch_addr[switch])
+            self._channels.append(channel)
+            stub = self._p4[switch] = p4r_grpc.P4RuntimeStub(channel)
+        return stub
+
+    def read_tables(self, switch: str) -> Table:
+        """Every table entry, ECMP member and group the switch's target holds, read back over
+        P4Runtime (default entries of the keyless tables too), named as in the P4Info."""
+        info = load_p4info(DEFAULT_P4INFO)
+        request = p4r.ReadRequest(device_id=self.device_id(switch))
+        for table in info.tables:
+            request.entities.add().table_entry.table_id = table.preamble.id
+            if not table.match_fields:  # keyless: only its default entry exists
+                request.entities[-1].table_entry.is_default_action = True
+        for profile in info.action_profiles:
+            request.entities.add().action_profile_member.action_profile_id = profile.preamble.id
+            request.entities.add().action_profile_group.action_profile_id = profile.preamble.id
+        rows = [
+            format_entity(info, entity)
+            for response in self._p4_stub(switch).Read(request, timeout=10)
+            for entity in response.entities
+        ]
+        return Table(("object", "key", "action"), tuple(rows))
 
     def counters_at(
         self, ports: Sequence[tuple[str, int]]
@@ -546,3 +577,68 @@ class Lab:
     def agent_log(self, switch: str) -> str:
         log = self.agents[switch].log
         return log.read_text(errors="replace") if log else ""
+
+
+def _value(raw: bytes, bitwidth: int, as_address: bool = False) -> str:
+    number = int.from_bytes(raw, "big")
+    if bitwidth == 48:
+        return ":".join(f"{b:02x}" for b in number.to_bytes(6, "big"))
+    if bitwidth == 32 and as_address:
+        return ".".join(str(b) for b in number.to_bytes(4, "big"))
+    return str(number)
+
+
+def format_entity(info: p4i.P4Info, entity: p4r.Entity) -> tuple[str, str, str]:
+    """(object, key, action) of a table entry, ECMP member or group, with P4Info names."""
+    actions = {a.preamble.id: a for a in info.actions}
+
+    def action_text(action: p4r.Action) -> str:
+        a = actions.get(action.action_id)
+        if a is None:
+            return f"action {action.action_id}"
+        widths = {p.id: (p.name, p.bitwidth) for p in a.params}
+        params = ", ".join(
+            f"{widths[p.param_id][0]}={_value(p.value, widths[p.param_id][1])}"
+            for p in action.params
+            if p.param_id in widths
+        )
+        return f"{a.preamble.alias}({params})"
+
+    kind = entity.WhichOneof("entity")
+    if kind == "action_profile_member":
+        m = entity.action_profile_member
+        return ("ecmp member", str(m.member_id), action_text(m.action))
+    if kind == "action_profile_group":
+        g = entity.action_profile_group
+        members = ", ".join(str(m.member_id) for m in g.members)
+        return ("ecmp group", str(g.group_id), f"members {members}")
+    te = entity.table_entry
+    table = next((t for t in info.tables if t.preamble.id == te.table_id), None)
+    if table is None:
+        return (f"table {te.table_id}", "", "")
+    fields = {f.id: f for f in table.match_fields}
+    key = []
+    for fm in te.match:
+        f = fields[fm.field_id]
+        which = fm.WhichOneof("field_match_type")
+        if which == "exact":
+            key.append(f"{f.name}={_value(fm.exact.value, f.bitwidth)}")
+        elif which == "lpm":
+            key.append(f"{f.name}={_value(fm.lpm.value, f.bitwidth, True)}/{fm.lpm.prefix_len}")
+        elif which == "ternary":
+            value = _value(fm.ternary.value, f.bitwidth)
+            key.append(f"{f.name}={value}&&&{_value(fm.ternary.mask, f.bitwidth)}")
+    if te.is_default_action:
+        key.append("(default)")
+    if te.priority:
+        key.append(f"priority {te.priority}")
+    chosen = te.action.WhichOneof("type")
+    if chosen == "action":
+        action = action_text(te.action.action)
+    elif chosen == "action_profile_member_id":
+        action = f"member {te.action.action_profile_member_id}"
+    elif chosen == "action_profile_group_id":
+        action = f"group {te.action.action_profile_group_id}"
+    else:
+        action = "-"
+    return (table.preamble.alias, " ".join(key), action)
