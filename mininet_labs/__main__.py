@@ -30,6 +30,7 @@ from mininet_labs.report import Result, exit_status, render, summary, write_json
 from mininet_labs.scenarios import SCENARIOS, Budget
 
 DEMO_FABRIC = REPO / "examples" / "lab-2rail.yaml"
+COMMAND = ["python", "-m", "mininet_labs", *sys.argv[1:]]  # as run, for the JSON report
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -136,13 +137,13 @@ def run(  # noqa: PLR0917 - the CLI's options, one call site
     except (LabError, IntentError) as err:
         print(f"mininet_labs: {err}", file=sys.stderr)
         if json_out:
-            write_json(json_out, str(fabric), target_kind, results, detail)
+            write_json(json_out, str(fabric), target_kind, results, detail, command=COMMAND)
         return 2
     if results:
         print(summary(results))
         print(f"\n{len(results)} scenarios in {time.monotonic() - started:.0f} s")
     if json_out:
-        write_json(json_out, str(fabric), target_kind, results, detail)
+        write_json(json_out, str(fabric), target_kind, results, detail, command=COMMAND)
         print(f"results written to {json_out}")
     status = exit_status(results)
     if status:

@@ -193,12 +193,12 @@ class Lab:
                 "the host NICs, since this target forwards partial checksums as they are "
                 "(install ethtool; scripts/setup.sh does)"
             )
-        self._progress(
+        self.progress(
             f"building the Mininet network: {len(self.topology.hosts)} servers, "
             f"{len(self.fabric.switches)} switches, {len(self.topology.cables)} cables"
         )
         self.net = build_network(self)
-        self._progress(f"starting the controller and {len(self.fabric.switches)} switches")
+        self.progress(f"starting the controller and {len(self.fabric.switches)} switches")
         self.net.start()
         channel = grpc.insecure_channel(self.controller_addr)
         self._channels.append(channel)
@@ -207,7 +207,8 @@ class Lab:
         for name in self._switches:
             self.target.after_pipeline(self.thrift_port[name], self.topology.switch_ports(name))
 
-    def _progress(self, text: str) -> None:
+    def progress(self, text: str) -> None:
+        """A progress line for a long step (LabOptions.progress), for scenarios too."""
         if self.options.progress is not None:
             self.options.progress(text)
 
@@ -335,7 +336,7 @@ class Lab:
                     f"switches converged, {len(down)} links not up"
                 )
                 if status != shown:
-                    self._progress(status)
+                    self.progress(status)
                     shown = status
                 if not waiting and not down:
                     return

@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +77,10 @@ class Result:
                 k: None if isinstance(v, float) and math.isnan(v) else v
                 for k, v in self.metrics.items()
             },
+            # Every row the report printed (the failover's per-cut rows among them).
+            "tables": [
+                {"header": list(t.header), "rows": [list(r) for r in t.rows]} for t in self.tables
+            ],
         }
 
 
@@ -128,13 +133,26 @@ def exit_status(results: Sequence[Result]) -> int:
 
 
 def write_json(
-    path: Path, fabric: str, target: str, results: Sequence[Result], target_detail: str = ""
+    path: Path,
+    fabric: str,
+    target: str,
+    results: Sequence[Result],
+    target_detail: str = "",
+    *,
+    command: Sequence[str] = (),
 ) -> None:
+    """The results; `command`: the lab's own command line, and per scenario the one that
+    runs it alone, to reproduce either."""
+    alone = ["python", "-m", "mininet_labs", "run", fabric, "--target", target]
     data = {
         "fabric": fabric,
         "target": target,
         "target_detail": target_detail,
-        "scenarios": [r.to_json() for r in results],
+        "command": shlex.join(command),
+        "scenarios": [
+            {**r.to_json(), "reproduce": shlex.join([*alone, "--scenario", r.name])}
+            for r in results
+        ],
         "counts": {v.value: sum(r.verdict is v for r in results) for v in Verdict},
     }
     path.write_text(json.dumps(data, indent=2, allow_nan=False, default=str) + "\n")

@@ -303,8 +303,10 @@ def run(lab: Lab, budget: Budget) -> Result:
         )
         try:
             time.sleep(0.5)
+            total = 2 * budget.failover_reps
             for _ in range(budget.failover_reps):
                 for kind, (switch, port) in (("local", local), ("remote", remote)):
+                    lab.progress(f"failover: cut {len(cuts) + 1}/{total} ({kind}, {switch}:{port})")
                     cuts.append(_one_cut(lab, probe, kind, switch, port))
         finally:
             summary = lab.stop_sender(sender)

@@ -12,7 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from mininet_labs.report import Result, Verdict, exit_status, render, summary, write_json
+from mininet_labs.report import (
+    Result,
+    Table,
+    Verdict,
+    exit_status,
+    render,
+    summary,
+    write_json,
+)
 from mininet_labs.scenarios.common import Budget, Sample, sample_problem
 from mininet_labs.scenarios.failover import (
     CUT_LEAD_NS,
@@ -270,7 +278,21 @@ def test_a_skip_is_neither_a_pass_nor_a_failure_and_shows_everywhere(tmp_path: P
         "passed": False,
         "reason": "not supported by this target (bmv2: no PFC)",
         "metrics": {},
+        "tables": [],
+        "reproduce": "python -m mininet_labs run lab-2rail.yaml --target bmv2 --scenario pfc",
     }
+
+
+def test_the_json_keeps_every_row_and_how_to_reproduce(tmp_path: Path) -> None:
+    rows = (("1", "local", "tor-r1-b1:3--spine-p1-1:1", "12.5"), ("2", "remote", "x", "60.1"))
+    result = Result("failover", True, "ok", {}, (Table(("#", "cut", "link", "loss ms"), rows),))
+    out = tmp_path / "lab.json"
+    command = ["python", "-m", "mininet_labs", "run", "f.yaml", "--scenario", "all"]
+    write_json(out, "f.yaml", "softswitch", [result], command=command)
+    data = json.loads(out.read_text())
+    assert data["command"] == "python -m mininet_labs run f.yaml --scenario all"
+    (table,) = data["scenarios"][0]["tables"]
+    assert table == {"header": ["#", "cut", "link", "loss ms"], "rows": [list(r) for r in rows]}
 
 
 def test_only_a_failure_fails_a_run() -> None:
