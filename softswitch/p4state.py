@@ -87,6 +87,7 @@ class P4State:
         self.defaults = self.tables.defaults
         self.members = self.profiles.members
         self.groups = self.profiles.groups
+        self._write_table = self.tables.write
         # Entity kind -> its store's writer (each takes the message of that kind).
         self._writers: dict[str, Callable[[Any, UpdateType], None]] = {
             "table_entry": self.tables.write,
@@ -107,6 +108,11 @@ class P4State:
         if utype is None:
             raise P4Error(Code.INVALID_ARGUMENT, f"update type {update.type} is not valid")
         entity = update.entity
+        # Most updates are table entries: HasField is cheaper than WhichOneof, and their
+        # writer is called without a lookup or a getattr by name.
+        if entity.HasField("table_entry"):
+            self._write_table(entity.table_entry, utype)
+            return
         kind = entity.WhichOneof("entity")
         if kind is None:
             raise P4Error(Code.INVALID_ARGUMENT, "update has no entity")

@@ -19,6 +19,9 @@ from finsy.proto import p4r
 
 from softswitch.codes import Code, P4Error
 from softswitch.entities import (
+    DELETE,
+    INSERT,
+    MODIFY,
     ActionCall,
     GroupRef,
     MemberRef,
@@ -149,7 +152,7 @@ class ProfileStore:
         members = self.members[profile_id]
         old = members.get(msg.member_id)
         where = f"{profile.name} member {msg.member_id}"
-        if utype is UpdateType.DELETE:
+        if utype is DELETE:
             if old is None:
                 raise P4Error(Code.NOT_FOUND, f"{where}: no such member to delete")
             if self._member_refs.get((profile_id, msg.member_id), 0) > 0:
@@ -160,9 +163,9 @@ class ProfileStore:
             heapq.heappush(self._free_handles[profile_id], old.handle)
             self._hooks.profile_changed()
             return
-        if utype is UpdateType.INSERT and old is not None:
+        if utype is INSERT and old is not None:
             raise P4Error(Code.ALREADY_EXISTS, f"{where} already exists")
-        if utype is UpdateType.MODIFY and old is None:
+        if utype is MODIFY and old is None:
             raise P4Error(Code.NOT_FOUND, f"{where}: no such member to modify")
         action = decode_action(
             self.schema.actions, msg.action, self._member_actions[profile_id], where
@@ -195,7 +198,7 @@ class ProfileStore:
         groups = self.groups[profile_id]
         old = groups.get(msg.group_id)
         where = f"{profile.name} group {msg.group_id}"
-        if utype is UpdateType.DELETE:
+        if utype is DELETE:
             if old is None:
                 raise P4Error(Code.NOT_FOUND, f"{where}: no such group to delete")
             if self._group_refs.get((profile_id, msg.group_id), 0) > 0:
@@ -205,9 +208,9 @@ class ProfileStore:
                 self._member_refs[(profile_id, old_member.member_id)] -= 1
             self._hooks.profile_changed()
             return
-        if utype is UpdateType.INSERT and old is not None:
+        if utype is INSERT and old is not None:
             raise P4Error(Code.ALREADY_EXISTS, f"{where} already exists")
-        if utype is UpdateType.MODIFY and old is None:
+        if utype is MODIFY and old is None:
             raise P4Error(Code.NOT_FOUND, f"{where}: no such group to modify")
         max_size = msg.max_size
         if max_size < 0 or (profile.max_group_size and max_size > profile.max_group_size):

@@ -19,6 +19,9 @@ from finsy.proto import p4r
 from railfabric import fabric_p4 as p4
 from softswitch.codes import Code, P4Error
 from softswitch.entities import (
+    DELETE,
+    INSERT,
+    MODIFY,
     ActionCall,
     Key,
     KeySpec,
@@ -76,7 +79,8 @@ class TableStore:
         }
         self.defaults: dict[int, ActionCall | None] = {}
         self._keys = {t.id: KeySpec.of(t) for t in schema.tables.values()}
-        self._action_cache: dict[int, dict[bytes, ActionCall]] = {t: {} for t in schema.tables}
+        # Table id -> an entry's TableAction bytes -> the direct action they decoded to.
+        self._direct_cache: dict[int, dict[bytes, ActionCall]] = {t: {} for t in schema.tables}
         for table in schema.tables.values():
             default = self.initial_default(table)
             self.defaults[table.id] = default
@@ -128,7 +132,7 @@ class TableStore:
         slot = (key, priority)
         old = entries.get(slot)
         profile_id = table.implementation_id
-        if utype is UpdateType.DELETE:
+        if utype is DELETE:
             if old is None:
                 raise P4Error(Code.NOT_FOUND, f"{table.name}: no such entry to delete")
             del entries[slot]
@@ -136,7 +140,7 @@ class TableStore:
                 self._profiles.unref(profile_id, old.action)
             self._hooks.table_unset(table.id, key, priority)
             return
-        if utype is UpdateType.INSERT:
+        if utype is INSERT:
             if old is not None:
                 raise P4Error(Code.ALREADY_EXISTS, f"{table.name}: entry already exists")
             if table.size and len(entries) >= table.size:
@@ -145,7 +149,11 @@ class TableStore:
                 )
         elif old is None:
             raise P4Error(Code.NOT_FOUND, f"{table.name}: no such entry to modify")
-        action = self._entry_action(table, te)
+        # Bytes that decoded to a direct action of this table before pass _entry_action's
+        # checks again and decode to the same call: one serialization instead of the walk.
+        action: TableAction | None = self._direct_cache[table.id].get(te.action.SerializeToString())
+        if action is None:
+            action = self._entry_action(table, te)
         if profile_id:
             self._profiles.ref(profile_id, action)
             if old is not None:
@@ -167,31 +175,31 @@ class TableStore:
                     Code.INVALID_ARGUMENT,
                     f"{table.name} is implemented by an action profile: use a member or group",
                 )
-            return self._direct_action(table, action.action)
+            return self._direct_action(table, te)
         if not table.implementation_id:
             raise P4Error(
                 Code.INVALID_ARGUMENT, f"{table.name} has no action profile: use a direct action"
             )
         return self._profiles.table_action(table, action, which or "")
 
-    def _direct_action(self, table: TableInfo, action: p4r.Action) -> ActionCall:
-        """decode_action for an entry of `table`, remembered by the action's bytes: a table's
-        entries call few distinct actions (a route names one of a few next ids), and the same
-        bytes decode to the same call. Only actions whose values were already canonical are
-        remembered (decoding changed nothing in the message), and only those that decoded."""
+    def _direct_action(self, table: TableInfo, te: p4r.TableEntry) -> ActionCall:
+        """decode_action for an entry of `table`, remembered by the bytes of the entry's
+        TableAction: a table's entries call few distinct actions (a route names one of a few
+        next ids), and the same bytes decode to the same call. Only actions whose values were
+        already canonical are remembered (decoding changed nothing in the message), and only
+        those that decoded."""
+        action = te.action
         raw = action.SerializeToString()
-        cache = self._action_cache[table.id]
-        call = cache.get(raw)
-        if call is None:
-            call = decode_action(self.schema.actions, action, table.entry_actions, table.name)
-            if action.SerializeToString() == raw:
-                if len(cache) >= ACTION_CACHE_SIZE:
-                    cache.clear()
-                cache[raw] = call
+        call = decode_action(self.schema.actions, action.action, table.entry_actions, table.name)
+        if action.SerializeToString() == raw:
+            cache = self._direct_cache[table.id]
+            if len(cache) >= ACTION_CACHE_SIZE:
+                cache.clear()
+            cache[raw] = call
         return call
 
     def _write_default(self, table: TableInfo, te: p4r.TableEntry, utype: UpdateType) -> None:
-        if utype is not UpdateType.MODIFY:
+        if utype is not MODIFY:
             raise P4Error(
                 Code.INVALID_ARGUMENT,
                 f"{table.name}: the default entry can only be modified, not {utype.name}",
