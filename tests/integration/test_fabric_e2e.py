@@ -361,7 +361,11 @@ def test_link_cut_is_repaired_locally_then_globally_and_nothing_uses_it(
             assert downs, f"no PORT_DOWN event for {switch}:{port}"
             change = downs[0].port_change
             assert not change.up
-            assert change.groups_repaired > 0 and change.local_repair_ns > 0, (
+            # An end whose agent saw the carrier loss only after the controller, told by the
+            # other end, had pushed it a state without the port has nothing left to repair
+            # (a loaded machine can delay one agent that long); any other end repaired first.
+            pushed_before = any(events[i].wall_ns <= change.detected_wall_ns for i in pushed)
+            assert pushed_before or (change.groups_repaired > 0 and change.local_repair_ns > 0), (
                 f"{switch}:{port} was not repaired locally: {change}"
             )
             assert downs[0].wall_ns <= converged.wall_ns

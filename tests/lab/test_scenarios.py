@@ -111,13 +111,13 @@ def test_a_switch_stalled_for_400_ms_loses_nothing_in_the_lossless_class(lab: La
 def test_pfc_lossless_with_pauses_and_drops_without(lab: Lab) -> None:
     r = SCENARIOS["pfc"].run(lab, BUDGET)
     m = r.metrics
-    assert m["pfc_on_lost"] == 0 and m["pfc_on_drops"] == 0, r.reason
+    where = "\n".join(t.render() for t in r.tables)  # which port dropped, paused, stormed
+    assert m["pfc_on_lost"] == 0 and m["pfc_on_drops"] == 0, f"{r.reason}\n{where}"
     # The congested switch paused its upstream, and the pause reached the senders.
     assert int(m["pfc_on_pause_tx_congested_switch"]) > 0
     assert int(m["pfc_on_pauses_honoured"]) > 0
     # Without PFC the congested port overflows, and every loss is a drop some port counted
     # (mostly there; a switch the machine stalls overflows its own queues with the backlog).
-    where = "\n".join(t.render() for t in r.tables)
     assert int(m["pfc_off_drops"]) == int(m["pfc_off_lost"]) > 0, where
     assert int(m["pfc_off_drops_congested_port"]) > 0, where
     assert m["pfc_off_pause_tx"] == 0
