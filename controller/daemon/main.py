@@ -357,7 +357,14 @@ async def _serve(args: argparse.Namespace, core: DecisionCore, server: grpc.aio.
             # In order: stop accepting and end sessions (their ends are inputs too), hand
             # out what is queued, then stop the tasks; the store is drained last.
             log.info("stopping")
-            await server.stop(grace=1.0)
+            # Stop accepting, then end the sessions ourselves: left to the grace period, a
+            # stream still open on a loaded machine is cancelled inside gRPC, which logs it
+            # as an unhandled exception with a traceback.
+            stopping = asyncio.create_task(server.stop(grace=1.0), name="grpc-stop")
+            await asyncio.sleep(0)
+            for session in list(sessions.by_switch.values()):
+                session.close("the controller is stopping")
+            await stopping
             await runner.drain()
             for task in tasks:
                 task.cancel()
