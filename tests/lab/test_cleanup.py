@@ -61,8 +61,10 @@ def _start_run() -> tuple[subprocess.Popen[str], str]:
         first = proc.stdout.readline()
         assert first.startswith("lab rfl"), first
         tag = first.split()[1].rstrip(":")
-        converged = proc.stdout.readline()
-        assert "converged" in converged, converged
+        lines = [proc.stdout.readline()]
+        while lines[-1].startswith("  .. "):  # progress while building and converging
+            lines.append(proc.stdout.readline())
+        assert lines[-1].startswith("fabric converged"), lines
         time.sleep(2)
     except BaseException:
         proc.kill()
