@@ -30,6 +30,7 @@ from mininet_labs.netlinks import PREFIX, LabError, Names, new_tag
 from mininet_labs.network import build_network
 from mininet_labs.processes import (
     BIN,
+    DATA_PLANE_NICE,
     REPO,
     Child,
     Processes,
@@ -245,6 +246,7 @@ class Lab:
         self._switches[name] = self.processes.start(
             f"switch-{name}",
             self.target.argv(self.device_id(name), addr, ports, self.thrift_port[name]),
+            nice=DATA_PLANE_NICE,
         )
         self.switch_addr[name] = addr
 

@@ -54,6 +54,10 @@ PACED_PRIORITY = LOSSLESS_PRIORITY  # the class the QoS scenarios congest (DSCP 
 # SIGKILL when the lab process dies, set by setpriv rather than a preexec_fn: a preexec_fn
 # makes Python fork() (not vfork), and fork() with gRPC's threads running breaks the child.
 DIE_WITH_PARENT = ["setpriv", "--pdeathsig", "KILL", "--"]
+# The switch targets run at this nice value: a switch's data plane is hardware that never
+# waits for its control plane, and here 2 cores are shared by every switch, agent and the
+# controller; the carrier polls and queues of the data plane go first.
+DATA_PLANE_NICE = -5
 
 
 def free_port() -> int:
@@ -102,8 +106,14 @@ class Processes:
         netns: str | None = None,
         stdout_pipe: bool = False,
         stdin_pipe: bool = False,
+        nice: int = 0,
     ) -> Child:
-        full = [*DIE_WITH_PARENT, *(["ip", "netns", "exec", netns] if netns else []), *argv]
+        full = [
+            *DIE_WITH_PARENT,
+            *(["nice", "-n", str(nice)] if nice else []),
+            *(["ip", "netns", "exec", netns] if netns else []),
+            *argv,
+        ]
         log = self.log_dir / f"{name}.log"
         out: IO[bytes] | int
         logfile = log.open("ab")

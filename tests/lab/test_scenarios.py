@@ -11,12 +11,22 @@ import time
 import pytest
 
 from mininet_labs.lab import Lab
+from mininet_labs.processes import DATA_PLANE_NICE
 from mininet_labs.scenarios import SCENARIOS, Budget
 from mininet_labs.scenarios.common import tor_pair
 
 pytestmark = pytest.mark.lab
 
 BUDGET = Budget.quick()
+
+
+def test_switch_targets_get_the_cpu_before_the_control_plane(lab: Lab) -> None:
+    targets = {c.name: c for c in lab.processes.children if c.name.startswith("switch-")}
+    assert len(targets) == len(lab.fabric.switches)
+    for name, child in targets.items():
+        assert os.getpriority(os.PRIO_PROCESS, child.proc.pid) == DATA_PLANE_NICE, name
+    for name, child in lab.agents.items():
+        assert os.getpriority(os.PRIO_PROCESS, child.proc.pid) == 0, name
 
 
 def test_reachability_every_nic_pair_same_rail_and_across(lab: Lab) -> None:
