@@ -279,13 +279,19 @@ def build_network(lab: Lab) -> Mininet:
         autoStaticArp=False,
         waitConnected=False,
     )
-    net.build()
-    root_links = [c.a_if for c in plan.cables.values()] + [c.b_if for c in plan.cables.values()]
-    root_links += [hp.switch_if for hp in plan.host_ports]
-    sysctl({f"net.ipv6.conf.{name}.disable_ipv6": "1" for name in root_links})
-    ip_batch([f"link set {name} up" for name in root_links])
-    wire = plan.names.wire_ns
-    ip_batch([f"link set {e} up" for c in plan.cables.values() for e in (c.wire_a, c.wire_b)], wire)
-    for c in plan.cables.values():
-        patch(wire, c.wire_a, c.wire_b)
+    try:
+        net.build()
+        root_links = [c.a_if for c in plan.cables.values()]
+        root_links += [c.b_if for c in plan.cables.values()]
+        root_links += [hp.switch_if for hp in plan.host_ports]
+        sysctl({f"net.ipv6.conf.{name}.disable_ipv6": "1" for name in root_links})
+        ip_batch([f"link set {name} up" for name in root_links])
+        wire = plan.names.wire_ns
+        ends = [e for c in plan.cables.values() for e in (c.wire_a, c.wire_b)]
+        ip_batch([f"link set {e} up" for e in ends], wire)
+        for c in plan.cables.values():
+            patch(wire, c.wire_a, c.wire_b)
+    except BaseException:
+        net.stop()  # whatever was built: its shells, links and namespaces
+        raise
     return net

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from mininet_labs import network
 from mininet_labs.clean import clean
 from mininet_labs.lab import Lab
-from mininet_labs.netlinks import ip, new_tag
+from mininet_labs.netlinks import LabError, ip, new_tag
 from mininet_labs.processes import REPO, make_target
 
 pytestmark = pytest.mark.lab
@@ -120,3 +121,27 @@ def test_clean_removes_what_a_killed_lab_left() -> None:
             stray.kill()
         ip("netns", "del", ns, check=False)
         ip("link", "del", f"{tag}s1p1", check=False)
+
+
+def test_a_build_that_fails_half_way_leaves_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken_patch(wire_ns: str, a: str, b: str) -> None:
+        raise LabError(f"patching {a} to {b} in {wire_ns} failed (as this test wants)")
+
+    monkeypatch.setattr(network, "patch", broken_patch)
+    lab = Lab(LAB_FABRIC, make_target("softswitch", 20.0))  # planned; built below
+    shells_before = _mininet_shells()
+    with pytest.raises(LabError, match="as this test wants"):
+        network.build_network(lab)
+    assert leftovers(lab.names.tag) == []
+    assert _mininet_shells() == shells_before  # every node's shell ended with it
+
+
+def _mininet_shells() -> set[int]:
+    pids = set()
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if b"mininet:" in cmdline.read_bytes():
+                pids.add(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return pids
