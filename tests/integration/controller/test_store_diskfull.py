@@ -81,6 +81,8 @@ def test_a_full_disk_makes_the_store_unavailable_and_nothing_is_lost_after(
                 answers.append(future.result(10))
                 n += 1
         assert answers == [False] * n
+        # The health report may follow the answers (it is not part of them): wait for it.
+        wait_until(lambda: len(health) >= 1, timeout_s=30)
         assert len(health) == 1
         assert not health[0][0]
         assert str(path) in health[0][1]
