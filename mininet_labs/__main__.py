@@ -24,6 +24,7 @@ from mininet_labs.processes import (
     BMV2_PORT_RATE_MBPS,
     REPO,
     SOFTSWITCH_PORT_RATE_MBPS,
+    SwitchTarget,
     make_target,
 )
 from mininet_labs.report import Result, exit_status, render, summary, write_json
@@ -88,6 +89,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _runnable_target(kind: str, port_rate_mbps: float | None) -> SwitchTarget | None:
+    """The target to run, or None after saying why it cannot run here (root, binaries)."""
+    if os.geteuid() != 0:
+        print("mininet_labs: needs root (network namespaces)", file=sys.stderr)
+        return None
+    target = make_target(kind, port_rate_mbps)
+    unavailable = target.unavailable()
+    if unavailable is not None:
+        print(f"mininet_labs: --target {kind}: {unavailable}", file=sys.stderr)
+        return None
+    return target
+
+
 def _progress(text: str) -> None:
     print(f"  .. {text}", flush=True)
 
@@ -101,13 +115,8 @@ def run(  # noqa: PLR0917 - the CLI's options, one call site
     budget: Budget,
     json_out: Path | None,
 ) -> int:
-    if os.geteuid() != 0:
-        print("mininet_labs: needs root (network namespaces)", file=sys.stderr)
-        return 2
-    target = make_target(target_kind, port_rate_mbps)
-    unavailable = target.unavailable()
-    if unavailable is not None:
-        print(f"mininet_labs: --target {target_kind}: {unavailable}", file=sys.stderr)
+    target = _runnable_target(target_kind, port_rate_mbps)
+    if target is None:
         return 2
     results: list[Result] = []
     started = time.monotonic()
@@ -159,16 +168,11 @@ def up(
     script: Path | None,
 ) -> int:
     """The fabric kept up under Mininet's CLI until `exit` (or the script's end)."""
-    if os.geteuid() != 0:
-        print("mininet_labs: needs root (network namespaces)", file=sys.stderr)
-        return 2
     if script is not None and not script.is_file():
         print(f"mininet_labs: --script {script}: no such file", file=sys.stderr)
         return 2
-    target = make_target(target_kind, port_rate_mbps)
-    unavailable = target.unavailable()
-    if unavailable is not None:
-        print(f"mininet_labs: --target {target_kind}: {unavailable}", file=sys.stderr)
+    target = _runnable_target(target_kind, port_rate_mbps)
+    if target is None:
         return 2
     started = time.monotonic()
     try:
