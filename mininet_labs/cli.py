@@ -26,7 +26,7 @@ import re
 import shlex
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import IO
 
 from mininet.cli import CLI
@@ -112,25 +112,22 @@ class FabricCLI(CLI):  # type: ignore[misc]  # mininet is untyped
 
     # -- cabling -------------------------------------------------------------------------
 
-    def do_cut(self, line: str) -> None:
-        """cut A B | cut SW:PORT: pull a cable (both switch ports lose carrier)."""
+    def _on_cable(self, command: str, line: str, change: Callable[[str], None], done: str) -> None:
         try:
             cable = self._cable(line)
         except LabError as err:
-            self._fail("cut", str(err))
+            self._fail(command, str(err))
             return
-        self.lab.topology.cut(cable.link.key)
-        self._say(f"cut {cable.link.key}")
+        change(cable.link.key)
+        self._say(f"{done} {cable.link.key}")
+
+    def do_cut(self, line: str) -> None:
+        """cut A B | cut SW:PORT: pull a cable (both switch ports lose carrier)."""
+        self._on_cable("cut", line, self.lab.topology.cut, "cut")
 
     def do_restore(self, line: str) -> None:
         """restore A B | restore SW:PORT: plug a cable back in."""
-        try:
-            cable = self._cable(line)
-        except LabError as err:
-            self._fail("restore", str(err))
-            return
-        self.lab.topology.restore(cable.link.key)
-        self._say(f"restored {cable.link.key}")
+        self._on_cable("restore", line, self.lab.topology.restore, "restored")
 
     def _two_cables(self, command: str, line: str) -> tuple[Cable, Cable] | None:
         args = self._args(command, line, 2)
