@@ -10,6 +10,8 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from railfabric.v1 import control_pb2 as _control_pb2
+from railfabric.v1 import state_pb2 as _state_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -142,6 +144,57 @@ SEVERITY_WARNING: Severity.ValueType  # 2
 SEVERITY_CRITICAL: Severity.ValueType  # 3
 Global___Severity: _TypeAlias = Severity  # noqa: Y015
 
+class _OperState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _OperStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_OperState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    OPER_STATE_UNSPECIFIED: _OperState.ValueType  # 0
+    OPER_STATE_UNKNOWN: _OperState.ValueType  # 1
+    """The switch's agent has never reported the port (no session yet, or not in its port map)."""
+    OPER_STATE_UP: _OperState.ValueType  # 2
+    OPER_STATE_DOWN: _OperState.ValueType  # 3
+
+class OperState(_OperState, metaclass=_OperStateEnumTypeWrapper):
+    """Observed state of a port."""
+
+OPER_STATE_UNSPECIFIED: OperState.ValueType  # 0
+OPER_STATE_UNKNOWN: OperState.ValueType  # 1
+"""The switch's agent has never reported the port (no session yet, or not in its port map)."""
+OPER_STATE_UP: OperState.ValueType  # 2
+OPER_STATE_DOWN: OperState.ValueType  # 3
+Global___OperState: _TypeAlias = OperState  # noqa: Y015
+
+class _LldpStatus:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _LldpStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_LldpStatus.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    LLDP_STATUS_UNSPECIFIED: _LldpStatus.ValueType  # 0
+    LLDP_STATUS_OK: _LldpStatus.ValueType  # 1
+    """Heard the planned peer."""
+    LLDP_STATUS_MISWIRED: _LldpStatus.ValueType  # 2
+    """Heard someone other than the planned peer."""
+    LLDP_STATUS_SILENT: _LldpStatus.ValueType  # 3
+    """Heard nothing (the port may be down, or the peer does not speak LLDP)."""
+    LLDP_STATUS_UNPLANNED: _LldpStatus.ValueType  # 4
+    """Heard a peer on a port the plan leaves empty."""
+
+class LldpStatus(_LldpStatus, metaclass=_LldpStatusEnumTypeWrapper): ...
+
+LLDP_STATUS_UNSPECIFIED: LldpStatus.ValueType  # 0
+LLDP_STATUS_OK: LldpStatus.ValueType  # 1
+"""Heard the planned peer."""
+LLDP_STATUS_MISWIRED: LldpStatus.ValueType  # 2
+"""Heard someone other than the planned peer."""
+LLDP_STATUS_SILENT: LldpStatus.ValueType  # 3
+"""Heard nothing (the port may be down, or the peer does not speak LLDP)."""
+LLDP_STATUS_UNPLANNED: LldpStatus.ValueType  # 4
+"""Heard a peer on a port the plan leaves empty."""
+Global___LldpStatus: _TypeAlias = LldpStatus  # noqa: Y015
+
 @_typing.final
 class SwitchInfo(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -212,12 +265,17 @@ class LinkInfo(_message.Message):
     STATE_FIELD_NUMBER: _builtins.int
     SINCE_WALL_NS_FIELD_NUMBER: _builtins.int
     FLAPS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
     speed_mbps: _builtins.int
     length_m: _builtins.float
     state: Global___LinkState.ValueType
     since_wall_ns: _builtins.int
     """Unix ns of the last state change."""
     flaps: _builtins.int
+    reason: _builtins.str
+    """Why routing does not use the link, for people ("spine-1 has never reported port 3");
+    empty when it is usable.
+    """
     @_builtins.property
     def a(self) -> Global___LinkEnd: ...
     @_builtins.property
@@ -232,10 +290,11 @@ class LinkInfo(_message.Message):
         state: Global___LinkState.ValueType = ...,
         since_wall_ns: _builtins.int = ...,
         flaps: _builtins.int = ...,
+        reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["a", b"a", "b", b"b"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["a", b"a", "b", b"b", "flaps", b"flaps", "length_m", b"length_m", "since_wall_ns", b"since_wall_ns", "speed_mbps", b"speed_mbps", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["a", b"a", "b", b"b", "flaps", b"flaps", "length_m", b"length_m", "reason", b"reason", "since_wall_ns", b"since_wall_ns", "speed_mbps", b"speed_mbps", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -355,6 +414,8 @@ class SwitchStatus(_message.Message):
     ROUTE_COUNT_FIELD_NUMBER: _builtins.int
     GROUP_COUNT_FIELD_NUMBER: _builtins.int
     UPDATES_WRITTEN_FIELD_NUMBER: _builtins.int
+    NOT_CONVERGED_REASON_FIELD_NUMBER: _builtins.int
+    TARGET_FIELD_NUMBER: _builtins.int
     connected: _builtins.bool
     desired_generation: _builtins.int
     applied_generation: _builtins.int
@@ -369,8 +430,16 @@ class SwitchStatus(_message.Message):
     """P4Runtime updates the agent reported writing (Applied.updates_written), summed since the
     controller started: an agent or controller restart that rewrites nothing leaves it flat.
     """
+    not_converged_reason: _builtins.str
+    """Why the switch is not converged, for people ("no session", "target unreachable: ...",
+    "applying generation 7", "3 objects refused"); empty when converged.
+    """
     @_builtins.property
     def info(self) -> Global___SwitchInfo: ...
+    @_builtins.property
+    def target(self) -> _control_pb2.TargetHealth:
+        """The target as the agent last reported it; absent before the first report."""
+
     def __init__(
         self,
         *,
@@ -384,10 +453,12 @@ class SwitchStatus(_message.Message):
         route_count: _builtins.int = ...,
         group_count: _builtins.int = ...,
         updates_written: _builtins.int = ...,
+        not_converged_reason: _builtins.str = ...,
+        target: _control_pb2.TargetHealth | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["info", b"info"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["info", b"info", "target", b"target"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_version", b"agent_version", "applied_generation", b"applied_generation", "connected", b"connected", "converged", b"converged", "desired_generation", b"desired_generation", "group_count", b"group_count", "info", b"info", "last_seen_wall_ns", b"last_seen_wall_ns", "route_count", b"route_count", "updates_written", b"updates_written"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_version", b"agent_version", "applied_generation", b"applied_generation", "connected", b"connected", "converged", b"converged", "desired_generation", b"desired_generation", "group_count", b"group_count", "info", b"info", "last_seen_wall_ns", b"last_seen_wall_ns", "not_converged_reason", b"not_converged_reason", "route_count", b"route_count", "target", b"target", "updates_written", b"updates_written"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -822,6 +893,7 @@ class PathHop(_message.Message):
     LIVE_MEMBERS_FIELD_NUMBER: _builtins.int
     MEMBER_INDEX_FIELD_NUMBER: _builtins.int
     HASH_FIELD_NUMBER: _builtins.int
+    AVOIDED_FIELD_NUMBER: _builtins.int
     switch_name: _builtins.str
     ingress_port: _builtins.int
     egress_port: _builtins.int
@@ -830,6 +902,10 @@ class PathHop(_message.Message):
     """Live members of the group and the index the hash chose among them."""
     member_index: _builtins.int
     hash: _builtins.int
+    @_builtins.property
+    def avoided(self) -> _containers.RepeatedCompositeFieldContainer[Global___AvoidedLink]:
+        """Links of this switch routing does not use, and why: the hops the path cannot take."""
+
     def __init__(
         self,
         *,
@@ -840,14 +916,44 @@ class PathHop(_message.Message):
         live_members: _builtins.int = ...,
         member_index: _builtins.int = ...,
         hash: _builtins.int = ...,
+        avoided: _abc.Iterable[Global___AvoidedLink] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["egress_port", b"egress_port", "group_id", b"group_id", "hash", b"hash", "ingress_port", b"ingress_port", "live_members", b"live_members", "member_index", b"member_index", "switch_name", b"switch_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["avoided", b"avoided", "egress_port", b"egress_port", "group_id", b"group_id", "hash", b"hash", "ingress_port", b"ingress_port", "live_members", b"live_members", "member_index", b"member_index", "switch_name", b"switch_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PathHop: _TypeAlias = PathHop  # noqa: Y015
+
+@_typing.final
+class AvoidedLink(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PORT_FIELD_NUMBER: _builtins.int
+    PEER_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    port: _builtins.int
+    state: Global___LinkState.ValueType
+    reason: _builtins.str
+    @_builtins.property
+    def peer(self) -> Global___LinkEnd: ...
+    def __init__(
+        self,
+        *,
+        port: _builtins.int = ...,
+        peer: Global___LinkEnd | None = ...,
+        state: Global___LinkState.ValueType = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["peer", b"peer"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["peer", b"peer", "port", b"port", "reason", b"reason", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AvoidedLink: _TypeAlias = AvoidedLink  # noqa: Y015
 
 @_typing.final
 class PredictPathResponse(_message.Message):
@@ -946,3 +1052,271 @@ class DiagnoseResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DiagnoseResponse: _TypeAlias = DiagnoseResponse  # noqa: Y015
+
+@_typing.final
+class Peer(_message.Message):
+    """Who is on the other end of a port: a switch port or a server NIC."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    PORT_FIELD_NUMBER: _builtins.int
+    NIC_FIELD_NUMBER: _builtins.int
+    kind: _state_pb2.PeerKind.ValueType
+    name: _builtins.str
+    """Switch name, or the server name for a NIC."""
+    port: _builtins.int
+    """Peer switch port number (0 for a NIC)."""
+    nic: _builtins.str
+    """NIC name on a server ("nic3"); empty for a switch."""
+    def __init__(
+        self,
+        *,
+        kind: _state_pb2.PeerKind.ValueType = ...,
+        name: _builtins.str = ...,
+        port: _builtins.int = ...,
+        nic: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "name", b"name", "nic", b"nic", "port", b"port"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Peer: _TypeAlias = Peer  # noqa: Y015
+
+@_typing.final
+class ListInterfacesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SWITCH_NAME_FIELD_NUMBER: _builtins.int
+    PORT_FIELD_NUMBER: _builtins.int
+    switch_name: _builtins.str
+    """Empty: every switch."""
+    port: _builtins.int
+    """0: every port."""
+    def __init__(
+        self,
+        *,
+        switch_name: _builtins.str = ...,
+        port: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["port", b"port", "switch_name", b"switch_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListInterfacesRequest: _TypeAlias = ListInterfacesRequest  # noqa: Y015
+
+@_typing.final
+class Interface(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SWITCH_NAME_FIELD_NUMBER: _builtins.int
+    PORT_FIELD_NUMBER: _builtins.int
+    IFNAME_FIELD_NUMBER: _builtins.int
+    OPER_FIELD_NUMBER: _builtins.int
+    SPEED_MBPS_FIELD_NUMBER: _builtins.int
+    PLAN_PEER_FIELD_NUMBER: _builtins.int
+    LLDP_PEER_FIELD_NUMBER: _builtins.int
+    COUNTERS_FIELD_NUMBER: _builtins.int
+    COUNTERS_WALL_NS_FIELD_NUMBER: _builtins.int
+    RX_PACKETS_PER_S_FIELD_NUMBER: _builtins.int
+    TX_PACKETS_PER_S_FIELD_NUMBER: _builtins.int
+    RX_BITS_PER_S_FIELD_NUMBER: _builtins.int
+    TX_BITS_PER_S_FIELD_NUMBER: _builtins.int
+    RATE_WINDOW_NS_FIELD_NUMBER: _builtins.int
+    switch_name: _builtins.str
+    port: _builtins.int
+    ifname: _builtins.str
+    """Linux interface behind the port, as the agent reported it; empty when unmapped."""
+    oper: Global___OperState.ValueType
+    speed_mbps: _builtins.int
+    counters_wall_ns: _builtins.int
+    """Unix ns of that report."""
+    rx_packets_per_s: _builtins.float
+    """Rates between the agent's last two reports; absent before the second one."""
+    tx_packets_per_s: _builtins.float
+    rx_bits_per_s: _builtins.float
+    tx_bits_per_s: _builtins.float
+    rate_window_ns: _builtins.int
+    """The window those rates cover."""
+    @_builtins.property
+    def plan_peer(self) -> Global___Peer:
+        """The cabling plan's peer, and the peer LLDP last heard (absent when nothing was heard)."""
+
+    @_builtins.property
+    def lldp_peer(self) -> Global___Peer: ...
+    @_builtins.property
+    def counters(self) -> _control_pb2.PortCounters:
+        """Cumulative counters from the agent's last report (absent before the first report)."""
+
+    def __init__(
+        self,
+        *,
+        switch_name: _builtins.str = ...,
+        port: _builtins.int = ...,
+        ifname: _builtins.str = ...,
+        oper: Global___OperState.ValueType = ...,
+        speed_mbps: _builtins.int = ...,
+        plan_peer: Global___Peer | None = ...,
+        lldp_peer: Global___Peer | None = ...,
+        counters: _control_pb2.PortCounters | None = ...,
+        counters_wall_ns: _builtins.int = ...,
+        rx_packets_per_s: _builtins.float | None = ...,
+        tx_packets_per_s: _builtins.float | None = ...,
+        rx_bits_per_s: _builtins.float | None = ...,
+        tx_bits_per_s: _builtins.float | None = ...,
+        rate_window_ns: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_rx_bits_per_s", b"_rx_bits_per_s", "_rx_packets_per_s", b"_rx_packets_per_s", "_tx_bits_per_s", b"_tx_bits_per_s", "_tx_packets_per_s", b"_tx_packets_per_s", "counters", b"counters", "lldp_peer", b"lldp_peer", "plan_peer", b"plan_peer", "rx_bits_per_s", b"rx_bits_per_s", "rx_packets_per_s", b"rx_packets_per_s", "tx_bits_per_s", b"tx_bits_per_s", "tx_packets_per_s", b"tx_packets_per_s"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_rx_bits_per_s", b"_rx_bits_per_s", "_rx_packets_per_s", b"_rx_packets_per_s", "_tx_bits_per_s", b"_tx_bits_per_s", "_tx_packets_per_s", b"_tx_packets_per_s", "counters", b"counters", "counters_wall_ns", b"counters_wall_ns", "ifname", b"ifname", "lldp_peer", b"lldp_peer", "oper", b"oper", "plan_peer", b"plan_peer", "port", b"port", "rate_window_ns", b"rate_window_ns", "rx_bits_per_s", b"rx_bits_per_s", "rx_packets_per_s", b"rx_packets_per_s", "speed_mbps", b"speed_mbps", "switch_name", b"switch_name", "tx_bits_per_s", b"tx_bits_per_s", "tx_packets_per_s", b"tx_packets_per_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__rx_bits_per_s: _TypeAlias = _typing.Literal["rx_bits_per_s"]  # noqa: Y015
+    _WhichOneofArgType__rx_bits_per_s: _TypeAlias = _typing.Literal["_rx_bits_per_s", b"_rx_bits_per_s"]  # noqa: Y015
+    _WhichOneofReturnType__rx_packets_per_s: _TypeAlias = _typing.Literal["rx_packets_per_s"]  # noqa: Y015
+    _WhichOneofArgType__rx_packets_per_s: _TypeAlias = _typing.Literal["_rx_packets_per_s", b"_rx_packets_per_s"]  # noqa: Y015
+    _WhichOneofReturnType__tx_bits_per_s: _TypeAlias = _typing.Literal["tx_bits_per_s"]  # noqa: Y015
+    _WhichOneofArgType__tx_bits_per_s: _TypeAlias = _typing.Literal["_tx_bits_per_s", b"_tx_bits_per_s"]  # noqa: Y015
+    _WhichOneofReturnType__tx_packets_per_s: _TypeAlias = _typing.Literal["tx_packets_per_s"]  # noqa: Y015
+    _WhichOneofArgType__tx_packets_per_s: _TypeAlias = _typing.Literal["_tx_packets_per_s", b"_tx_packets_per_s"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__rx_bits_per_s) -> _WhichOneofReturnType__rx_bits_per_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__rx_packets_per_s) -> _WhichOneofReturnType__rx_packets_per_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__tx_bits_per_s) -> _WhichOneofReturnType__tx_bits_per_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__tx_packets_per_s) -> _WhichOneofReturnType__tx_packets_per_s | None: ...
+
+Global___Interface: _TypeAlias = Interface  # noqa: Y015
+
+@_typing.final
+class ListInterfacesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INTERFACES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def interfaces(self) -> _containers.RepeatedCompositeFieldContainer[Global___Interface]:
+        """By switch name, then port."""
+
+    def __init__(
+        self,
+        *,
+        interfaces: _abc.Iterable[Global___Interface] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["interfaces", b"interfaces"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListInterfacesResponse: _TypeAlias = ListInterfacesResponse  # noqa: Y015
+
+@_typing.final
+class LldpPort(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SWITCH_NAME_FIELD_NUMBER: _builtins.int
+    PORT_FIELD_NUMBER: _builtins.int
+    PLANNED_FIELD_NUMBER: _builtins.int
+    SEEN_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    CHASSIS_ID_FIELD_NUMBER: _builtins.int
+    PORT_ID_FIELD_NUMBER: _builtins.int
+    LAST_SEEN_WALL_NS_FIELD_NUMBER: _builtins.int
+    TTL_S_FIELD_NUMBER: _builtins.int
+    switch_name: _builtins.str
+    port: _builtins.int
+    status: Global___LldpStatus.ValueType
+    chassis_id: _builtins.str
+    """As received: chassis id and port id, for peers that do not name themselves as planned."""
+    port_id: _builtins.str
+    last_seen_wall_ns: _builtins.int
+    ttl_s: _builtins.int
+    @_builtins.property
+    def planned(self) -> Global___Peer: ...
+    @_builtins.property
+    def seen(self) -> Global___Peer: ...
+    def __init__(
+        self,
+        *,
+        switch_name: _builtins.str = ...,
+        port: _builtins.int = ...,
+        planned: Global___Peer | None = ...,
+        seen: Global___Peer | None = ...,
+        status: Global___LldpStatus.ValueType = ...,
+        chassis_id: _builtins.str = ...,
+        port_id: _builtins.str = ...,
+        last_seen_wall_ns: _builtins.int = ...,
+        ttl_s: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["planned", b"planned", "seen", b"seen"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chassis_id", b"chassis_id", "last_seen_wall_ns", b"last_seen_wall_ns", "planned", b"planned", "port", b"port", "port_id", b"port_id", "seen", b"seen", "status", b"status", "switch_name", b"switch_name", "ttl_s", b"ttl_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LldpPort: _TypeAlias = LldpPort  # noqa: Y015
+
+@_typing.final
+class ListLldpRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SWITCH_NAME_FIELD_NUMBER: _builtins.int
+    switch_name: _builtins.str
+    """Empty: every switch."""
+    def __init__(
+        self,
+        *,
+        switch_name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["switch_name", b"switch_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListLldpRequest: _TypeAlias = ListLldpRequest  # noqa: Y015
+
+@_typing.final
+class ListLldpResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PORTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def ports(self) -> _containers.RepeatedCompositeFieldContainer[Global___LldpPort]: ...
+    def __init__(
+        self,
+        *,
+        ports: _abc.Iterable[Global___LldpPort] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ports", b"ports"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListLldpResponse: _TypeAlias = ListLldpResponse  # noqa: Y015
+
+@_typing.final
+class GetTablesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SWITCH_NAME_FIELD_NUMBER: _builtins.int
+    switch_name: _builtins.str
+    def __init__(
+        self,
+        *,
+        switch_name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["switch_name", b"switch_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetTablesRequest: _TypeAlias = GetTablesRequest  # noqa: Y015

@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from railfabric.v1 import admin_pb2 as railfabric_dot_v1_dot_admin__pb2
+from railfabric.v1 import control_pb2 as railfabric_dot_v1_dot_control__pb2
 from railfabric.v1 import state_pb2 as railfabric_dot_v1_dot_state__pb2
 
 GRPC_GENERATED_VERSION = '1.81.1'
@@ -76,6 +77,21 @@ class FabricAdminStub:
                 request_serializer=railfabric_dot_v1_dot_admin__pb2.DiagnoseRequest.SerializeToString,
                 response_deserializer=railfabric_dot_v1_dot_admin__pb2.DiagnoseResponse.FromString,
                 _registered_method=True)
+        self.ListInterfaces = channel.unary_unary(
+                '/railfabric.v1.FabricAdmin/ListInterfaces',
+                request_serializer=railfabric_dot_v1_dot_admin__pb2.ListInterfacesRequest.SerializeToString,
+                response_deserializer=railfabric_dot_v1_dot_admin__pb2.ListInterfacesResponse.FromString,
+                _registered_method=True)
+        self.ListLldp = channel.unary_unary(
+                '/railfabric.v1.FabricAdmin/ListLldp',
+                request_serializer=railfabric_dot_v1_dot_admin__pb2.ListLldpRequest.SerializeToString,
+                response_deserializer=railfabric_dot_v1_dot_admin__pb2.ListLldpResponse.FromString,
+                _registered_method=True)
+        self.GetTables = channel.unary_unary(
+                '/railfabric.v1.FabricAdmin/GetTables',
+                request_serializer=railfabric_dot_v1_dot_admin__pb2.GetTablesRequest.SerializeToString,
+                response_deserializer=railfabric_dot_v1_dot_control__pb2.TablesReport.FromString,
+                _registered_method=True)
 
 
 class FabricAdminServicer:
@@ -138,6 +154,29 @@ class FabricAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListInterfaces(self, request, context):
+        """Per-port observed state and counters (`railctl interfaces`, `counters`, `pfc`, `ecn`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListLldp(self, request, context):
+        """LLDP neighbours seen against the cabling plan, servers included (`railctl lldp`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTables(self, request, context):
+        """What the switch's target holds, read back through its agent now, against what the agent
+        wants there (`railctl tables`). UNAVAILABLE when the switch has no session; DEADLINE_EXCEEDED
+        when the agent does not answer in time.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FabricAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -180,6 +219,21 @@ def add_FabricAdminServicer_to_server(servicer, server):
                     servicer.Diagnose,
                     request_deserializer=railfabric_dot_v1_dot_admin__pb2.DiagnoseRequest.FromString,
                     response_serializer=railfabric_dot_v1_dot_admin__pb2.DiagnoseResponse.SerializeToString,
+            ),
+            'ListInterfaces': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListInterfaces,
+                    request_deserializer=railfabric_dot_v1_dot_admin__pb2.ListInterfacesRequest.FromString,
+                    response_serializer=railfabric_dot_v1_dot_admin__pb2.ListInterfacesResponse.SerializeToString,
+            ),
+            'ListLldp': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListLldp,
+                    request_deserializer=railfabric_dot_v1_dot_admin__pb2.ListLldpRequest.FromString,
+                    response_serializer=railfabric_dot_v1_dot_admin__pb2.ListLldpResponse.SerializeToString,
+            ),
+            'GetTables': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTables,
+                    request_deserializer=railfabric_dot_v1_dot_admin__pb2.GetTablesRequest.FromString,
+                    response_serializer=railfabric_dot_v1_dot_control__pb2.TablesReport.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -399,6 +453,87 @@ class FabricAdmin:
             '/railfabric.v1.FabricAdmin/Diagnose',
             railfabric_dot_v1_dot_admin__pb2.DiagnoseRequest.SerializeToString,
             railfabric_dot_v1_dot_admin__pb2.DiagnoseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListInterfaces(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/railfabric.v1.FabricAdmin/ListInterfaces',
+            railfabric_dot_v1_dot_admin__pb2.ListInterfacesRequest.SerializeToString,
+            railfabric_dot_v1_dot_admin__pb2.ListInterfacesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListLldp(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/railfabric.v1.FabricAdmin/ListLldp',
+            railfabric_dot_v1_dot_admin__pb2.ListLldpRequest.SerializeToString,
+            railfabric_dot_v1_dot_admin__pb2.ListLldpResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTables(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/railfabric.v1.FabricAdmin/GetTables',
+            railfabric_dot_v1_dot_admin__pb2.GetTablesRequest.SerializeToString,
+            railfabric_dot_v1_dot_control__pb2.TablesReport.FromString,
             options,
             channel_credentials,
             insecure,

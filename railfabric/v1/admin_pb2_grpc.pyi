@@ -8,6 +8,7 @@ Addresses here are dotted strings: this API is for people and scripts, not the h
 from collections import abc as _abc
 from grpc import aio as _aio
 from railfabric.v1 import admin_pb2 as _admin_pb2
+from railfabric.v1 import control_pb2 as _control_pb2
 from railfabric.v1 import state_pb2 as _state_pb2
 import abc as _abc_1
 import grpc as _grpc
@@ -52,6 +53,15 @@ class FabricAdminStub:
     """The hop-by-hop path a flow takes, with the data plane's own hash and member order."""
     Diagnose: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DiagnoseRequest, _admin_pb2.DiagnoseResponse]
     """One-command fault localisation."""
+    ListInterfaces: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListInterfacesRequest, _admin_pb2.ListInterfacesResponse]
+    """Per-port observed state and counters (`railctl interfaces`, `counters`, `pfc`, `ecn`)."""
+    ListLldp: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListLldpRequest, _admin_pb2.ListLldpResponse]
+    """LLDP neighbours seen against the cabling plan, servers included (`railctl lldp`)."""
+    GetTables: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetTablesRequest, _control_pb2.TablesReport]
+    """What the switch's target holds, read back through its agent now, against what the agent
+    wants there (`railctl tables`). UNAVAILABLE when the switch has no session; DEADLINE_EXCEEDED
+    when the agent does not answer in time.
+    """
 
 @_typing.type_check_only
 class FabricAdminAsyncStub(FabricAdminStub):
@@ -74,6 +84,15 @@ class FabricAdminAsyncStub(FabricAdminStub):
     """The hop-by-hop path a flow takes, with the data plane's own hash and member order."""
     Diagnose: _aio.UnaryUnaryMultiCallable[_admin_pb2.DiagnoseRequest, _admin_pb2.DiagnoseResponse]  # type: ignore[assignment]
     """One-command fault localisation."""
+    ListInterfaces: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListInterfacesRequest, _admin_pb2.ListInterfacesResponse]  # type: ignore[assignment]
+    """Per-port observed state and counters (`railctl interfaces`, `counters`, `pfc`, `ecn`)."""
+    ListLldp: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListLldpRequest, _admin_pb2.ListLldpResponse]  # type: ignore[assignment]
+    """LLDP neighbours seen against the cabling plan, servers included (`railctl lldp`)."""
+    GetTables: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetTablesRequest, _control_pb2.TablesReport]  # type: ignore[assignment]
+    """What the switch's target holds, read back through its agent now, against what the agent
+    wants there (`railctl tables`). UNAVAILABLE when the switch has no session; DEADLINE_EXCEEDED
+    when the agent does not answer in time.
+    """
 
 class FabricAdminServicer(metaclass=_abc_1.ABCMeta):
     """Operators' view of the fabric; served on the controller's address."""
@@ -141,5 +160,32 @@ class FabricAdminServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.DiagnoseResponse, _abc.Awaitable[_admin_pb2.DiagnoseResponse]]:
         """One-command fault localisation."""
+
+    @_abc_1.abstractmethod
+    def ListInterfaces(
+        self,
+        request: _admin_pb2.ListInterfacesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ListInterfacesResponse, _abc.Awaitable[_admin_pb2.ListInterfacesResponse]]:
+        """Per-port observed state and counters (`railctl interfaces`, `counters`, `pfc`, `ecn`)."""
+
+    @_abc_1.abstractmethod
+    def ListLldp(
+        self,
+        request: _admin_pb2.ListLldpRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ListLldpResponse, _abc.Awaitable[_admin_pb2.ListLldpResponse]]:
+        """LLDP neighbours seen against the cabling plan, servers included (`railctl lldp`)."""
+
+    @_abc_1.abstractmethod
+    def GetTables(
+        self,
+        request: _admin_pb2.GetTablesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_control_pb2.TablesReport, _abc.Awaitable[_control_pb2.TablesReport]]:
+        """What the switch's target holds, read back through its agent now, against what the agent
+        wants there (`railctl tables`). UNAVAILABLE when the switch has no session; DEADLINE_EXCEEDED
+        when the agent does not answer in time.
+        """
 
 def add_FabricAdminServicer_to_server(servicer: FabricAdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -44,6 +44,83 @@ TARGET_KIND_TOFINO: TargetKind.ValueType  # 3
 TARGET_KIND_OTHER: TargetKind.ValueType  # 4
 Global___TargetKind: _TypeAlias = TargetKind  # noqa: Y015
 
+class _DropReason:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _DropReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_DropReason.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    DROP_REASON_UNSPECIFIED: _DropReason.ValueType  # 0
+    DROP_REASON_NO_ROUTE: _DropReason.ValueType  # 1
+    """Pipeline drops, counted on the ingress port."""
+    DROP_REASON_TTL_EXPIRED: _DropReason.ValueType  # 2
+    DROP_REASON_ACL: _DropReason.ValueType  # 3
+    DROP_REASON_NOT_IPV4: _DropReason.ValueType  # 4
+    DROP_REASON_NO_NEXT_HOP: _DropReason.ValueType  # 5
+    """`next` missed, or the group had no member with carrier."""
+    DROP_REASON_MALFORMED: _DropReason.ValueType  # 6
+    DROP_REASON_BAD_EGRESS_PORT: _DropReason.ValueType  # 7
+    DROP_REASON_QUEUE_FULL: _DropReason.ValueType  # 8
+    """Traffic-manager drops, counted on the egress port: the queue was full (tail drop)."""
+    DROP_REASON_HEADROOM_FULL: _DropReason.ValueType  # 9
+    """A lossless frame arrived with the port's PFC headroom already full."""
+    DROP_REASON_PFC_WATCHDOG: _DropReason.ValueType  # 10
+    """Dropped by the PFC watchdog while the queue was declared stormed."""
+    DROP_REASON_KERNEL: _DropReason.ValueType  # 11
+    """Lost by the host's kernel on the way in or out (softswitch: socket buffer, tx errors)."""
+
+class DropReason(_DropReason, metaclass=_DropReasonEnumTypeWrapper):
+    """Why a frame was dropped."""
+
+DROP_REASON_UNSPECIFIED: DropReason.ValueType  # 0
+DROP_REASON_NO_ROUTE: DropReason.ValueType  # 1
+"""Pipeline drops, counted on the ingress port."""
+DROP_REASON_TTL_EXPIRED: DropReason.ValueType  # 2
+DROP_REASON_ACL: DropReason.ValueType  # 3
+DROP_REASON_NOT_IPV4: DropReason.ValueType  # 4
+DROP_REASON_NO_NEXT_HOP: DropReason.ValueType  # 5
+"""`next` missed, or the group had no member with carrier."""
+DROP_REASON_MALFORMED: DropReason.ValueType  # 6
+DROP_REASON_BAD_EGRESS_PORT: DropReason.ValueType  # 7
+DROP_REASON_QUEUE_FULL: DropReason.ValueType  # 8
+"""Traffic-manager drops, counted on the egress port: the queue was full (tail drop)."""
+DROP_REASON_HEADROOM_FULL: DropReason.ValueType  # 9
+"""A lossless frame arrived with the port's PFC headroom already full."""
+DROP_REASON_PFC_WATCHDOG: DropReason.ValueType  # 10
+"""Dropped by the PFC watchdog while the queue was declared stormed."""
+DROP_REASON_KERNEL: DropReason.ValueType  # 11
+"""Lost by the host's kernel on the way in or out (softswitch: socket buffer, tx errors)."""
+Global___DropReason: _TypeAlias = DropReason  # noqa: Y015
+
+class _EntryStatus:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _EntryStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_EntryStatus.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ENTRY_STATUS_UNSPECIFIED: _EntryStatus.ValueType  # 0
+    ENTRY_STATUS_MATCH: _EntryStatus.ValueType  # 1
+    """Installed as the agent wants it."""
+    ENTRY_STATUS_MISSING: _EntryStatus.ValueType  # 2
+    """Wanted, not in the target."""
+    ENTRY_STATUS_UNEXPECTED: _EntryStatus.ValueType  # 3
+    """In the target, not wanted."""
+    ENTRY_STATUS_DIFFERS: _EntryStatus.ValueType  # 4
+    """In the target with another action or other parameters than wanted."""
+
+class EntryStatus(_EntryStatus, metaclass=_EntryStatusEnumTypeWrapper): ...
+
+ENTRY_STATUS_UNSPECIFIED: EntryStatus.ValueType  # 0
+ENTRY_STATUS_MATCH: EntryStatus.ValueType  # 1
+"""Installed as the agent wants it."""
+ENTRY_STATUS_MISSING: EntryStatus.ValueType  # 2
+"""Wanted, not in the target."""
+ENTRY_STATUS_UNEXPECTED: EntryStatus.ValueType  # 3
+"""In the target, not wanted."""
+ENTRY_STATUS_DIFFERS: EntryStatus.ValueType  # 4
+"""In the target with another action or other parameters than wanted."""
+Global___EntryStatus: _TypeAlias = EntryStatus  # noqa: Y015
+
 @_typing.final
 class PortInfo(_message.Message):
     """A local port as the agent sees it."""
@@ -89,6 +166,7 @@ class Hello(_message.Message):
     APPLIED_GENERATION_FIELD_NUMBER: _builtins.int
     APPLIED_DIGEST_FIELD_NUMBER: _builtins.int
     DEVICE_ID_FIELD_NUMBER: _builtins.int
+    TARGET_HEALTH_FIELD_NUMBER: _builtins.int
     switch_name: _builtins.str
     agent_version: _builtins.str
     target: Global___TargetKind.ValueType
@@ -100,6 +178,10 @@ class Hello(_message.Message):
     """P4Runtime device id of the target."""
     @_builtins.property
     def ports(self) -> _containers.RepeatedCompositeFieldContainer[Global___PortInfo]: ...
+    @_builtins.property
+    def target_health(self) -> Global___TargetHealth:
+        """The target as the agent last saw it."""
+
     def __init__(
         self,
         *,
@@ -110,14 +192,77 @@ class Hello(_message.Message):
         applied_generation: _builtins.int = ...,
         applied_digest: _builtins.str = ...,
         device_id: _builtins.int = ...,
+        target_health: Global___TargetHealth | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["target_health", b"target_health"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_version", b"agent_version", "applied_digest", b"applied_digest", "applied_generation", b"applied_generation", "device_id", b"device_id", "ports", b"ports", "switch_name", b"switch_name", "target", b"target"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_version", b"agent_version", "applied_digest", b"applied_digest", "applied_generation", b"applied_generation", "device_id", b"device_id", "ports", b"ports", "switch_name", b"switch_name", "target", b"target", "target_health", b"target_health"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Hello: _TypeAlias = Hello  # noqa: Y015
+
+@_typing.final
+class TargetHealth(_message.Message):
+    """The agent's view of its P4Runtime target: reachable and primary, and whether what the
+    target holds was last read back equal to what the agent installed. The agent sends it when
+    any of it changes and after every periodic verification.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REACHABLE_FIELD_NUMBER: _builtins.int
+    PRIMARY_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    LAST_READ_BACK_WALL_NS_FIELD_NUMBER: _builtins.int
+    MISSING_FIELD_NUMBER: _builtins.int
+    UNEXPECTED_FIELD_NUMBER: _builtins.int
+    MODIFIED_FIELD_NUMBER: _builtins.int
+    REPAIRED_WALL_NS_FIELD_NUMBER: _builtins.int
+    VERIFY_INTERVAL_S_FIELD_NUMBER: _builtins.int
+    WALL_NS_FIELD_NUMBER: _builtins.int
+    reachable: _builtins.bool
+    """The P4Runtime stream is up."""
+    primary: _builtins.bool
+    """This agent is the primary client (its writes are taken)."""
+    error: _builtins.str
+    """Why not reachable or not primary, in the target's or the client library's words."""
+    last_read_back_wall_ns: _builtins.int
+    """Unix ns of the last read-back that succeeded (at (re)connection or periodic); 0 = never."""
+    missing: _builtins.int
+    """What that read-back found different from what the agent had installed (it repaired them
+    with the next Write): entries missing from the target, entries the agent did not write,
+    entries whose action or parameters changed.
+    """
+    unexpected: _builtins.int
+    modified: _builtins.int
+    repaired_wall_ns: _builtins.int
+    """Unix ns when that repair was committed; 0 when nothing needed repair."""
+    verify_interval_s: _builtins.int
+    """Seconds between periodic read-backs."""
+    wall_ns: _builtins.int
+    """Unix ns of this report."""
+    def __init__(
+        self,
+        *,
+        reachable: _builtins.bool = ...,
+        primary: _builtins.bool = ...,
+        error: _builtins.str = ...,
+        last_read_back_wall_ns: _builtins.int = ...,
+        missing: _builtins.int = ...,
+        unexpected: _builtins.int = ...,
+        modified: _builtins.int = ...,
+        repaired_wall_ns: _builtins.int = ...,
+        verify_interval_s: _builtins.int = ...,
+        wall_ns: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "last_read_back_wall_ns", b"last_read_back_wall_ns", "missing", b"missing", "modified", b"modified", "primary", b"primary", "reachable", b"reachable", "repaired_wall_ns", b"repaired_wall_ns", "unexpected", b"unexpected", "verify_interval_s", b"verify_interval_s", "wall_ns", b"wall_ns"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TargetHealth: _TypeAlias = TargetHealth  # noqa: Y015
 
 @_typing.final
 class ObjectError(_message.Message):
@@ -306,6 +451,28 @@ class Neighbors(_message.Message):
 Global___Neighbors: _TypeAlias = Neighbors  # noqa: Y015
 
 @_typing.final
+class DropCount(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REASON_FIELD_NUMBER: _builtins.int
+    PACKETS_FIELD_NUMBER: _builtins.int
+    reason: Global___DropReason.ValueType
+    packets: _builtins.int
+    def __init__(
+        self,
+        *,
+        reason: Global___DropReason.ValueType = ...,
+        packets: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["packets", b"packets", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DropCount: _TypeAlias = DropCount  # noqa: Y015
+
+@_typing.final
 class PortCounters(_message.Message):
     """Counters of one port, cumulative since the target started."""
 
@@ -321,6 +488,11 @@ class PortCounters(_message.Message):
     PFC_PAUSE_TX_FIELD_NUMBER: _builtins.int
     PFC_PAUSE_RX_FIELD_NUMBER: _builtins.int
     PFC_WATCHDOG_STORMS_FIELD_NUMBER: _builtins.int
+    DROPS_BY_REASON_FIELD_NUMBER: _builtins.int
+    QUEUE_DEPTH_BYTES_FIELD_NUMBER: _builtins.int
+    QUEUE_WATERMARK_BYTES_FIELD_NUMBER: _builtins.int
+    QUEUE_DEPTH_PACKETS_FIELD_NUMBER: _builtins.int
+    QUEUE_WATERMARK_PACKETS_FIELD_NUMBER: _builtins.int
     port: _builtins.int
     rx_packets: _builtins.int
     rx_bytes: _builtins.int
@@ -331,6 +503,20 @@ class PortCounters(_message.Message):
     pfc_pause_tx: _builtins.int
     pfc_pause_rx: _builtins.int
     pfc_watchdog_storms: _builtins.int
+    queue_depth_bytes: _builtins.int
+    """Egress queue occupancy of the port over its traffic classes: now, and the highest since
+    the previous report. Each is present only where the target reports it, in the target's
+    own unit (softswitch counts bytes; bmv2 counts packets).
+    """
+    queue_watermark_bytes: _builtins.int
+    queue_depth_packets: _builtins.int
+    queue_watermark_packets: _builtins.int
+    @_builtins.property
+    def drops_by_reason(self) -> _containers.RepeatedCompositeFieldContainer[Global___DropCount]:
+        """`drops` split by reason. A reason the target counts is listed, with 0 when nothing was
+        dropped for it; a reason it cannot count is absent ("not available on this target").
+        """
+
     def __init__(
         self,
         *,
@@ -344,12 +530,32 @@ class PortCounters(_message.Message):
         pfc_pause_tx: _builtins.int = ...,
         pfc_pause_rx: _builtins.int = ...,
         pfc_watchdog_storms: _builtins.int = ...,
+        drops_by_reason: _abc.Iterable[Global___DropCount] | None = ...,
+        queue_depth_bytes: _builtins.int | None = ...,
+        queue_watermark_bytes: _builtins.int | None = ...,
+        queue_depth_packets: _builtins.int | None = ...,
+        queue_watermark_packets: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_queue_depth_bytes", b"_queue_depth_bytes", "_queue_depth_packets", b"_queue_depth_packets", "_queue_watermark_bytes", b"_queue_watermark_bytes", "_queue_watermark_packets", b"_queue_watermark_packets", "queue_depth_bytes", b"queue_depth_bytes", "queue_depth_packets", b"queue_depth_packets", "queue_watermark_bytes", b"queue_watermark_bytes", "queue_watermark_packets", b"queue_watermark_packets"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["drops", b"drops", "ecn_marks", b"ecn_marks", "pfc_pause_rx", b"pfc_pause_rx", "pfc_pause_tx", b"pfc_pause_tx", "pfc_watchdog_storms", b"pfc_watchdog_storms", "port", b"port", "rx_bytes", b"rx_bytes", "rx_packets", b"rx_packets", "tx_bytes", b"tx_bytes", "tx_packets", b"tx_packets"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_queue_depth_bytes", b"_queue_depth_bytes", "_queue_depth_packets", b"_queue_depth_packets", "_queue_watermark_bytes", b"_queue_watermark_bytes", "_queue_watermark_packets", b"_queue_watermark_packets", "drops", b"drops", "drops_by_reason", b"drops_by_reason", "ecn_marks", b"ecn_marks", "pfc_pause_rx", b"pfc_pause_rx", "pfc_pause_tx", b"pfc_pause_tx", "pfc_watchdog_storms", b"pfc_watchdog_storms", "port", b"port", "queue_depth_bytes", b"queue_depth_bytes", "queue_depth_packets", b"queue_depth_packets", "queue_watermark_bytes", b"queue_watermark_bytes", "queue_watermark_packets", b"queue_watermark_packets", "rx_bytes", b"rx_bytes", "rx_packets", b"rx_packets", "tx_bytes", b"tx_bytes", "tx_packets", b"tx_packets"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__queue_depth_bytes: _TypeAlias = _typing.Literal["queue_depth_bytes"]  # noqa: Y015
+    _WhichOneofArgType__queue_depth_bytes: _TypeAlias = _typing.Literal["_queue_depth_bytes", b"_queue_depth_bytes"]  # noqa: Y015
+    _WhichOneofReturnType__queue_depth_packets: _TypeAlias = _typing.Literal["queue_depth_packets"]  # noqa: Y015
+    _WhichOneofArgType__queue_depth_packets: _TypeAlias = _typing.Literal["_queue_depth_packets", b"_queue_depth_packets"]  # noqa: Y015
+    _WhichOneofReturnType__queue_watermark_bytes: _TypeAlias = _typing.Literal["queue_watermark_bytes"]  # noqa: Y015
+    _WhichOneofArgType__queue_watermark_bytes: _TypeAlias = _typing.Literal["_queue_watermark_bytes", b"_queue_watermark_bytes"]  # noqa: Y015
+    _WhichOneofReturnType__queue_watermark_packets: _TypeAlias = _typing.Literal["queue_watermark_packets"]  # noqa: Y015
+    _WhichOneofArgType__queue_watermark_packets: _TypeAlias = _typing.Literal["_queue_watermark_packets", b"_queue_watermark_packets"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__queue_depth_bytes) -> _WhichOneofReturnType__queue_depth_bytes | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__queue_depth_packets) -> _WhichOneofReturnType__queue_depth_packets | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__queue_watermark_bytes) -> _WhichOneofReturnType__queue_watermark_bytes | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__queue_watermark_packets) -> _WhichOneofReturnType__queue_watermark_packets | None: ...
 
 Global___PortCounters: _TypeAlias = PortCounters  # noqa: Y015
 
@@ -379,6 +585,101 @@ class Counters(_message.Message):
 Global___Counters: _TypeAlias = Counters  # noqa: Y015
 
 @_typing.final
+class ReadTables(_message.Message):
+    """The controller asks the agent to read its target's tables back (for `railctl tables`)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    """Echoed in TablesReport."""
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["request_id", b"request_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReadTables: _TypeAlias = ReadTables  # noqa: Y015
+
+@_typing.final
+class InstalledEntry(_message.Message):
+    """One entry (table entry, default action, group or member) as read back from the target."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TABLE_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    ACTION_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    WANTED_FIELD_NUMBER: _builtins.int
+    table: _builtins.str
+    """P4 table, action profile or "<profile> member" name, e.g. "FabricIngress.routing_v4"."""
+    key: _builtins.str
+    """The match key (or member / group id), formatted for people: "10.1.0.0/24", "port 3"."""
+    action: _builtins.str
+    """Installed action with its parameters, formatted for people; empty when MISSING."""
+    status: Global___EntryStatus.ValueType
+    wanted: _builtins.str
+    """What the agent wants there, when it differs (MISSING, DIFFERS); empty otherwise."""
+    def __init__(
+        self,
+        *,
+        table: _builtins.str = ...,
+        key: _builtins.str = ...,
+        action: _builtins.str = ...,
+        status: Global___EntryStatus.ValueType = ...,
+        wanted: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "key", b"key", "status", b"status", "table", b"table", "wanted", b"wanted"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InstalledEntry: _TypeAlias = InstalledEntry  # noqa: Y015
+
+@_typing.final
+class TablesReport(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    SWITCH_NAME_FIELD_NUMBER: _builtins.int
+    READ_WALL_NS_FIELD_NUMBER: _builtins.int
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    switch_name: _builtins.str
+    read_wall_ns: _builtins.int
+    """Unix ns of the read."""
+    error: _builtins.str
+    """Set when the read failed (target unreachable, ...); entries is then empty."""
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___InstalledEntry]:
+        """Sorted by table, then key."""
+
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int = ...,
+        switch_name: _builtins.str = ...,
+        read_wall_ns: _builtins.int = ...,
+        entries: _abc.Iterable[Global___InstalledEntry] | None = ...,
+        error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "error", b"error", "read_wall_ns", b"read_wall_ns", "request_id", b"request_id", "switch_name", b"switch_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TablesReport: _TypeAlias = TablesReport  # noqa: Y015
+
+@_typing.final
 class AgentMessage(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -387,6 +688,8 @@ class AgentMessage(_message.Message):
     PORT_STATUS_FIELD_NUMBER: _builtins.int
     NEIGHBORS_FIELD_NUMBER: _builtins.int
     COUNTERS_FIELD_NUMBER: _builtins.int
+    TARGET_HEALTH_FIELD_NUMBER: _builtins.int
+    TABLES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def hello(self) -> Global___Hello: ...
     @_builtins.property
@@ -397,6 +700,10 @@ class AgentMessage(_message.Message):
     def neighbors(self) -> Global___Neighbors: ...
     @_builtins.property
     def counters(self) -> Global___Counters: ...
+    @_builtins.property
+    def target_health(self) -> Global___TargetHealth: ...
+    @_builtins.property
+    def tables(self) -> Global___TablesReport: ...
     def __init__(
         self,
         *,
@@ -405,12 +712,14 @@ class AgentMessage(_message.Message):
         port_status: Global___PortStatus | None = ...,
         neighbors: Global___Neighbors | None = ...,
         counters: Global___Counters | None = ...,
+        target_health: Global___TargetHealth | None = ...,
+        tables: Global___TablesReport | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "counters", b"counters", "hello", b"hello", "msg", b"msg", "neighbors", b"neighbors", "port_status", b"port_status"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "counters", b"counters", "hello", b"hello", "msg", b"msg", "neighbors", b"neighbors", "port_status", b"port_status", "tables", b"tables", "target_health", b"target_health"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "counters", b"counters", "hello", b"hello", "msg", b"msg", "neighbors", b"neighbors", "port_status", b"port_status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "counters", b"counters", "hello", b"hello", "msg", b"msg", "neighbors", b"neighbors", "port_status", b"port_status", "tables", b"tables", "target_health", b"target_health"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["hello", "applied", "port_status", "neighbors", "counters"]  # noqa: Y015
+    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["hello", "applied", "port_status", "neighbors", "counters", "target_health", "tables"]  # noqa: Y015
     _WhichOneofArgType_msg: _TypeAlias = _typing.Literal["msg", b"msg"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_msg) -> _WhichOneofReturnType_msg | None: ...
 
@@ -422,21 +731,25 @@ class ControllerMessage(_message.Message):
 
     DESIRED_STATE_FIELD_NUMBER: _builtins.int
     STATE_DELTA_FIELD_NUMBER: _builtins.int
+    READ_TABLES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def desired_state(self) -> _state_pb2.DesiredState: ...
     @_builtins.property
     def state_delta(self) -> _state_pb2.StateDelta: ...
+    @_builtins.property
+    def read_tables(self) -> Global___ReadTables: ...
     def __init__(
         self,
         *,
         desired_state: _state_pb2.DesiredState | None = ...,
         state_delta: _state_pb2.StateDelta | None = ...,
+        read_tables: Global___ReadTables | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["desired_state", b"desired_state", "msg", b"msg", "state_delta", b"state_delta"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["desired_state", b"desired_state", "msg", b"msg", "read_tables", b"read_tables", "state_delta", b"state_delta"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["desired_state", b"desired_state", "msg", b"msg", "state_delta", b"state_delta"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["desired_state", b"desired_state", "msg", b"msg", "read_tables", b"read_tables", "state_delta", b"state_delta"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["desired_state", "state_delta"]  # noqa: Y015
+    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["desired_state", "state_delta", "read_tables"]  # noqa: Y015
     _WhichOneofArgType_msg: _TypeAlias = _typing.Literal["msg", b"msg"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_msg) -> _WhichOneofReturnType_msg | None: ...
 
