@@ -121,6 +121,9 @@ class Agent:
         # Ports whose LLDP neighbour went silent while carrier stayed up (one-way failure).
         self.lldp_down: set[int] = set()
         self.effective: dict[int, bool] = {}
+        # The target as last seen; kept current by the target-health task (sent to the
+        # controller, shown in metrics).
+        self.health = control_pb2.TargetHealth()
 
     # -- glue -------------------------------------------------------------------------
 
