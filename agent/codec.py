@@ -204,6 +204,16 @@ class Codec:
             name: self._find(counters, name, "counter").preamble.id for name in PORT_COUNTERS
         }
         self.counter_names = {v: k for k, v in self.counters.items()}
+        # Indexed by port and more (railfabric/fabric_counters.py; read by agent/counters.py).
+        self.drop_reason_counter_id = self._find(
+            counters, p4.DROP_REASON_COUNTER, "counter"
+        ).preamble.id
+        self.queue_histogram_id = self._find(
+            counters, p4.QUEUE_DEPTH_HISTOGRAM, "counter"
+        ).preamble.id
+        registers = {r.preamble.name: r for r in p4info.registers}
+        self.queue_depth_id = self._find(registers, p4.QUEUE_DEPTH, "register").preamble.id
+        self.queue_watermark_id = self._find(registers, p4.QUEUE_WATERMARK, "register").preamble.id
         metadata = {m.preamble.name: m for m in p4info.controller_packet_metadata}
         self.packet_in = {
             m.name: m.id for m in self._find(metadata, p4.PACKET_IN, "packet metadata").metadata

@@ -24,6 +24,7 @@
 #include "include/control/next.p4"
 #include "include/control/ecn.p4"
 #include "include/control/pfc.p4"
+#include "include/control/queue_depth.p4"
 
 control FabricIngress(inout parsed_headers_t hdr,
                       inout fabric_metadata_t fabric_md,
@@ -41,6 +42,10 @@ control FabricIngress(inout parsed_headers_t hdr,
         port_counters.apply(hdr, fabric_md, standard_metadata);
         if (hdr.packet_out.isValid()) {
             packet_io.apply(hdr, fabric_md, standard_metadata);
+        } else if (standard_metadata.parser_error != error.NoError) {
+            // A truncated or invalid header: v1model does not drop it by itself.
+            mark_to_drop(standard_metadata);
+            fabric_md.drop_reason = DROP_REASON_MALFORMED;
         } else {
             acl.apply(hdr, fabric_md, standard_metadata);
             if (!fabric_md.skip_forwarding) {
@@ -54,6 +59,7 @@ control FabricIngress(inout parsed_headers_t hdr,
                 } else {
                     // No L2 bridging in a routed fabric: what is neither punted nor IPv4 drops.
                     mark_to_drop(standard_metadata);
+                    fabric_md.drop_reason = DROP_REASON_NOT_IPV4;
                 }
             }
         }
@@ -68,6 +74,7 @@ control FabricEgress(inout parsed_headers_t hdr,
     EcnMarking() ecn;
     Pfc() pfc;
     PortCountersEgress() port_counters;
+    QueueDepth() queue_stats;
 
     apply {
         if (standard_metadata.egress_port != CPU_PORT) {
@@ -76,6 +83,7 @@ control FabricEgress(inout parsed_headers_t hdr,
         pfc.apply(hdr, fabric_md, standard_metadata);
         packet_io.apply(hdr, fabric_md, standard_metadata);
         port_counters.apply(hdr, fabric_md, standard_metadata);
+        queue_stats.apply(hdr, fabric_md, standard_metadata);
     }
 }
 

@@ -4,9 +4,10 @@
     python -m railfabric.p4gen --check    # fail when the committed module is stale
 
 Every P4 name a client uses (tables, match fields, actions, params, action profiles, counters,
-controller packet metadata) comes from the generated module, so a renamed entity breaks at
-import or type-check time instead of at the first write to a switch. Ids are in the module as
-well, for tests and readers; clients still resolve ids at runtime from the P4Info they push.
+registers, controller packet metadata) comes from the generated module, so a renamed entity
+breaks at import or type-check time instead of at the first write to a switch. Ids are in the
+module as well, for tests and readers; clients still resolve ids at runtime from the P4Info
+they push.
 
 Constant names are the entity's alias in UPPER_SNAKE (`ROUTING_V4`), members prefixed by their
 owner (`ROUTING_V4_IPV4_DST`, `SET_NEXTHOP_PORT`), attributes suffixed (`_ID`, `_BITWIDTH`,
@@ -158,7 +159,7 @@ def render(info: p4i.P4Info, source: str = "p4/fabric.p4info.txt") -> str:
             (profile,) = _refs([t.implementation_id], const_of_profile, what)
             m.define(f"{c}_IMPLEMENTATION", profile, what)
 
-    m.section("Counters (indexed by port).")
+    m.section("Counters.")
     for ct in info.counters:
         c, what = constant_name(ct.preamble.alias), f"counter {ct.preamble.name}"
         m.blank()
@@ -166,6 +167,18 @@ def render(info: p4i.P4Info, source: str = "p4/fabric.p4info.txt") -> str:
         m.define(f"{c}_ID", f"0x{ct.preamble.id:08X}", what)
         m.define(f"{c}_SIZE", str(ct.size), what)
         m.define(f"{c}_UNIT", _s(unit(ct.spec.unit)), what)
+
+    m.section("Registers (bit<W> cells).")
+    for reg in info.registers:
+        c, what = constant_name(reg.preamble.alias), f"register {reg.preamble.name}"
+        bits = reg.type_spec.bitstring
+        if bits.WhichOneof("type_spec") != "bit":
+            raise P4GenError(f"{what}: only bit<W> registers are supported")
+        m.blank()
+        m.define(c, _s(reg.preamble.name), what)
+        m.define(f"{c}_ID", f"0x{reg.preamble.id:08X}", what)
+        m.define(f"{c}_SIZE", str(reg.size), what)
+        m.define(f"{c}_BITWIDTH", str(bits.bit.bitwidth), what)
 
     m.section("Controller packet metadata (packet-in / packet-out headers).")
     for cpm in info.controller_packet_metadata:
@@ -186,6 +199,11 @@ def render(info: p4i.P4Info, source: str = "p4/fabric.p4info.txt") -> str:
     m.define_tuple("ACTION_PROFILES", list(const_of_profile.values()), "the action profile list")
     m.define_tuple(
         "COUNTERS", [constant_name(ct.preamble.alias) for ct in info.counters], "the counter list"
+    )
+    m.define_tuple(
+        "REGISTERS",
+        [constant_name(reg.preamble.alias) for reg in info.registers],
+        "the register list",
     )
     m.define_tuple(
         "CONTROLLER_PACKET_METADATA",

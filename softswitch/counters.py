@@ -50,8 +50,9 @@ class CounterStore:
         index = _checked_index(info, msg.index.index)
         self._hooks.counter_set(info.id, index, msg.data.packet_count, msg.data.byte_count)
 
-    def read(self, query: p4r.CounterEntry) -> Iterator[p4r.Entity]:
-        self._hooks.sync_counters()
+    def read(self, query: p4r.CounterEntry, *, sync: bool = True) -> Iterator[p4r.Entity]:
+        if sync:
+            self._hooks.sync_counters()
         if query.counter_id:
             infos = [self._counter(query.counter_id)]
         else:

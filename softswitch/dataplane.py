@@ -21,6 +21,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from railfabric.fabric_counters import DropReason
 from softswitch import offload
 from softswitch.pipeline import Forward
 from softswitch.switch import Switch
@@ -191,8 +192,8 @@ class DataPlane:
             return
         if port.send(fwd.frame):
             pipeline.count_egress(fwd.port, len(fwd.frame))
-        else:
-            pipeline.count_tm_drop(fwd.port, len(fwd.frame))
+        else:  # the kernel refused it
+            pipeline.count_tm_drop(fwd.port, len(fwd.frame), DropReason.KERNEL)
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop

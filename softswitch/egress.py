@@ -8,7 +8,13 @@ SONiC's 200 ms / 200 ms); received MAC control frames (0x8808) go to the TM, not
 the pipeline. TM counters (drops, ECN marks, PAUSE sent/received, storms) are folded into the
 P4 counters as deltas, so a counter reset over P4Runtime keeps working; so are the frames the
 kernel lost on a port (a full receive queue, a refused send), which count as drops there
-(packets only: their bytes are unknown).
+(packets only: their bytes are unknown). Drops count in drop_counter and, by reason, in
+drop_reason_counter: QUEUE_FULL and PFC_WATCHDOG on the egress port, HEADROOM_FULL on the
+ingress port whose headroom was full, KERNEL on the port whose socket lost the frame.
+fabric.p4's QueueDepth is kept from the TM too: queue_depth_histogram from its departures, the
+queue_depth register is the bytes queued on the port (all classes) when counters are read, and
+queue_watermark the most bytes a departure left there (or queued at a read) since the register
+was last written.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import logging
 import time
 from pathlib import Path
 
+from railfabric.fabric_counters import QUEUE_DEPTH_LEVELS, DropReason
 from softswitch.dataplane import SOCKET_BUFFER, DataPlane, Port
 from softswitch.pipeline import Forward, Pipeline
 from softswitch.switch import Switch
@@ -161,32 +168,54 @@ class TmEgress:
     # ---- counters -----------------------------------------------------------------------
 
     def sync_counters(self) -> None:
-        """Fold the TM's counters (since the last sync) into the P4 counters."""
+        """Fold the TM's counters (since the last sync) into the P4 counters, and its queue
+        occupancy into the QueueDepth registers."""
         pipeline = self.switch.pipeline
         if pipeline is None:
             return
         ports = self.dataplane.ports
-        for port, c in self.tm.counters().items():
+        tm = self.tm
+        for port, c in tm.counters().items():
+            depth = sum(c.queue_bytes)
+            pipeline.r_queue_depth[port] = depth
+            pipeline.r_queue_watermark[port] = max(
+                pipeline.r_queue_watermark[port], tm.take_peak_bytes(port), depth
+            )
             lost = self._kernel_losses(ports[port]) if port in ports else 0
             now = (
-                c.tail_drops + c.headroom_drops + c.storm_drops + lost,
-                c.tail_drop_bytes + c.headroom_drop_bytes,
+                c.tail_drops,
+                c.tail_drop_bytes,
+                c.headroom_drops,
+                c.headroom_drop_bytes,
+                c.storm_drops,
+                lost,
                 c.ecn_marks,
                 c.pause_tx,
                 c.pause_rx,
                 c.storms,
+                *c.dequeue_depths,
             )
             before = self._seen.get(port, (0,) * len(now))
             d = [a - b for a, b in zip(now, before, strict=True)]
             self._seen[port] = now
             if not any(d):
                 continue
-            pipeline.c_drop[0][port] += d[0]
-            pipeline.c_drop[1][port] += d[1]
-            pipeline.c_ecn[0][port] += d[2]
-            pipeline.c_pause_tx[0][port] += d[3]
-            pipeline.c_pause_rx[0][port] += d[4]
-            pipeline.c_storm[0][port] += d[5]
+            for reason, packets, octets in (
+                (DropReason.QUEUE_FULL, d[0], d[1]),
+                (DropReason.HEADROOM_FULL, d[2], d[3]),
+                (DropReason.PFC_WATCHDOG, d[4], 0),  # bytes unknown
+                (DropReason.KERNEL, d[5], 0),
+            ):
+                if packets:
+                    pipeline.count_drops(port, reason, packets, octets)
+            pipeline.c_ecn[0][port] += d[6]
+            pipeline.c_pause_tx[0][port] += d[7]
+            pipeline.c_pause_rx[0][port] += d[8]
+            pipeline.c_storm[0][port] += d[9]
+            base = port * QUEUE_DEPTH_LEVELS
+            for level, departures in enumerate(d[10:]):
+                if departures:
+                    pipeline.c_queue_depth[base + level] += departures
 
     def _kernel_losses(self, port: Port) -> int:
         """port.lost_frames(), with a warning naming the port and the cause when it grew."""

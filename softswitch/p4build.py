@@ -138,6 +138,12 @@ def _summary(info: p4i.P4Info) -> dict[str, object]:
         out[f"direct_counter {dc.preamble.name}"] = {"id": dc.preamble.id}
     for m in info.meters:
         out[f"meter {m.preamble.name}"] = {"id": m.preamble.id}
+    for r in info.registers:
+        out[f"register {r.preamble.name}"] = {
+            "id": r.preamble.id,
+            "type": text_format.MessageToString(r.type_spec, as_one_line=True),
+            "size": r.size,
+        }
     for cpm in info.controller_packet_metadata:
         out[f"controller_packet_metadata {cpm.preamble.name}"] = {
             "id": cpm.preamble.id,

@@ -1,15 +1,16 @@
 """The P4Runtime objects a switch holds, one store per part of the spec: tables (§9.1,
-`tables.py`), action profiles (§9.2, `profiles.py`), counters (§9.3, `counters.py`), with the
-entities decoded and validated in `entities.py`. `P4State` sends each update and read to its
-store; every store reports a per-update code as a `P4Error` (`codes.py`) and tells a `Hooks`
-object (the pipeline) about each change so it can keep its fast lookup structures.
+`tables.py`), action profiles (§9.2, `profiles.py`), counters (§9.3, `counters.py`), registers
+(§9.6, `registers.py`), with the entities decoded and validated in `entities.py`. `P4State`
+sends each update and read to its store; every store reports a per-update code as a `P4Error`
+(`codes.py`) and tells a `Hooks` object (the pipeline) about each change so it can keep its
+fast lookup structures.
 
 Pure: no I/O, no gRPC. `server.py` turns codes into google.rpc.Status details.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 from finsy.proto import p4r
@@ -35,6 +36,7 @@ from softswitch.profiles import (
     ProfileHooks,
     ProfileStore,
 )
+from softswitch.registers import RegisterHooks, RegisterStore
 from softswitch.schema import FabricSchema, TableInfo
 from softswitch.tables import TableEntryState, TableHooks, TableStore
 
@@ -58,13 +60,12 @@ __all__ = [
 ]
 
 
-class Hooks(TableHooks, ProfileHooks, CounterHooks, Protocol):
+class Hooks(TableHooks, ProfileHooks, CounterHooks, RegisterHooks, Protocol):
     """What the pipeline wants to hear about."""
 
 
 # Entity kinds fabric.p4 does not declare -> the field holding their P4Info id.
 _ABSENT_ENTITIES = {
-    "register_entry": "register_id",
     "meter_entry": "meter_id",
     "direct_counter_entry": "table_entry.table_id",
     "direct_meter_entry": "table_entry.table_id",
@@ -82,6 +83,8 @@ class P4State:
         self.profiles = ProfileStore(schema, hooks)
         self.tables = TableStore(schema, self.profiles, hooks)
         self.counters = CounterStore(schema, hooks)
+        self.registers = RegisterStore(schema, hooks)
+        self._hooks = hooks
         # The stores' dicts, as the pipeline and tests read them.
         self.entries = self.tables.entries
         self.defaults = self.tables.defaults
@@ -94,6 +97,7 @@ class P4State:
             "action_profile_member": self.profiles.write_member,
             "action_profile_group": self.profiles.write_group,
             "counter_entry": self.counters.write,
+            "register_entry": self.registers.write,
         }
 
     def _initial_default(self, table: TableInfo) -> ActionCall | None:
@@ -123,8 +127,17 @@ class P4State:
 
     # ---- reads --------------------------------------------------------------------------
 
-    def read(self, entity: p4r.Entity) -> Iterator[p4r.Entity]:
-        """Every entity matching `entity` (zero ids and unset fields are wildcards)."""
+    def read_all(self, entities: Iterable[p4r.Entity]) -> list[p4r.Entity]:
+        """Every entity matching any of `entities` (one ReadRequest), in order; what the data
+        path counts is brought up to date once, not once per entity."""
+        queries = list(entities)
+        if any(q.HasField("counter_entry") or q.HasField("register_entry") for q in queries):
+            self._hooks.sync_counters()
+        return [found for query in queries for found in self.read(query, sync=False)]
+
+    def read(self, entity: p4r.Entity, *, sync: bool = True) -> Iterator[p4r.Entity]:
+        """Every entity matching `entity` (zero ids and unset fields are wildcards); `sync`
+        brings counters and registers up to date first."""
         kind = entity.WhichOneof("entity")
         if kind == "table_entry":
             yield from self.tables.read(entity.table_entry)
@@ -133,7 +146,9 @@ class P4State:
         elif kind == "action_profile_group":
             yield from self.profiles.read_groups(entity.action_profile_group)
         elif kind == "counter_entry":
-            yield from self.counters.read(entity.counter_entry)
+            yield from self.counters.read(entity.counter_entry, sync=sync)
+        elif kind == "register_entry":
+            yield from self.registers.read(entity.register_entry, sync=sync)
         elif kind is None:
             raise P4Error(Code.INVALID_ARGUMENT, "read entity is empty")
         elif kind == "packet_replication_engine_entry":

@@ -4,11 +4,14 @@
 the parser, Acl, then for IPv4 QosClassify, Routing (TTL check, routing_v4 LPM), HashConfig
 and Next (the ECMP action selector, set_nexthop), DropCounter on every drop, then the IPv4
 checksum update. It returns where the frame goes (the CPU port for a punt), or None when it is
-dropped. PacketIoIngress is `packet_out`. The egress controls run outside this class, at the
-port: EcnMarking and Pfc in the traffic manager (egress.py, tm.py) from the ecn_marking and
-pfc_config entries kept here (`ecn_thresholds`, `pfc_thresholds`, and pfc_watchdog's default
-action as `pfc_watchdog_us`), PacketIoEgress in the
-switch (packet-in with the ingress port), PortCountersEgress in `count_egress`.
+dropped; a drop counts in drop_counter and, by its reason, in drop_reason_counter
+(railfabric/fabric_counters.py), both on the ingress port. PacketIoIngress is `packet_out`.
+The egress controls run outside this class, at the port: EcnMarking and Pfc in the traffic
+manager (egress.py, tm.py) from the ecn_marking and pfc_config entries kept here
+(`ecn_thresholds`, `pfc_thresholds`, and pfc_watchdog's default action as
+`pfc_watchdog_us`), PacketIoEgress in the switch (packet-in with the ingress port),
+PortCountersEgress in `count_egress`, QueueDepth (the queue_depth and queue_watermark
+registers, queue_depth_histogram) from the traffic manager's occupancy (egress.py).
 
 Pure and synchronous. The P4Runtime objects live in `p4state.P4State`, which calls the hooks
 below on every change so lookups here stay dict operations.
@@ -27,6 +30,8 @@ from typing import NamedTuple
 
 from railfabric import ecmp
 from railfabric import fabric_p4 as p4
+from railfabric.fabric_counters import DropReason as P4DropReason
+from railfabric.fabric_counters import drop_reason_index
 from softswitch.p4state import (
     ActionCall,
     GroupRef,
@@ -74,7 +79,8 @@ _NO_ROUTE = -1  # an LPM level's "no such prefix", distinct from None (drop)
 
 
 class DropReason(enum.Enum):
-    """Why the pipeline dropped a frame (softswitch's own statistics, beside drop_counter)."""
+    """Why the pipeline dropped a frame (softswitch's own statistics, beside drop_counter; a
+    little finer than drop_reason_counter's reasons, `code`)."""
 
     MALFORMED = "malformed"
     ACL = "acl_drop"
@@ -84,6 +90,23 @@ class DropReason(enum.Enum):
     NO_LIVE_MEMBER = "no_live_member"
     NOT_IPV4 = "not_ipv4"
     BAD_EGRESS_PORT = "bad_egress_port"
+
+    @property
+    def code(self) -> P4DropReason:
+        """The reason fabric.p4 counts it under (drop_reason_counter)."""
+        return _CODES[self]
+
+
+_CODES = {
+    DropReason.MALFORMED: P4DropReason.MALFORMED,
+    DropReason.ACL: P4DropReason.ACL,
+    DropReason.TTL: P4DropReason.TTL_EXPIRED,
+    DropReason.NO_ROUTE: P4DropReason.NO_ROUTE,
+    DropReason.NEXT_MISS: P4DropReason.NO_NEXT_HOP,
+    DropReason.NO_LIVE_MEMBER: P4DropReason.NO_NEXT_HOP,
+    DropReason.NOT_IPV4: P4DropReason.NOT_IPV4,
+    DropReason.BAD_EGRESS_PORT: P4DropReason.BAD_EGRESS_PORT,
+}
 
 
 class Forward(NamedTuple):
@@ -142,6 +165,14 @@ class Pipeline:
         self.c_pause_tx = self.counters[cid[p4.PFC_PAUSE_TX_COUNTER]]
         self.c_pause_rx = self.counters[cid[p4.PFC_PAUSE_RX_COUNTER]]
         self.c_storm = self.counters[cid[p4.PFC_STORM_COUNTER]]
+        self.c_drop_reason = self.counters[cid[p4.DROP_REASON_COUNTER]][0]  # packets only
+        self.c_queue_depth = self.counters[cid[p4.QUEUE_DEPTH_HISTOGRAM]][0]
+        self.registers: dict[int, list[int]] = {
+            r.id: [0] * r.size for r in schema.registers.values()
+        }
+        rid = schema.register_ids
+        self.r_queue_depth = self.registers[rid[p4.QUEUE_DEPTH]]
+        self.r_queue_watermark = self.registers[rid[p4.QUEUE_WATERMARK]]
         # acl: (priority, key, action) sorted by priority, highest first.
         self._acl: list[tuple[int, Key, int]] = []
         self._acl_entries: dict[tuple[Key, int], int] = {}
@@ -227,6 +258,12 @@ class Pipeline:
         pk, by = self.counters[counter_id]
         pk[index] = packets
         by[index] = octets
+
+    def register_get(self, register_id: int, index: int) -> int:
+        return self.registers[register_id][index]
+
+    def register_set(self, register_id: int, index: int, value: int) -> None:
+        self.registers[register_id][index] = value
 
     # ---- carrier (watch_port) -----------------------------------------------------------
 
@@ -436,10 +473,16 @@ class Pipeline:
     def _drop(self, reason: DropReason, port: int, length: int) -> None:
         """mark_to_drop, then DropCounter: pipeline drops counted on the ingress port."""
         self.drops[reason] += 1
+        self.count_drops(port, reason.code, 1, length)
+
+    def count_drops(self, port: int, reason: P4DropReason, packets: int, octets: int) -> None:
+        """DropCounter's two counters: `packets` frames (of `octets` bytes in all) dropped
+        for `reason`, counted on `port`."""
         pk, by = self.c_drop
         if 0 <= port < len(pk):
-            pk[port] += 1
-            by[port] += length
+            pk[port] += packets
+            by[port] += octets
+            self.c_drop_reason[drop_reason_index(port, reason)] += packets
 
     # ---- PacketIoIngress, PortCountersEgress, traffic-manager drops ---------------------
 
@@ -463,12 +506,9 @@ class Pipeline:
             pk[port] += 1
             by[port] += length
 
-    def count_tm_drop(self, port: int, length: int) -> None:
-        """A frame the traffic manager dropped (queue overflow) on egress `port`."""
-        pk, by = self.c_drop
-        if 0 <= port < len(pk):
-            pk[port] += 1
-            by[port] += length
+    def count_tm_drop(self, port: int, length: int, reason: P4DropReason) -> None:
+        """A frame lost on egress `port` after the pipeline (the traffic manager, the host)."""
+        self.count_drops(port, reason, 1, length)
 
     # ---- table writes, per control ------------------------------------------------------
 

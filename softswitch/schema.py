@@ -1,8 +1,8 @@
 """The P4Info, indexed by id, and checked against what softswitch's model of fabric.p4 needs.
 
 softswitch runs one program: p4/fabric.p4. A P4Info pushed with SetForwardingPipelineConfig
-must declare every table, action, action profile, counter and controller header that the
-model implements, with the names, match kinds and bit widths of railfabric/fabric_p4.py;
+must declare every table, action, action profile, counter, register and controller header that
+the model implements, with the names, match kinds and bit widths of railfabric/fabric_p4.py;
 ids are whatever the P4Info says (resolved by name, never hard-coded). `FabricSchema.build`
 raises `SchemaError` listing everything missing or different.
 """
@@ -16,6 +16,7 @@ from pathlib import Path
 
 from finsy.proto import p4i
 
+from railfabric import fabric_counters
 from railfabric import fabric_p4 as p4
 
 
@@ -110,6 +111,14 @@ class CounterInfo:
 
 
 @dataclass(frozen=True)
+class RegisterInfo:
+    id: int
+    name: str
+    bitwidth: int  # of a cell (bit<W>; 0 for a type the model does not read)
+    size: int
+
+
+@dataclass(frozen=True)
 class PacketMetadataInfo:
     id: int
     name: str
@@ -194,6 +203,19 @@ _COUNTERS: dict[str, tuple[CounterUnit, ...]] = {
     p4.PFC_PAUSE_TX_COUNTER: (CounterUnit.PACKETS, CounterUnit.BOTH),
     p4.PFC_PAUSE_RX_COUNTER: (CounterUnit.PACKETS, CounterUnit.BOTH),
     p4.PFC_STORM_COUNTER: (CounterUnit.PACKETS, CounterUnit.BOTH),
+    p4.DROP_REASON_COUNTER: (CounterUnit.PACKETS, CounterUnit.BOTH),
+    p4.QUEUE_DEPTH_HISTOGRAM: (CounterUnit.PACKETS, CounterUnit.BOTH),
+}
+# Counters indexed by port and more (railfabric/fabric_counters.py): the fewest indexes the
+# model needs. The others are indexed by port.
+_COUNTER_MIN_SIZE = {
+    p4.DROP_REASON_COUNTER: fabric_counters.PORTS * fabric_counters.DROP_REASONS_PER_PORT,
+    p4.QUEUE_DEPTH_HISTOGRAM: fabric_counters.PORTS * fabric_counters.QUEUE_DEPTH_LEVELS,
+}
+# Registers the model keeps (indexed by port): name -> cell width.
+_REGISTERS = {
+    p4.QUEUE_DEPTH: p4.QUEUE_DEPTH_BITWIDTH,
+    p4.QUEUE_WATERMARK: p4.QUEUE_WATERMARK_BITWIDTH,
 }
 
 # Controller header -> (its port field, that field's width).
@@ -234,9 +256,11 @@ class FabricSchema:
     actions: dict[int, ActionInfo]
     profiles: dict[int, ProfileInfo]
     counters: dict[int, CounterInfo]
+    registers: dict[int, RegisterInfo]
     table_ids: dict[str, int]
     action_ids: dict[str, int]
     counter_ids: dict[str, int]
+    register_ids: dict[str, int]
     profile_id: int
     packet_in: PacketMetadataInfo
     packet_out: PacketMetadataInfo
@@ -250,10 +274,12 @@ class FabricSchema:
         tables = {t.preamble.id: _table(t) for t in p4info.tables}
         profiles = {p.preamble.id: _profile(p) for p in p4info.action_profiles}
         counters = {c.preamble.id: _counter(c) for c in p4info.counters}
+        registers = {r.preamble.id: _register(r) for r in p4info.registers}
         action_ids = {a.name: a.id for a in actions.values()}
         table_ids = {t.name: t.id for t in tables.values()}
         profile_ids = {p.name: p.id for p in profiles.values()}
         counter_ids = {c.name: c.id for c in counters.values()}
+        register_ids = {r.name: r.id for r in registers.values()}
 
         for name, params in _ACTIONS.items():
             if name not in action_ids:
@@ -292,6 +318,11 @@ class FabricSchema:
                 problems.append(f"no counter named {name!r}")
             elif counters[counter_ids[name]].unit not in units:
                 problems.append(f"counter {name!r} must count {units[0].value}")
+        for name, width in _REGISTERS.items():
+            if name not in register_ids:
+                problems.append(f"no register named {name!r}")
+            elif registers[register_ids[name]].bitwidth != width:
+                problems.append(f"register {name!r} must hold bit<{width}>")
         metadata: dict[str, PacketMetadataInfo] = {}
         for header in p4info.controller_packet_metadata:
             metadata[header.preamble.name] = PacketMetadataInfo(
@@ -315,6 +346,7 @@ class FabricSchema:
             tables,
             profiles,
             counters,
+            registers,
             host_memory_bytes() if memory_bytes is None else memory_bytes,
         )
         if problems or size_problems:
@@ -333,9 +365,11 @@ class FabricSchema:
             actions=actions,
             profiles=profiles,
             counters=counters,
+            registers=registers,
             table_ids=table_ids,
             action_ids=action_ids,
             counter_ids=counter_ids,
+            register_ids=register_ids,
             profile_id=profile_id,
             packet_in=metadata[p4.PACKET_IN],
             packet_out=metadata[p4.PACKET_OUT],
@@ -346,6 +380,7 @@ def _size_problems(
     tables: dict[int, TableInfo],
     profiles: dict[int, ProfileInfo],
     counters: dict[int, CounterInfo],
+    registers: dict[int, RegisterInfo],
     memory_bytes: int,
 ) -> list[str]:
     """Sizes out of range, each naming its object; then the total against the memory share.
@@ -370,27 +405,40 @@ def _size_problems(
             problems.append(
                 f"action profile {profile.name!r}: max_group_size {profile.max_group_size} < 0"
             )
-    for counter in counters.values():
-        low = PORT_INDEXES if counter.name in _COUNTERS else 1
-        if not low <= counter.size <= max_indexes:
+    for kind, name, size, low in [
+        *(
+            ("counter", c.name, c.size, _COUNTER_MIN_SIZE.get(c.name, PORT_INDEXES))
+            for c in counters.values()
+            if c.name in _COUNTERS
+        ),
+        *(("counter", c.name, c.size, 1) for c in counters.values() if c.name not in _COUNTERS),
+        *(
+            ("register", r.name, r.size, PORT_INDEXES if r.name in _REGISTERS else 1)
+            for r in registers.values()
+        ),
+    ]:
+        if not low <= size <= max_indexes:
             why = (
                 f", the model indexes it by port (bit<{p4.ACL_IG_PORT_BITWIDTH}>)"
+                if low == PORT_INDEXES
+                else f", the model indexes it by port and more ({low} indexes)"
                 if low > 1
                 else ""
             )
             problems.append(
-                f"counter {counter.name!r}: size {counter.size} is out of {low}..{max_indexes}"
+                f"{kind} {name!r}: size {size} is out of {low}..{max_indexes}"
                 f" ({COUNTER_INDEX_BYTES} bytes an index in {where}{why})"
             )
     if problems:
         return problems
     entries = sum(t.size for t in tables.values()) + sum(p.size for p in profiles.values())
-    indexes = sum(c.size for c in counters.values())
+    indexes = sum(c.size for c in counters.values()) + sum(r.size for r in registers.values())
     need = entries * ENTRY_BYTES + indexes * COUNTER_INDEX_BYTES
     if need > budget:
         problems.append(
-            f"tables, action profiles and counters together need {need / _GIB:.1f} GiB"
-            f" ({entries} entries x {ENTRY_BYTES} B + {indexes} counter indexes"
+            f"tables, action profiles, counters and registers together need"
+            f" {need / _GIB:.1f} GiB ({entries} entries x {ENTRY_BYTES} B + {indexes} counter"
+            " and register indexes"
             f" x {COUNTER_INDEX_BYTES} B), more than {where}"
         )
     return problems
@@ -442,6 +490,16 @@ def _profile(profile: p4i.ActionProfile) -> ProfileInfo:
         with_selector=profile.with_selector,
         size=profile.size,
         max_group_size=profile.max_group_size,
+    )
+
+
+def _register(register: p4i.Register) -> RegisterInfo:
+    bits = register.type_spec.bitstring
+    return RegisterInfo(
+        id=register.preamble.id,
+        name=register.preamble.name,
+        bitwidth=bits.bit.bitwidth if bits.WhichOneof("type_spec") == "bit" else 0,
+        size=register.size,
     )
 
 

@@ -231,7 +231,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         # Collect before the first yield: a Write may run while the client consumes the
         # stream, and the tables must not change under the iteration.
         try:
-            found = [entity for query in request.entities for entity in pipeline.state.read(query)]
+            found = pipeline.state.read_all(request.entities)
         except P4Error as err:
             await self._abort(context, err.code, err.message)
             return

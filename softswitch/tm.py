@@ -33,7 +33,10 @@ one core (1000-byte frames, ECN and PFC configured).
 Counters per port (PortCounters): tx packets/bytes, tail drops (+bytes), headroom drops
 (+bytes, counted on the ingress port), storm drops, ECN marks, PAUSE sent / received /
 malformed, watchdog storms, and per class: queued bytes and packets, PFC ingress occupancy,
-paused, stormed.
+paused, stormed. Queue occupancy as a departing frame leaves it (v1model's deq_qdepth, which
+fabric.p4's QueueDepth records): how many departures left 0, 1, ... 63 or more frames queued
+in their class (bmv2's unit), and the most bytes left queued on the port over all classes
+since `take_peak_bytes` (softswitch's unit).
 
 Model
 -----
@@ -77,6 +80,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
+from railfabric.fabric_counters import QUEUE_DEPTH_LEVELS
 from softswitch import ecn, pfc
 
 NUM_TCS = 8
@@ -93,6 +97,7 @@ MIN_BURST_BYTES = 2 * 1518
 BURST_NS = 1_000_000  # default credit: 1 ms at the port rate
 PAUSE_TX_QUANTA = pfc.MAX_QUANTA
 _NS = 1_000_000_000
+_TOP_LEVEL = QUEUE_DEPTH_LEVELS - 1  # departures leaving this many frames or more behind
 
 
 class Verdict(Enum):
@@ -160,6 +165,9 @@ class PortCounters:
     storms: int
     queue_bytes: tuple[int, ...]  # per traffic class
     queue_packets: tuple[int, ...]
+    # Departures by the frames they left queued in their class: index n for n frames, the
+    # last index for that many or more.
+    dequeue_depths: tuple[int, ...]
     ingress_bytes: tuple[int, ...]  # PFC occupancy per priority of frames that came in here
     paused: tuple[bool, ...]  # egress queue paused (as last evaluated)
     stormed: tuple[bool, ...]
@@ -173,6 +181,8 @@ class _Port:
         "buffer_bytes",
         "burst_ns",
         "deficit",
+        "deq_levels",
+        "deq_peak_bytes",
         "ecn",
         "ecn_marks",
         "frames",
@@ -227,6 +237,8 @@ class _Port:
         self.ingress: list[deque[int]] = [deque() for _ in range(NUM_TCS)]
         self.qbytes = [0] * NUM_TCS
         self.queued_bytes = 0
+        self.deq_levels = [0] * QUEUE_DEPTH_LEVELS  # departures by frames left in the class
+        self.deq_peak_bytes = 0  # most bytes a departure left on the port (take_peak_bytes)
         self.deficit = [0] * NUM_TCS
         self.rr = 0  # index into DRR_ORDER
         self.fresh_visit = True
@@ -505,6 +517,13 @@ class TrafficManager:
         """Bytes queued in (port, tc)."""
         return self._port(port).qbytes[_check_tc(tc)]
 
+    def take_peak_bytes(self, port: int) -> int:
+        """The most bytes a departing frame left queued on `port` (over all classes) since the
+        previous call; starts the next period at 0."""
+        p = self._port(port)
+        peak, p.deq_peak_bytes = p.deq_peak_bytes, 0
+        return peak
+
     def counters(self) -> dict[int, PortCounters]:
         """A snapshot of every port's counters."""
         return {number: self._snapshot(p) for number, p in self._ports.items()}
@@ -538,6 +557,7 @@ class TrafficManager:
             storms=p.storms,
             queue_bytes=tuple(p.qbytes),
             queue_packets=tuple(len(q) for q in p.frames),
+            dequeue_depths=tuple(p.deq_levels),
             ingress_bytes=tuple(p.ingress_bytes),
             paused=tuple(u != 0 for u in p.paused_until),
             stormed=tuple(p.stormed),
@@ -639,10 +659,15 @@ class TrafficManager:
                 p.blocked = True
                 return
             p.blocked = False
-            frame = frames[tc].popleft()
+            queue = frames[tc]
+            frame = queue.popleft()
             size = len(frame)
             qbytes[tc] -= size
             p.queued_bytes -= size
+            left = len(queue)
+            p.deq_levels[left if left < _TOP_LEVEL else _TOP_LEVEL] += 1
+            if p.queued_bytes > p.deq_peak_bytes:  # noqa: PLR1730 (per frame: cheaper than max)
+                p.deq_peak_bytes = p.queued_bytes
             p.tx_packets += 1
             p.tx_bytes += size
             if p.rate_bps:

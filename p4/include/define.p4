@@ -49,4 +49,24 @@ const bit<64> BYTES_PER_QUEUED_PACKET = 1500;
 // ECN marking probabilities are in parts per million.
 const bit<32> PPM_MAX = 1000000;
 
+// Why a frame was dropped: the values of railfabric.v1.DropReason (proto/railfabric/v1/
+// control.proto; railfabric/fabric_counters.py, checked by tests/unit/p4). Each drop site sets
+// fabric_md.drop_reason; DropCounter counts it in FabricIngress.drop_reason_counter at index
+// ingress_port * DROP_REASONS_PER_PORT + reason. The program sets 1..6 itself. 7..11 happen
+// outside it: a port the target does not have, and the traffic manager's and the host's
+// losses, which a target counts into the same counter itself (softswitch) or not at all (bmv2).
+typedef bit<4> drop_reason_t;
+const drop_reason_t DROP_REASON_UNSPECIFIED     = 0;
+const drop_reason_t DROP_REASON_NO_ROUTE        = 1;
+const drop_reason_t DROP_REASON_TTL_EXPIRED     = 2;
+const drop_reason_t DROP_REASON_ACL             = 3;
+const drop_reason_t DROP_REASON_NOT_IPV4        = 4;
+const drop_reason_t DROP_REASON_NO_NEXT_HOP     = 5;
+const drop_reason_t DROP_REASON_MALFORMED       = 6;
+const drop_reason_t DROP_REASON_BAD_EGRESS_PORT = 7;
+const drop_reason_t DROP_REASON_QUEUE_FULL      = 8;
+const drop_reason_t DROP_REASON_HEADROOM_FULL   = 9;
+const drop_reason_t DROP_REASON_PFC_WATCHDOG    = 10;
+const drop_reason_t DROP_REASON_KERNEL          = 11;
+
 #endif  // __DEFINE__

@@ -108,6 +108,8 @@ struct fabric_metadata_t {
     bool            next_id_valid;
     // Set when a control has decided the frame's fate (punt): later forwarding is skipped.
     bool            skip_forwarding;
+    // Why the frame is dropped, set where it is (define.p4); counted by DropCounter.
+    drop_reason_t   drop_reason;
     // Filled by FabricEgress.pfc_config; consumed by targets that implement PFC.
     bit<32>         pfc_xoff;
     bit<32>         pfc_xon;

@@ -5,6 +5,12 @@
 #include "define.p4"
 #include "header.p4"
 
+// A header that is there but is not what it says (v1model goes on to ingress with
+// standard_metadata.parser_error set, as for a truncated header; FabricIngress drops both).
+error {
+    Ipv4HeaderInvalid
+}
+
 parser FabricParser(packet_in packet,
                     out parsed_headers_t hdr,
                     inout fabric_metadata_t fabric_md,
@@ -38,6 +44,7 @@ parser FabricParser(packet_in packet,
 
     state parse_ipv4 {
         packet.extract(hdr.ipv4);
+        verify(hdr.ipv4.version == 4 && hdr.ipv4.ihl >= 5, error.Ipv4HeaderInvalid);
         fabric_md.ip_proto = hdr.ipv4.protocol;
         // L4 is parsed only without IPv4 options; frames with options hash with ports 0.
         transition select(hdr.ipv4.ihl, hdr.ipv4.protocol) {

@@ -18,6 +18,7 @@ import pytest
 
 from mininet_labs.processes import Bmv2
 from railfabric import fabric_p4 as p4
+from railfabric.fabric_counters import QUEUE_DEPTH_LEVELS, DropReason, drop_reason_index
 from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from softswitch import p4build
 from tests.conftest import Netns, Processes
@@ -130,3 +131,24 @@ async def test_bmv2_accepts_fabric_pipeline(bmv2_address: str, tmp_path: Path) -
             )
         ]
         assert len(counters) == 512
+
+        # Drops by reason and the queue histogram are counters, which bmv2 serves; its
+        # registers it does not (PI: UNIMPLEMENTED), which is why an agent for bmv2 reads the
+        # histogram and reports no depth (agent/counters.py, docs/bmv2.md).
+        for name, index in (
+            (p4.DROP_REASON_COUNTER, drop_reason_index(1, DropReason.NO_ROUTE)),
+            (p4.QUEUE_DEPTH_HISTOGRAM, 1 * QUEUE_DEPTH_LEVELS + 63),
+        ):
+            read = [
+                c
+                async for c in sw.read(  # type: ignore[attr-defined]
+                    fy.P4CounterEntry(name, index=index)
+                )
+            ]
+            assert [(c.index, c.packet_count) for c in read] == [(index, 0)], name
+        with pytest.raises(fy.P4ClientError) as err:
+            async for _ in sw.read(  # type: ignore[attr-defined]
+                fy.P4RegisterEntry(p4.QUEUE_WATERMARK, index=1)
+            ):
+                pass
+        assert err.value.code == fy.GRPCStatusCode.UNIMPLEMENTED

@@ -43,6 +43,7 @@ control Acl(inout parsed_headers_t hdr,
         acl.apply();
         if (standard_metadata.egress_spec == DROP_PORT) {
             fabric_md.skip_forwarding = true;
+            fabric_md.drop_reason = DROP_REASON_ACL;
         }
     }
 }

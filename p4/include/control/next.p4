@@ -53,6 +53,10 @@ control Next(inout parsed_headers_t hdr,
     apply {
         mark_to_drop(standard_metadata);
         next.apply();
+        // A miss, or a group with no member to choose (bmv2 logs "yielded empty group").
+        if (standard_metadata.egress_spec == DROP_PORT) {
+            fabric_md.drop_reason = DROP_REASON_NO_NEXT_HOP;
+        }
     }
 }
 

@@ -17,17 +17,26 @@ control PortCountersIngress(inout parsed_headers_t hdr,
     }
 }
 
-// Applied last in ingress: pipeline drops, counted on the ingress port. (Traffic-manager
-// drops are counted on the egress port by targets that have one: softswitch.)
+// Applied last in ingress: pipeline drops, counted on the ingress port, in all (drop_counter)
+// and by the reason the drop site set (drop_reason_counter, index port * 16 + reason; the
+// reasons are railfabric.v1.DropReason, define.p4). Drops outside the pipeline are counted by
+// targets that see them, into both counters, on the port where they happen (softswitch: the
+// full egress queue and the PFC watchdog on the egress port, a full headroom on the ingress
+// port, the host's losses on the port whose socket lost the frame). bmv2 sees none of them.
 control DropCounter(inout parsed_headers_t hdr,
                     inout fabric_metadata_t fabric_md,
                     inout standard_metadata_t standard_metadata) {
     @name(".FabricIngress.drop_counter")
     counter(PORT_COUNTER_SIZE, CounterType.packets_and_bytes) drop_counter;
+    @name(".FabricIngress.drop_reason_counter")
+    counter(DROP_REASON_COUNTER_SIZE, CounterType.packets) drop_reason_counter;
 
     apply {
         if (standard_metadata.egress_spec == DROP_PORT) {
             drop_counter.count((bit<32>)standard_metadata.ingress_port);
+            drop_reason_counter.count((bit<32>)standard_metadata.ingress_port
+                                      * DROP_REASONS_PER_PORT
+                                      + (bit<32>)fabric_md.drop_reason);
         }
     }
 }

@@ -38,8 +38,12 @@ control Routing(inout parsed_headers_t hdr,
         // The frame would leave with TTL 0: drop it here rather than forward it.
         if (hdr.ipv4.ttl <= 1) {
             mark_to_drop(standard_metadata);
+            fabric_md.drop_reason = DROP_REASON_TTL_EXPIRED;
         } else {
             routing_v4.apply();
+            if (standard_metadata.egress_spec == DROP_PORT) {  // a miss: the default, drop
+                fabric_md.drop_reason = DROP_REASON_NO_ROUTE;
+            }
         }
     }
 }

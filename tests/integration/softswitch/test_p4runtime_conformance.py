@@ -211,7 +211,11 @@ async def test_wildcard_reads(target: Target) -> None:
         counters = await collect(sw, fy.P4CounterEntry(p4.INGRESS_PORT_COUNTER))
         assert len(counters) == 512
         everything = await collect(sw, fy.P4CounterEntry())
-        assert len(everything) == 7 * 512
+        assert len(everything) == sum(c.size for c in load_p4info(DEFAULT_P4INFO).counters)
+        registers = await collect(sw, fy.P4RegisterEntry())
+        assert len(registers) == 2 * 512
+        [watermark] = await collect(sw, fy.P4RegisterEntry(p4.QUEUE_WATERMARK, index=3))
+        assert (watermark.index, watermark.data) == (3, 0)
 
 
 async def test_arbitration_primary_backup_and_promotion(target: Target) -> None:

@@ -71,6 +71,20 @@ def test_missing_action_and_param_change_are_reported(checked_in: p4i.P4Info) ->
     assert any(f"table {p4.PFC_CONFIG}: actions" in d for d in diffs)
 
 
+def test_register_changes_are_reported(checked_in: p4i.P4Info) -> None:
+    other = copy.deepcopy(checked_in)
+    depth = next(r for r in other.registers if r.preamble.name == p4.QUEUE_DEPTH)
+    depth.type_spec.bitstring.bit.bitwidth = 19
+    depth.size = 256
+    other.registers.remove(
+        next(r for r in other.registers if r.preamble.name == p4.QUEUE_WATERMARK)
+    )
+    diffs = p4build.p4info_differences(checked_in, other)
+    assert f"register {p4.QUEUE_WATERMARK}: only in the checked-in P4Info" in diffs
+    assert any(d.startswith(f"register {p4.QUEUE_DEPTH}: type") and "19" in d for d in diffs)
+    assert f"register {p4.QUEUE_DEPTH}: size: checked-in 512, compiled 256" in diffs
+
+
 def test_skips_clearly_without_p4c(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

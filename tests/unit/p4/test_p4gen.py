@@ -30,6 +30,7 @@ def test_every_p4info_name_is_a_constant() -> None:
         *(a.preamble for a in info.actions),
         *(ap.preamble for ap in info.action_profiles),
         *(c.preamble for c in info.counters),
+        *(r.preamble for r in info.registers),
         *(m.preamble for m in info.controller_packet_metadata),
     ]
     assert {pre.name for pre in preambles} <= values
@@ -38,6 +39,7 @@ def test_every_p4info_name_is_a_constant() -> None:
     assert {md.name for m in info.controller_packet_metadata for md in m.metadata} <= values
     assert set(p4.TABLES) == {t.preamble.name for t in info.tables}
     assert set(p4.ACTIONS) == {a.preamble.name for a in info.actions}
+    assert set(p4.REGISTERS) == {r.preamble.name for r in info.registers}
 
 
 def test_constants_carry_ids_widths_and_sizes() -> None:
@@ -48,6 +50,10 @@ def test_constants_carry_ids_widths_and_sizes() -> None:
     assert p4.ROUTING_V4_CONST_DEFAULT_ACTION == p4.DROP
     assert p4.NEXT_IMPLEMENTATION == p4.ECMP_SELECTOR
     assert p4.PACKET_OUT_EGRESS_PORT_BITWIDTH == 9
+    assert (p4.QUEUE_WATERMARK_ID >> 24, p4.QUEUE_WATERMARK_BITWIDTH) == (
+        p4i.P4Ids.Prefix.REGISTER,
+        32,
+    )
 
 
 def test_stale_module_is_reported_with_the_file_and_the_command(tmp_path: Path) -> None:
@@ -76,6 +82,13 @@ def test_two_entities_with_one_constant_name_are_an_error() -> None:
     info = load_p4info(DEFAULT_P4INFO)
     info.counters[0].preamble.alias = "acl"
     with pytest.raises(p4gen.P4GenError, match="both map to the constant ACL"):
+        p4gen.render(info)
+
+
+def test_a_register_that_is_not_bit_w_is_an_error() -> None:
+    info = load_p4info(DEFAULT_P4INFO)
+    info.registers[0].type_spec.bitstring.int.bitwidth = 32
+    with pytest.raises(p4gen.P4GenError, match="only bit<W> registers are supported"):
         p4gen.render(info)
 
 

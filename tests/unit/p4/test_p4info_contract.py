@@ -11,8 +11,11 @@ from finsy import P4CounterUnit, P4Schema
 from finsy.p4schema import P4ActionScope
 from finsy.proto import p4i
 
+from railfabric import fabric_counters
 from railfabric import fabric_p4 as p4
+from railfabric.fabric_counters import DropReason
 from railfabric.p4info import DEFAULT_P4INFO
+from railfabric.v1 import control_pb2
 
 pytestmark = pytest.mark.unit
 
@@ -92,14 +95,23 @@ ACTIONS: dict[str, list[tuple[str, int]]] = {
 
 BOTH = P4CounterUnit.BOTH
 PACKETS = P4CounterUnit.PACKETS
+# counter -> (unit, size): indexed by port number (CPU port 255 included), or by port and more
+# (railfabric/fabric_counters.py).
 COUNTERS = {
-    p4.INGRESS_PORT_COUNTER: BOTH,
-    p4.EGRESS_PORT_COUNTER: BOTH,
-    p4.DROP_COUNTER: BOTH,
-    p4.ECN_MARK_COUNTER: PACKETS,
-    p4.PFC_PAUSE_TX_COUNTER: PACKETS,
-    p4.PFC_PAUSE_RX_COUNTER: PACKETS,
-    p4.PFC_STORM_COUNTER: PACKETS,
+    p4.INGRESS_PORT_COUNTER: (BOTH, 512),
+    p4.EGRESS_PORT_COUNTER: (BOTH, 512),
+    p4.DROP_COUNTER: (BOTH, 512),
+    p4.DROP_REASON_COUNTER: (PACKETS, 512 * 16),
+    p4.ECN_MARK_COUNTER: (PACKETS, 512),
+    p4.PFC_PAUSE_TX_COUNTER: (PACKETS, 512),
+    p4.PFC_PAUSE_RX_COUNTER: (PACKETS, 512),
+    p4.PFC_STORM_COUNTER: (PACKETS, 512),
+    p4.QUEUE_DEPTH_HISTOGRAM: (PACKETS, 512 * 64),
+}
+# register -> (bit width of a cell, size): indexed by port number.
+REGISTERS = {
+    p4.QUEUE_DEPTH: (32, 512),
+    p4.QUEUE_WATERMARK: (32, 512),
 }
 
 PACKET_METADATA = {
@@ -194,13 +206,31 @@ def test_ecmp_selector(schema: P4Schema) -> None:
 @pytest.mark.parametrize("counter_name", sorted(COUNTERS))
 def test_counter(schema: P4Schema, counter_name: str) -> None:
     counter = schema.counters[counter_name]
-    assert counter.unit == COUNTERS[counter_name]
-    assert counter.size == 512  # indexed by port number, CPU port 255 included
+    assert (counter.unit, counter.size) == COUNTERS[counter_name]
 
 
 def test_no_counters_beyond_contract(schema: P4Schema) -> None:
     assert {c.name for c in schema.counters} == set(COUNTERS)
     assert not list(schema.direct_counters)
+
+
+def test_registers(p4info: p4i.P4Info) -> None:
+    got = {r.preamble.name: (r.type_spec.bitstring.bit.bitwidth, r.size) for r in p4info.registers}
+    assert got == REGISTERS
+    assert not p4info.registers[0].HasField("index_type_name")  # v1model: a bit<32> index
+
+
+def test_counter_layouts_fit_their_sizes() -> None:
+    """The index layouts the agent and softswitch share (railfabric/fabric_counters.py)."""
+    layout = fabric_counters
+    assert p4.INGRESS_PORT_COUNTER_SIZE == layout.PORTS == p4.QUEUE_DEPTH_SIZE
+    assert p4.DROP_REASON_COUNTER_SIZE == layout.PORTS * layout.DROP_REASONS_PER_PORT
+    assert p4.QUEUE_DEPTH_HISTOGRAM_SIZE == layout.PORTS * layout.QUEUE_DEPTH_LEVELS
+    last = layout.drop_reason_index(layout.PORTS - 1, max(DropReason))
+    assert last < p4.DROP_REASON_COUNTER_SIZE
+    assert max(DropReason) < layout.DROP_REASONS_PER_PORT
+    assert layout.queue_depth_index(511, 1 << 19) == p4.QUEUE_DEPTH_HISTOGRAM_SIZE - 1
+    assert layout.queue_depth_index(3, 5) == 3 * 64 + 5
 
 
 @pytest.mark.parametrize("header", sorted(PACKET_METADATA))
@@ -228,6 +258,7 @@ def _preambles(p4info: p4i.P4Info) -> list[tuple[int, p4i.Preamble]]:
         *((PREFIX.ACTION, a.preamble) for a in p4info.actions),
         *((PREFIX.ACTION_PROFILE, ap.preamble) for ap in p4info.action_profiles),
         *((PREFIX.COUNTER, c.preamble) for c in p4info.counters),
+        *((PREFIX.REGISTER, r.preamble) for r in p4info.registers),
         *((PREFIX.CONTROLLER_HEADER, m.preamble) for m in p4info.controller_packet_metadata),
     ]
 
@@ -364,3 +395,48 @@ def test_every_table_is_applied_and_every_control_wired() -> None:
     for path in sorted((P4_DIR / "include" / "control").glob("*.p4")):
         for control in re.findall(r"\bcontrol\s+(\w+)\s*\(", _code(path)):
             assert re.search(rf"\b{control}\(\)\s+\w+;", top), f"{control} is not instantiated"
+
+
+def _defines() -> dict[str, int]:
+    text = (P4_DIR / "include" / "size.p4").read_text()
+    return {name: int(value) for name, value in re.findall(r"#define\s+(\w+)\s+(\d+)\b", text)}
+
+
+def test_sizes_in_the_source_are_the_shared_layout() -> None:
+    defines = _defines()
+    assert defines["PORT_COUNTER_SIZE"] == fabric_counters.PORTS
+    assert defines["DROP_REASONS_PER_PORT"] == fabric_counters.DROP_REASONS_PER_PORT
+    assert defines["QUEUE_DEPTH_LEVELS"] == fabric_counters.QUEUE_DEPTH_LEVELS
+    assert defines["DROP_REASON_COUNTER_SIZE"] == p4.DROP_REASON_COUNTER_SIZE
+    assert defines["QUEUE_DEPTH_HISTOGRAM_SIZE"] == p4.QUEUE_DEPTH_HISTOGRAM_SIZE
+
+
+def test_drop_reasons_are_the_protocol_s(p4_source: str) -> None:
+    """define.p4's DROP_REASON_* constants, railfabric.fabric_counters.DropReason and
+    railfabric.v1.DropReason are one list: the agent reports the counter's index as is."""
+    in_p4 = {
+        name: int(value)
+        for name, value in re.findall(
+            r"\bconst\s+drop_reason_t\s+DROP_REASON_(\w+)\s*=\s*(\d+)\s*;", p4_source
+        )
+    }
+    assert in_p4 == {r.name: r.value for r in DropReason}
+    in_proto = {
+        name.removeprefix("DROP_REASON_"): number for name, number in control_pb2.DropReason.items()
+    }
+    assert in_proto == in_p4
+    assert re.search(r"\btypedef\s+bit<4>\s+drop_reason_t\s*;", p4_source)
+
+
+def test_every_drop_site_sets_its_reason() -> None:
+    """Each reason the program detects is set (once) next to the drop that has it."""
+    code = "\n".join(_code(path) for path in _p4_files())
+    set_reasons = re.findall(r"fabric_md\.drop_reason\s*=\s*DROP_REASON_(\w+)\s*;", code)
+    assert sorted(set_reasons) == sorted(r.name for r in fabric_counters.PIPELINE_REASONS)
+    # Every mark_to_drop outside the shared drop action is followed by a reason, or by the
+    # lookup whose miss it prepares (next.p4) and then the reason.
+    for path in _p4_files():
+        text = _code(path)
+        for match in re.finditer(r"mark_to_drop\(standard_metadata\);", text):
+            after = text[match.end() : match.end() + 400]
+            assert "fabric_md.drop_reason = DROP_REASON_" in after, (path, after[:80])

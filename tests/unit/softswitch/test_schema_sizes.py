@@ -48,6 +48,30 @@ def test_counter_size_out_of_range_names_the_counter(p4info: p4i.P4Info, size: i
     ) in refusal(changed)
 
 
+def test_counters_indexed_by_port_and_more_need_every_index(p4info: p4i.P4Info) -> None:
+    changed = p4i.P4Info()
+    changed.CopyFrom(p4info)
+    named(changed, "counter", p4.QUEUE_DEPTH_HISTOGRAM).size = 512
+    next(r for r in changed.registers if r.preamble.name == p4.QUEUE_WATERMARK).size = 64
+    message = refusal(changed)
+    assert f"counter {p4.QUEUE_DEPTH_HISTOGRAM!r}: size 512 is out of 32768.." in message
+    assert "the model indexes it by port and more (32768 indexes)" in message
+    assert f"register {p4.QUEUE_WATERMARK!r}: size 64 is out of 512.." in message
+
+
+def test_registers_are_part_of_the_contract(p4info: p4i.P4Info) -> None:
+    changed = p4i.P4Info()
+    changed.CopyFrom(p4info)
+    depth = next(r for r in changed.registers if r.preamble.name == p4.QUEUE_DEPTH)
+    depth.type_spec.bitstring.bit.bitwidth = 19
+    changed.registers.remove(
+        next(r for r in changed.registers if r.preamble.name == p4.QUEUE_WATERMARK)
+    )
+    message = refusal(changed)
+    assert f"register {p4.QUEUE_DEPTH!r} must hold bit<32>" in message
+    assert f"no register named {p4.QUEUE_WATERMARK!r}" in message
+
+
 @pytest.mark.parametrize("size", [2**40, -1, 0])
 def test_table_size_out_of_range_names_the_table(p4info: p4i.P4Info, size: int) -> None:
     changed = p4i.P4Info()
@@ -74,10 +98,13 @@ def test_sizes_that_fit_one_by_one_are_checked_together(p4info: p4i.P4Info) -> N
     for table in changed.tables:
         table.size = 1_000_000  # each fits in 2 GiB, all of them do not
     entries = sum(t.size for t in changed.tables) + sum(p.size for p in changed.action_profiles)
-    indexes = sum(c.size for c in changed.counters)
+    indexes = sum(c.size for c in changed.counters) + sum(r.size for r in changed.registers)
     need = entries * ENTRY_BYTES + indexes * COUNTER_INDEX_BYTES
     message = refusal(changed)
-    assert f"tables, action profiles and counters together need {need / GIB:.1f} GiB" in message
+    assert (
+        f"tables, action profiles, counters and registers together need {need / GIB:.1f} GiB"
+        f" ({entries} entries x {ENTRY_BYTES} B + {indexes} counter and register indexes"
+    ) in message
     assert "more than 1/2 of this host's 4.0 GiB" in message
 
 

@@ -1,0 +1,57 @@
+"""How fabric.p4 lays out its counters indexed by more than the port, for the agent (which reads
+them) and softswitch (which counts into them). The P4Info gives names and sizes
+(railfabric/fabric_p4.py); the layout is in the program (p4/include/size.p4, define.p4) and
+is written once more here, checked against the P4 sources by tests/unit/p4.
+
+- `FabricIngress.drop_reason_counter`: index `port * DROP_REASONS_PER_PORT + reason`, one
+  packet per frame dropped; `reason` is a `DropReason`, whose values are those of
+  `railfabric.v1.DropReason` (proto/railfabric/v1/control.proto).
+- `FabricEgress.queue_depth_histogram`: index `port * QUEUE_DEPTH_LEVELS + level`, one packet
+  per frame leaving the port, `level = min(deq_qdepth, QUEUE_DEPTH_LEVELS - 1)`.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Final
+
+PORTS: Final = 512  # PORT_COUNTER_SIZE: a port number is bit<9>
+DROP_REASONS_PER_PORT: Final = 16  # drop_reason_t is bit<4>
+QUEUE_DEPTH_LEVELS: Final = 64
+
+
+class DropReason(enum.IntEnum):
+    """fabric.p4's drop_reason_t values (define.p4), equal to railfabric.v1.DropReason's."""
+
+    UNSPECIFIED = 0
+    NO_ROUTE = 1
+    TTL_EXPIRED = 2
+    ACL = 3
+    NOT_IPV4 = 4
+    NO_NEXT_HOP = 5
+    MALFORMED = 6
+    BAD_EGRESS_PORT = 7
+    QUEUE_FULL = 8
+    HEADROOM_FULL = 9
+    PFC_WATCHDOG = 10
+    KERNEL = 11
+
+
+# What the program itself detects and counts (the rest is the target's to count, or not).
+PIPELINE_REASONS: Final = (
+    DropReason.NO_ROUTE,
+    DropReason.TTL_EXPIRED,
+    DropReason.ACL,
+    DropReason.NOT_IPV4,
+    DropReason.NO_NEXT_HOP,
+    DropReason.MALFORMED,
+)
+
+
+def drop_reason_index(port: int, reason: DropReason) -> int:
+    return port * DROP_REASONS_PER_PORT + reason
+
+
+def queue_depth_index(port: int, depth: int) -> int:
+    """The histogram index a frame leaving `port` with `depth` behind it counts at."""
+    return port * QUEUE_DEPTH_LEVELS + min(depth, QUEUE_DEPTH_LEVELS - 1)
