@@ -5,12 +5,21 @@ assigned" subtypes), system name = switch name, and a TTL. Received LLDPDUs beco
 with a last-seen time; a neighbour whose TTL runs out without a new LLDPDU has expired, which
 on a port that still has carrier means the link fails one way.
 
+What we receive is whatever the peer sends: our agents, or a server's lldpd (Debian's lldpd
+1.0.16 sends a MAC chassis id, a MAC port id unless configured `portidsubtype ifname`, its
+host name as system name, TTL 120 and several optional TLVs; tests/data holds captures). IDs
+are reported as text by subtype: the textual subtypes (names, components, local) as they are,
+MAC addresses as `06:00:00:01:00:01`, network addresses as the IP address, anything else as
+`0x` + hex. A TTL of 0 is a shutdown LLDPDU (lldpd sends one when it stops): the neighbour is
+forgotten at once (IEEE 802.1AB-2016 9.2.7.7.1), not left to expire.
+
 Malformed frames are counted and dropped; `parse_lldp` raises only LldpError, which the
 receive path catches."""
 
 from __future__ import annotations
 
 import enum
+import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -70,6 +79,61 @@ def _text(raw: bytes, what: str) -> str:
         raise LldpError(f"{what} is not UTF-8: {raw!r}") from err
 
 
+@dataclass(frozen=True, slots=True)
+class _Subtypes:
+    """How one ID TLV's subtypes are written (IEEE 802.1AB-2016 tables 8-2 and 8-3): text, a
+    MAC address, or a network address (an IANA address family octet, then the address)."""
+
+    what: str
+    text: frozenset[int]
+    mac: int
+    network: int
+
+
+_C, _P = lldp.ChassisID, lldp.PortID
+_CHASSIS = _Subtypes(
+    "chassis id",
+    frozenset(
+        {
+            _C.SUB_CHASSIS_COMPONENT,
+            _C.SUB_INTERFACE_ALIAS,
+            _C.SUB_PORT_COMPONENT,
+            _C.SUB_INTERFACE_NAME,
+            _C.SUB_LOCALLY_ASSIGNED,
+        }
+    ),
+    _C.SUB_MAC_ADDRESS,
+    _C.SUB_NETWORK_ADDRESS,
+)
+_PORT = _Subtypes(
+    "port id",
+    frozenset(
+        {
+            _P.SUB_INTERFACE_ALIAS,
+            _P.SUB_PORT_COMPONENT,
+            _P.SUB_INTERFACE_NAME,
+            _P.SUB_LOCALLY_ASSIGNED,
+        }
+    ),
+    _P.SUB_MAC_ADDRESS,
+    _P.SUB_NETWORK_ADDRESS,
+)
+_ADDRESS_LENGTH = {1: 4, 2: 16}  # IANA address family: IPv4, IPv6
+
+
+def _id(kind: _Subtypes, subtype: int, raw: bytes) -> str:
+    """A chassis or port id as text, by its subtype."""
+    if subtype in kind.text:
+        return _text(raw, kind.what)
+    if subtype == kind.mac:
+        if len(raw) != 6:
+            raise LldpError(f"{kind.what}: a MAC address of {len(raw)} bytes")
+        return format_mac(int.from_bytes(raw, "big"))
+    if subtype == kind.network and raw and _ADDRESS_LENGTH.get(raw[0]) == len(raw) - 1:
+        return str(ipaddress.ip_address(raw[1:]))
+    return "0x" + raw.hex()  # an agent circuit id, a reserved subtype, an odd address
+
+
 def parse_lldp(frame: bytes) -> LldpInfo:
     """The LLDPDU in `frame`. Raises LldpError (and nothing else) when it is not one."""
     if len(frame) < 14:
@@ -92,9 +156,9 @@ def parse_lldp(frame: bytes) -> LldpInfo:
     system_name = ""
     for tlv in pdu.tlvs:
         if isinstance(tlv, lldp.ChassisID):
-            chassis = _text(tlv.chassis_id, "chassis id")
+            chassis = _id(_CHASSIS, tlv.subtype, tlv.chassis_id)
         elif isinstance(tlv, lldp.PortID):
-            port_id = _text(tlv.port_id, "port id")
+            port_id = _id(_PORT, tlv.subtype, tlv.port_id)
         elif isinstance(tlv, lldp.TTL):
             ttl = int(tlv.ttl)
         elif isinstance(tlv, lldp.SystemName):
@@ -108,6 +172,8 @@ class NeighborChange(enum.Enum):
     NEW = "new"
     CHANGED = "changed"
     REFRESHED = "refreshed"
+    # A shutdown LLDPDU (TTL 0): the peer's LLDP agent stopped; the neighbour is forgotten.
+    GONE = "gone"
 
 
 @dataclass
@@ -127,12 +193,16 @@ class NeighborTable:
 
     def receive(self, port: int, frame: bytes, wall_ns: int, mono_ns: int) -> NeighborChange | None:
         """Record a frame received on `port`; None (and the malformed counter bumped) when it
-        is not a usable LLDPDU. Never raises."""
+        is not a usable LLDPDU, GONE (and the neighbour forgotten) for a shutdown LLDPDU.
+        Never raises."""
         try:
             info = parse_lldp(frame)
         except LldpError:
             self.malformed += 1
             return None
+        if info.ttl_s == 0:
+            self.entries.pop(port, None)
+            return NeighborChange.GONE
         old = self.entries.get(port)
         self.entries[port] = _Entry(info, wall_ns, mono_ns)
         if old is None:

@@ -20,12 +20,18 @@ from pathlib import Path
 from typing import Any
 
 from agent.codec import Codec, P4InfoMismatch
-from agent.lldp import NeighborTable, build_lldp
+from agent.counters import PortCounterReader
+from agent.lldp import NeighborChange, NeighborTable, build_lldp
+from agent.metrics import AgentMetrics
 from agent.p4client import P4Target, PacketIn
 from agent.ports import PortEvent, PortMonitor, parse_port_map
 from agent.session import ControllerSession
-from agent.writer import TARGET_LOST, Writer
+from agent.tables import report as tables_report
+from agent.translate import Pipeline, repair
+from agent.writer import TARGET_LOST, Writer, server_ports
 from railfabric import __version__, cli
+from railfabric.metrics import MetricsError
+from railfabric.p4format import EntityFormatter
 from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from railfabric.v1 import control_pb2
 
@@ -38,8 +44,15 @@ TARGET_KINDS = {
     "other": control_pb2.TARGET_KIND_OTHER,
 }
 ETH_TYPE_LLDP = b"\x88\xcc"
+# What makes a port whose LLDP neighbour went silent usable again (not a shutdown LLDPDU).
+HEARD = (NeighborChange.NEW, NeighborChange.CHANGED, NeighborChange.REFRESHED)
+# Between two read-backs of the target (an entry deleted behind the agent's back is back within
+# this plus one Write).
+VERIFY_INTERVAL_S = 30.0
 # The task group is restarted at most this often after a failure.
 RESTART_THROTTLE_S = 2.0
+# ReadTables requests waiting for the tables task; more are answered "busy" at once.
+TABLE_REQUESTS = 8
 
 
 def _interval(value: str) -> float:
@@ -87,6 +100,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--counters-interval", type=_interval, default=5.0, help="seconds between Counters"
     )
+    parser.add_argument(
+        "--verify-interval",
+        type=_interval,
+        default=VERIFY_INTERVAL_S,
+        help="seconds between read-backs of the target that find and repair entries changed "
+        "behind the agent's back",
+    )
+    parser.add_argument(
+        "--metrics",
+        type=cli.address,
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics on this address (unset: no metrics)",
+    )
     return parser
 
 
@@ -102,11 +128,18 @@ class Agent:
         self.lldp_ttl = args.lldp_ttl
         build_lldp(self.switch, 1, 0, self.lldp_ttl)  # refuse a name or TTL LLDP cannot carry
         self.counters_interval = args.counters_interval
+        self.verify_interval = args.verify_interval
+        self.metrics_address: str | None = args.metrics
+        self.metrics = AgentMetrics(self.switch)
+        # The last counter read (every --counters-interval), which metrics show.
+        self.last_counters: control_pb2.Counters | None = None
 
         self.monitor = PortMonitor(self.port_map, args.netns)
         self.target = P4Target(
             args.target, args.device_id, args.election_id, self.codec, device_config=device_config
         )
+        # What PortCounters holds for this kind of target (drop reasons, queue occupancy).
+        self.port_counters = PortCounterReader(self.codec, self.target_kind, self.port_map)
         self.session = ControllerSession(args.controller, self.hello, self._from_controller)
         self.writer = Writer(
             self.target,
@@ -115,7 +148,10 @@ class Agent:
             on_port_status=lambda m: self._send(control_pb2.AgentMessage(port_status=m)),
             request_snapshot=self.session.resend_hello,
             switch_name=self.switch,
+            on_repair=self.metrics.repaired,
+            on_read_back=lambda _: self._health_changed(),
         )
+        self.target.on_change = self._health_changed
         self.neighbors = NeighborTable()
         self.carrier: dict[int, bool] = {}
         # Ports whose LLDP neighbour went silent while carrier stayed up (one-way failure).
@@ -124,6 +160,9 @@ class Agent:
         # The target as last seen; kept current by the target-health task (sent to the
         # controller, shown in metrics).
         self.health = control_pb2.TargetHealth()
+        # ReadTables request ids for the tables task (reads run beside the writer's writes).
+        self.table_requests: asyncio.Queue[int] = asyncio.Queue(TABLE_REQUESTS)
+        self.entity_formatter = EntityFormatter(self.codec.p4info, qualified=True)
 
     # -- glue -------------------------------------------------------------------------
 
@@ -144,13 +183,59 @@ class Agent:
             applied_generation=self.writer.applied_generation,
             applied_digest=self.writer.applied_digest,
             device_id=self.device_id,
+            target_health=self._health(),
         )
+
+    def _health(self) -> control_pb2.TargetHealth:
+        t, rb = self.target, self.writer.read_back
+        return control_pb2.TargetHealth(
+            reachable=t.reachable,
+            primary=t.primary.is_set(),
+            error=t.last_error,
+            last_read_back_wall_ns=rb.wall_ns,
+            missing=rb.missing,
+            unexpected=rb.unexpected,
+            modified=rb.modified,
+            repaired_wall_ns=rb.repaired_wall_ns,
+            verify_interval_s=math.ceil(self.verify_interval),
+            wall_ns=time.time_ns(),
+        )
+
+    def _health_changed(self) -> None:
+        """Tell the controller when the target's health changed, and after every read-back
+        (which moves last_read_back_wall_ns): a silent agent means nothing changed."""
+        health = self._health()
+        self.health, was = health, self.health
+        was.wall_ns = health.wall_ns
+        if was != health:
+            self._send(control_pb2.AgentMessage(target_health=health))
 
     def _send(self, msg: control_pb2.AgentMessage) -> None:
         self.session.send(msg)
 
     async def _from_controller(self, msg: control_pb2.ControllerMessage) -> None:
+        if msg.WhichOneof("msg") == "read_tables":
+            self._read_tables(msg.read_tables.request_id)
+            return
         await self.writer.controller_message(msg)
+
+    def _read_tables(self, request_id: int) -> None:
+        """Queue a ReadTables for the tables task (never behind the writer's states)."""
+        try:
+            self.table_requests.put_nowait(request_id)
+        except asyncio.QueueFull:
+            busy = control_pb2.TablesReport(
+                request_id=request_id,
+                switch_name=self.switch,
+                read_wall_ns=time.time_ns(),
+                error=f"busy: {TABLE_REQUESTS} table reads already queued",
+            )
+            self._send(control_pb2.AgentMessage(tables=busy))
+
+    def wanted(self) -> Pipeline | None:
+        """What the writer installs: the desired pipeline with the down ports' members out."""
+        desired = self.writer.desired()
+        return None if desired is None else repair(desired, self.writer.excluded())
 
     def _port_mac(self, port: int) -> int:
         held = self.writer.held
@@ -191,10 +276,25 @@ class Agent:
         change = self.neighbors.receive(
             packet.port, packet.payload, time.time_ns(), time.monotonic_ns()
         )
-        if change is not None and packet.port in self.lldp_down:
+        if change in HEARD and packet.port in self.lldp_down:
             LOG.info("port %d: LLDP heard again", packet.port)
             self.lldp_down.discard(packet.port)
             await self._set_effective(self._synthetic(packet.port))
+
+    def one_way_failures(self, mono_ns: int) -> list[int]:
+        """Ports, not yet taken down, whose switch neighbour went silent with carrier up."""
+        servers = self._server_ports()
+        return [
+            port
+            for port in self.neighbors.expired(mono_ns)
+            if port not in self.lldp_down and self.carrier.get(port) and port not in servers
+        ]
+
+    def _server_ports(self) -> frozenset[int]:
+        """Ports the controller's plan cables to a server NIC. A server that stops speaking
+        LLDP (lldpd stopped, busy, or never installed) says nothing about the link, so their
+        silence never takes a port down; only a switch peer's silence is a one-way failure."""
+        return server_ports(self.writer.held)
 
     def _synthetic(self, port: int) -> PortEvent:
         return PortEvent(
@@ -215,9 +315,7 @@ class Agent:
                     except TARGET_LOST:
                         break  # the P4 stream reconnects by itself
                 now = time.monotonic_ns()
-                for port in self.neighbors.expired(now):
-                    if port in self.lldp_down or not self.carrier.get(port):
-                        continue
+                for port in self.one_way_failures(now):
                     LOG.warning("port %d: LLDP neighbour expired with carrier up", port)
                     self.lldp_down.add(port)
                     event = self._synthetic(port)
@@ -228,17 +326,37 @@ class Agent:
     async def counters_loop(self) -> None:
         while True:
             await asyncio.sleep(self.counters_interval)
-            if not self.target.primary.is_set() or not self.session.connected.is_set():
+            # Read without a controller too: metrics show the counters (sending is a no-op).
+            if not self.target.primary.is_set():
                 continue
             try:
-                counters = await self.target.read_port_counters()
+                counters = await self.target.read_port_counters(self.port_counters)
             except Exception as err:  # a failed poll is retried next period
                 LOG.warning("counter read failed: %s", err)
                 continue
             msg = control_pb2.Counters(wall_ns=time.time_ns())
             for port in sorted(self.port_map):
                 msg.ports.append(control_pb2.PortCounters(port=port, **counters.get(port, {})))
+            self.last_counters = msg
             self._send(control_pb2.AgentMessage(counters=msg))
+
+    async def tables_loop(self) -> None:
+        while True:
+            request_id = await self.table_requests.get()
+            report = await tables_report(
+                self.target,
+                self.codec,
+                self.wanted(),
+                request_id=request_id,
+                switch_name=self.switch,
+                formatter=self.entity_formatter,
+            )
+            self._send(control_pb2.AgentMessage(tables=report))
+
+    async def verify_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.verify_interval)
+            self.writer.verify()
 
     async def _session(self) -> None:
         # The first Hello must carry the ports' real state.
@@ -253,6 +371,8 @@ class Agent:
             "controller-session": self._session,
             "lldp": self.lldp_loop,
             "counters": self.counters_loop,
+            "verify": self.verify_loop,
+            "tables": self.tables_loop,
         }
 
     async def run(self) -> None:
@@ -275,8 +395,16 @@ async def _serve(agent: Agent) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, main.cancel)
-    with contextlib.suppress(asyncio.CancelledError):
-        await agent.run()
+    served = None
+    if agent.metrics_address:
+        agent.metrics.watch(loop, agent)
+        served = agent.metrics.serve(agent.metrics_address)
+    try:
+        with contextlib.suppress(asyncio.CancelledError):
+            await agent.run()
+    finally:
+        if served is not None:
+            served.close()
 
 
 def _setup_logging(level: str, switch: str) -> None:
@@ -298,7 +426,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-    asyncio.run(_serve(agent))
+    try:
+        asyncio.run(_serve(agent))
+    except MetricsError as err:
+        print(f"railfabric-agent: {err}", file=sys.stderr)
+        return 1
     return 0
 
 

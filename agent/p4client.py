@@ -14,11 +14,13 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from finsy import P4Client, P4ClientError
 from finsy.proto import p4i, p4r, rpc_code
 
-from agent.codec import PORT_COUNTERS, Codec
+from agent.codec import Codec
+from agent.counters import PortCounterReader
 from agent.session import Backoff
 from agent.translate import Pipeline
 from railfabric.p4bytes import decode_unchecked, encode
@@ -61,8 +63,13 @@ class P4Target:
         self._client: P4Client | None = None
         self._stream_lock = asyncio.Lock()
         self.primary = asyncio.Event()
+        # The stream answered our arbitration (the target is there, primary or not).
+        self.reachable = False
         self.last_error = ""
         self.packet_ins = 0
+        self._counter_warnings: set[str] = set()
+        # Called when reachable, primary or last_error change (the agent reports its health).
+        self.on_change: Callable[[], None] = lambda: None
 
     @property
     def _election(self) -> p4r.Uint128:
@@ -91,6 +98,9 @@ class P4Target:
                         msg = await client.receive()
                         kind = msg.WhichOneof("update")
                         if kind == "arbitration":
+                            if not self.reachable:
+                                self.reachable = True
+                                self.on_change()
                             await self._arbitration(msg.arbitration, on_primary)
                             delays = self._backoff.delays(random.Random())
                         elif kind == "packet":
@@ -104,6 +114,8 @@ class P4Target:
             finally:
                 self._client = None
                 self.primary.clear()
+                self.reachable = False
+                self.on_change()
             delay = await anext(delays)
             LOG.warning(
                 "target %s: %s; reconnecting in %.2f s", self.address, self.last_error, delay
@@ -116,17 +128,19 @@ class P4Target:
         if update.status.code == rpc_code.OK:
             if not self.primary.is_set():
                 LOG.info("target %s: primary (election id %d)", self.address, self.election_id)
+                self.last_error = ""
                 self.primary.set()
+                self.on_change()
                 await on_primary()
         else:
+            primary_id = (update.election_id.high << 64) | update.election_id.low
             if self.primary.is_set() or not self.last_error.startswith("backup"):
                 LOG.warning(
-                    "target %s: backup, primary election id is %d",
-                    self.address,
-                    (update.election_id.high << 64) | update.election_id.low,
+                    "target %s: backup, primary election id is %d", self.address, primary_id
                 )
-            self.last_error = "backup"
+            self.last_error = f"backup: the client with election id {primary_id} is primary"
             self.primary.clear()
+            self.on_change()
 
     def _packet_in(self, packet: p4r.PacketIn) -> PacketIn | None:
         port_id = self.codec.packet_in["ingress_port"]
@@ -239,25 +253,35 @@ class P4Target:
             ]
         return []
 
-    async def read_port_counters(self) -> dict[int, dict[str, int]]:
-        """port → PortCounters field → value, from the contract's indirect counters."""
-        entities = [
-            p4r.Entity(counter_entry=p4r.CounterEntry(counter_id=counter_id))
-            for counter_id in self.codec.counters.values()
-        ]
-        out: dict[int, dict[str, int]] = {}
-        for entity in await self.read(entities):
-            entry = entity.counter_entry
-            name = self.codec.counter_names.get(entry.counter_id)
-            if name is None:
-                continue
-            packets_field, bytes_field = PORT_COUNTERS[name]
-            port = entry.index.index
-            fields = out.setdefault(port, {})
-            fields[packets_field] = entry.data.packet_count
-            if bytes_field is not None:
-                fields[bytes_field] = entry.data.byte_count
+    async def read_port_counters(self, reader: PortCounterReader) -> dict[int, dict[str, Any]]:
+        """port → PortCounters field → value, read as `reader` says for this kind of target
+        (agent/counters.py). The first request (the counters) must succeed; a later one (the
+        queue occupancy) that fails leaves its fields out. Then the writes the read asks for
+        (the watermark registers back to 0)."""
+        first, *rest = reader.requests()
+        found = await self.read(first)
+        for request in rest:
+            try:
+                found += await self.read(request)
+            except P4ClientError as err:
+                self._warn_once("read", f"queue occupancy not read: {err.message}")
+            else:
+                self._counter_warnings.discard("read")
+        out = reader.decode(found)
+        resets = reader.resets()
+        if resets:
+            errors = await self.write(resets)
+            if errors:
+                self._warn_once("reset", f"queue watermark not reset: {errors[0].message}")
+            else:
+                self._counter_warnings.discard("reset")
         return out
+
+    def _warn_once(self, kind: str, message: str) -> None:
+        """A counter-read problem, logged when it starts (not at every poll)."""
+        if kind not in self._counter_warnings:
+            self._counter_warnings.add(kind)
+            LOG.warning("target %s: %s", self.address, message)
 
 
 def _same_tables(a: p4i.P4Info, b: p4i.P4Info) -> bool:

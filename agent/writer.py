@@ -12,6 +12,9 @@ monotonic clock). A port whose carrier returns is NOT put back by the agent: it 
 out of groups until the next state from the controller (DesiredState or StateDelta) is applied,
 because the controller's link state (hold-down, flap damping, the far end's view) decides when
 a link carries traffic again. Ports still without carrier stay out whatever the controller says.
+A server's port (the plan cables a NIC there) is the exception: no link state is kept for it
+and nothing routes around it, so no controller message would ever put it back; its member
+returns with its carrier.
 
 Headless: without a controller the writer keeps the last state it had (or, after a restart,
 adopts what the target holds) and local repair keeps working on it."""
@@ -40,6 +43,7 @@ from agent.translate import (
     MemberEntry,
     NextEntry,
     ObjectProblem,
+    Op,
     PfcEntry,
     Pipeline,
     QosEntry,
@@ -88,6 +92,18 @@ class Target(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class ReadBack:
+    """The last read-back of the target against what the writer wants there: what differed
+    (written right after, in the same sync) and when that repair was committed."""
+
+    wall_ns: int = 0
+    missing: int = 0
+    unexpected: int = 0
+    modified: int = 0
+    repaired_wall_ns: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class RepairRecord:
     port: int
     groups: int
@@ -117,6 +133,13 @@ def object_name(entry: Entry) -> str:
     raise TypeError(entry)
 
 
+def server_ports(state: state_pb2.DesiredState | None) -> frozenset[int]:
+    """The ports `state`'s cabling plan gives a server NIC."""
+    if state is None:
+        return frozenset()
+    return frozenset(n.port for n in state.neighbors if n.kind == state_pb2.PEER_KIND_HOST)
+
+
 class Writer:
     def __init__(
         self,
@@ -128,8 +151,12 @@ class Writer:
         request_snapshot: Callable[[], object],
         queue_size: int = 1024,
         switch_name: str = "",
+        on_repair: Callable[[RepairRecord], None] | None = None,
+        on_read_back: Callable[[ReadBack], None] = lambda _: None,
     ) -> None:
         self.switch_name = switch_name
+        # Told of every committed local repair (the agent's latency histogram).
+        self._on_repair = on_repair
         self.target = target
         self.codec = codec
         self._on_applied = on_applied
@@ -139,6 +166,11 @@ class Writer:
         self._messages: asyncio.Queue[control_pb2.ControllerMessage] = asyncio.Queue(16)
         self._wake = asyncio.Event()
         self._reconcile_pending = False
+        self._verify_pending = False
+        self._on_read_back = on_read_back
+        self.read_back = ReadBack()
+        # Unix ns of a read-back the next sync has not compared yet; 0 when none.
+        self._unchecked_read_ns = 0
 
         self.held: state_pb2.DesiredState | None = None
         self.problems: list[ObjectProblem] = []
@@ -170,6 +202,12 @@ class Writer:
         self._reconcile_pending = True
         self._wake.set()
 
+    def verify(self) -> None:
+        """Read the target back and put right what changed behind the agent's back (the
+        periodic check; a (re)connection's reconcile does the same)."""
+        self._verify_pending = True
+        self._wake.set()
+
     # -- the task ---------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -182,8 +220,12 @@ class Writer:
                     if not self._ports.empty():
                         await self._port(self._ports.get_nowait())
                     elif self._reconcile_pending and self.target.primary.is_set():
-                        self._reconcile_pending = False
+                        self._reconcile_pending = self._verify_pending = False
                         await self._reconcile()
+                    elif self._verify_pending and self.target.primary.is_set():
+                        self._verify_pending = False
+                        await self._read_back()
+                        await self._sync()
                     elif not self._messages.empty():
                         await self._message(self._messages.get_nowait())
                     else:
@@ -232,7 +274,10 @@ class Writer:
             return
         if event.port in self.down:
             self.down.discard(event.port)
-            self.held_out.add(event.port)
+            if event.port in server_ports(self.held):
+                await self._sync()  # its member returns now (see the module's text)
+            else:
+                self.held_out.add(event.port)
         if not event.initial:
             self._on_port_status(
                 control_pb2.PortStatus(
@@ -278,6 +323,8 @@ class Writer:
         self.installed = self.installed.replaced(u.entry for u in batch)
         record = RepairRecord(event.port, len(batch), commit_mono - event.monotonic_ns)
         self.repairs.append(record)
+        if self._on_repair is not None:
+            self._on_repair(record)
         LOG.info(
             REPAIR_LOG_FORMAT,
             event.port,
@@ -344,11 +391,15 @@ class Writer:
 
     async def _read_back(self) -> None:
         self.installed, _ = await self.target.read_pipeline()
+        self._unchecked_read_ns = time.time_ns()
 
     async def _sync(self) -> None:
         """Write the difference between what the target holds and what is wanted."""
         desired = self.desired()
         if desired is None or self.installed is None or not self.target.primary.is_set():
+            if desired is None and self._unchecked_read_ns:
+                self._checked(ReadBack(self._unchecked_read_ns))  # nothing to compare with
+                self._unchecked_read_ns = 0
             return
         wanted = repair(desired, self.excluded())
         errors: list[control_pb2.ObjectError] = [
@@ -367,10 +418,31 @@ class Writer:
                 )
             )
         written = sum(len(stage) for stage in stages)
+        read_ns, self._unchecked_read_ns = self._unchecked_read_ns, 0
         if failed:
             await self._read_back()
         else:
             self.installed = wanted
+        if read_ns:
+            ops = collections.Counter(u.op for stage in stages for u in stage)
+            if written:
+                LOG.warning(
+                    "read-back: the target differed from what this agent installed "
+                    "(%d missing, %d unexpected, %d changed)%s",
+                    ops[Op.INSERT],
+                    ops[Op.DELETE],
+                    ops[Op.MODIFY],
+                    "; repair failed" if failed else "; repaired",
+                )
+            self._checked(
+                ReadBack(
+                    read_ns,
+                    ops[Op.INSERT],
+                    ops[Op.DELETE],
+                    ops[Op.MODIFY],
+                    time.time_ns() if written and not failed else 0,
+                )
+            )
         if self.held is not None:
             self.applied_generation = self.held.generation
             self.applied_digest = self.held.digest
@@ -387,6 +459,10 @@ class Writer:
         if written:
             LOG.info(WROTE_LOG_FORMAT, written, self.applied_generation)
         self.synced.set()
+
+    def _checked(self, result: ReadBack) -> None:
+        self.read_back = result
+        self._on_read_back(result)
 
     async def _write_stages(self, stages: list[list[Update]]) -> list[tuple[Update, UpdateError]]:
         """The stages of `diff` in Writes of at most WRITE_CHUNK updates. A stage starts only

@@ -1,6 +1,6 @@
 """What every railfabric command line shares: --log-level, --version, help that shows
-defaults, and one way to configure logging. The daemons and railctl build their parsers with
-`parser()` so a flag means the same everywhere."""
+defaults, HOST:PORT flags, and one way to configure logging. The daemons and railctl build
+their parsers with `parser()` so a flag means the same everywhere."""
 
 from __future__ import annotations
 
@@ -21,6 +21,27 @@ class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
         if action.default is None or action.default is argparse.SUPPRESS:
             return action.help
         return super()._get_help_string(action)
+
+
+def host_port(value: str) -> tuple[str, int]:
+    """HOST:PORT ([V6]:PORT for IPv6) -> (host, port); ValueError says what is wrong."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:50051)")
+    if int(port) > 65535:
+        raise ValueError(f"{value!r}: port {port} is out of range (0-65535)")
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        raise ValueError(f"{value!r}: write an IPv6 host in brackets, e.g. [::1]:50051")
+    return host, int(port)
+
+
+def address(value: str) -> str:
+    """An argparse type: a HOST:PORT flag, refused with `host_port`'s words."""
+    try:
+        host_port(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return value
 
 
 def parser(prog: str, description: str) -> argparse.ArgumentParser:

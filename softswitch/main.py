@@ -22,9 +22,12 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from railfabric import cli
+from prometheus_client import CollectorRegistry
+
+from railfabric import cli, metrics
 from softswitch.dataplane import DataPlane, PortError
 from softswitch.egress import TmEgress
+from softswitch.metrics import collector as metrics_collector
 from softswitch.server import BindError, P4RuntimeService, create_server
 from softswitch.switch import Switch
 
@@ -45,6 +48,7 @@ class Options:
     ports: dict[int, str]
     cpu_port: int
     port_rate_mbps: float | None
+    metrics: str | None = None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cpu-port", type=int, default=255, help="CPU port number")
     parser.add_argument(
         "--port-rate-mbps", type=float, help="egress rate of every port, Mb/s; None: line rate"
+    )
+    parser.add_argument(
+        "--metrics",
+        type=cli.address,
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics on this address (unset: no metrics)",
     )
     return parser
 
@@ -114,7 +124,9 @@ def parse_options(args: argparse.Namespace) -> Options:
         if ifname in ports.values():
             raise UsageError(f"-i {spec!r}: interface {ifname} given twice")
         ports[number] = ifname
-    return Options(args.device_id, args.grpc_addr, ports, args.cpu_port, args.port_rate_mbps)
+    return Options(
+        args.device_id, args.grpc_addr, ports, args.cpu_port, args.port_rate_mbps, args.metrics
+    )
 
 
 def check_address(address: str) -> None:
@@ -143,8 +155,9 @@ def check_address(address: str) -> None:
         raise BindError(f"--grpc-addr {address}: cannot listen: {failures[0].strerror}")
 
 
-async def run(options: Options) -> None:
-    """Serve P4Runtime and forward frames until SIGTERM/SIGINT."""
+async def run(options: Options, registry: CollectorRegistry | None = None) -> None:
+    """Serve P4Runtime and forward frames until SIGTERM/SIGINT; `registry` (served by the
+    caller) gets the switch's metrics."""
     loop = asyncio.get_running_loop()
     switch = Switch(options.device_id, options.ports, options.cpu_port)
     service = P4RuntimeService(switch)
@@ -157,6 +170,8 @@ async def run(options: Options) -> None:
         raise
     rate_bps = None if options.port_rate_mbps is None else int(options.port_rate_mbps * 1e6)
     egress = TmEgress(switch, dataplane, loop, rate_bps)
+    if registry is not None:
+        registry.register(metrics_collector(loop, switch, dataplane, egress))
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -194,9 +209,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as err:
         return _refuse(str(err), 2)
     cli.setup_logging(args.log_level)
+    served: metrics.MetricsServer | None = None
     try:
         check_address(options.grpc_addr)
-        asyncio.run(run(options))
+        registry = None
+        if options.metrics:
+            # Before the loop: a taken address fails before any interface is opened.
+            registry = metrics.registry()
+            served = metrics.serve(registry, options.metrics)
+        asyncio.run(run(options, registry))
     except PortError as err:
         spec = next((f"{n}@{i}" for n, i in options.ports.items() if i == err.ifname), "")
         return _refuse(f"-i {spec}: {err}" if spec else str(err), 1)
@@ -204,6 +225,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _refuse(str(err), 1)
     except KeyboardInterrupt:  # SIGINT before the loop's handler was installed
         return 130
+    finally:
+        if served is not None:
+            served.close()
     return 0
 
 

@@ -19,10 +19,11 @@ from pathlib import Path
 
 import grpc
 import pytest
+from finsy.proto import p4r, p4r_grpc
 
 from agent.codec import Codec
 from agent.p4client import P4Target
-from agent.translate import GroupEntry, GroupMember, Pipeline, translate
+from agent.translate import GroupEntry, GroupMember, Op, Pipeline, RouteEntry, Update, translate
 from railfabric.delta import diff_states
 from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from railfabric.v1 import control_pb2, control_pb2_grpc, state_pb2
@@ -46,6 +47,8 @@ class TestController(control_pb2_grpc.FabricControlServicer):
         self.push: asyncio.Queue[control_pb2.ControllerMessage] = asyncio.Queue(maxsize=10)
         self.neighbors = control_pb2.Neighbors()
         self.counters = control_pb2.Counters()
+        # Every target health the agent reported, in a Hello or a TargetHealth message.
+        self.healths: list[control_pb2.TargetHealth] = []
 
     async def Session(  # type: ignore[override]
         self,
@@ -64,6 +67,10 @@ class TestController(control_pb2_grpc.FabricControlServicer):
                 ):
                     await context.write(control_pb2.ControllerMessage(desired_state=self.state))
                 kind = msg.WhichOneof("msg")
+                if kind == "hello":
+                    self.healths.append(msg.hello.target_health)
+                elif kind == "target_health":
+                    self.healths.append(msg.target_health)
                 if kind == "neighbors":
                     self.neighbors = msg.neighbors
                 elif kind == "counters":
@@ -415,5 +422,105 @@ async def test_a_restarted_target_is_reprogrammed(
         # Everything but hash_config's and pfc_watchdog's defaults, which a fresh target
         # already holds (NoAction; this state has no watchdog timing).
         assert again.updates_written == len(want) - 2
+        async with _reader(rig.target_addr) as reader:
+            assert dict((await _read(reader)).entries) == dict(want.entries)
+
+
+async def _health(
+    ctrl: TestController,
+    check: Callable[[control_pb2.TargetHealth], bool],
+    within_s: float = 20,
+    after: control_pb2.TargetHealth | None = None,
+) -> control_pb2.TargetHealth:
+    """The first target health the agent reported (after `after`) that passes `check`."""
+    start = 0 if after is None else ctrl.healths.index(after) + 1
+    async with asyncio.timeout(within_s):
+        while True:
+            for health in ctrl.healths[start:]:
+                if check(health):
+                    return health
+            await asyncio.sleep(0.05)
+
+
+async def test_a_takeover_is_reported_and_what_it_deleted_is_put_back(
+    rig: Rig, processes: Processes, tmp_path: Path
+) -> None:
+    state = tor_state(1)
+    want, _ = translate(state)
+    async with _controller(rig.controller_addr, state) as ctrl:
+        _start_agent(rig, processes, tmp_path, election_id=10)
+        assert (await ctrl.next("applied")).applied.generation == 1
+        ok = await _health(
+            ctrl, lambda h: h.reachable and h.primary and h.last_read_back_wall_ns > 0
+        )
+
+        # Another client with a higher election id takes the target and deletes a route.
+        codec = Codec(load_p4info(DEFAULT_P4INFO))
+        intruder = P4Target(rig.target_addr, 1, 20, codec)
+        became_primary = asyncio.Event()
+
+        async def primary() -> None:
+            became_primary.set()
+
+        async def nothing(*_: object) -> None:
+            return None
+
+        task = asyncio.create_task(intruder.run(primary, nothing), name="intruder")
+        try:
+            async with asyncio.timeout(10):
+                await became_primary.wait()
+            lost = await _health(ctrl, lambda h: not h.primary, after=ok)
+            assert lost.reachable and "20" in lost.error, lost
+            route = next(e for e in want.entries.values() if isinstance(e, RouteEntry))
+            assert await intruder.write([codec.encode_update(Update(Op.DELETE, route))]) == []
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        # The intruder left: the agent is primary again, reads back, and repairs.
+        # (The first report after the loss is "primary again" with the old read-back.)
+        back = await _health(
+            ctrl, lambda h: h.last_read_back_wall_ns > ok.last_read_back_wall_ns, after=lost
+        )
+        assert back.primary
+        assert (back.missing, back.unexpected, back.modified) == (1, 0, 0)
+        assert back.repaired_wall_ns >= back.last_read_back_wall_ns > 0
+        async with _reader(rig.target_addr) as reader:
+            assert dict((await _read(reader)).entries) == dict(want.entries)
+
+
+async def test_an_entry_deleted_behind_the_agent_is_found_by_the_periodic_read_back(
+    rig: Rig, processes: Processes, tmp_path: Path
+) -> None:
+    """The agent's read-back runs every --verify-interval, not only at (re)connection: an
+    entry lost while the agent stays primary (here: a write carrying its election id from
+    outside the agent, as a tool on the switch could do) is back within one interval."""
+    state = tor_state(1)
+    want, _ = translate(state)
+    async with _controller(rig.controller_addr, state) as ctrl:
+        _start_agent(rig, processes, tmp_path, election_id=10, extra=("--verify-interval", "1"))
+        assert (await ctrl.next("applied")).applied.generation == 1
+        # After the first state was applied (the very first read-back finds the control
+        # ACL entries missing on a fresh target: that is the agent's own first write).
+        first = await _health(ctrl, lambda h: h.primary and h.last_read_back_wall_ns > 0)
+        first = await _health(ctrl, lambda h: h.missing == 0, after=first)
+        assert first.verify_interval_s == 1
+        codec = Codec(load_p4info(DEFAULT_P4INFO))
+        route = next(e for e in want.entries.values() if isinstance(e, RouteEntry))
+        async with grpc.aio.insecure_channel(rig.target_addr) as channel:
+            try:
+                await p4r_grpc.P4RuntimeStub(channel).Write(
+                    p4r.WriteRequest(
+                        device_id=1,
+                        election_id=p4r.Uint128(low=10),  # the agent's, without its stream
+                        updates=[codec.encode_update(Update(Op.DELETE, route))],
+                    ),
+                    timeout=5,
+                )
+            except grpc.aio.AioRpcError as err:
+                pytest.skip(f"the target refuses writes from outside the primary: {err}")
+        found = await _health(ctrl, lambda h: h.missing > 0, within_s=10, after=first)
+        assert (found.missing, found.unexpected, found.modified) == (1, 0, 0)
+        assert found.repaired_wall_ns > 0
         async with _reader(rig.target_addr) as reader:
             assert dict((await _read(reader)).entries) == dict(want.entries)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from scapy.contrib.lldp import LLDPDU  # noqa: F401  (registers LLDP with scapy)
 from scapy.layers.l2 import Ether
@@ -75,3 +78,84 @@ def test_build_refuses_what_lldp_cannot_carry() -> None:
         build_lldp("x", 1, MAC, 0)
     with pytest.raises(ValueError, match="does not fit"):
         build_lldp("x" * 300, 1, MAC, 4)
+
+
+# -- what Debian's lldpd really sends (tests/data: captured from lldpd 1.0.16 on a veth) -------
+
+FRAMES = json.loads(
+    (Path(__file__).resolve().parents[2] / "data" / "lldpd_1.0.16_frames.json").read_text()
+)["frames"]
+
+
+@pytest.mark.parametrize(
+    ("name", "chassis_id", "port_id", "system_name", "ttl_s"),
+    [
+        # As installed: MAC chassis id and port id, the host name, TTL 120, optional TLVs
+        # (system description and capabilities, management addresses, 802.3 ones).
+        ("default", "06:00:00:01:00:01", "06:00:00:01:00:01", "vm", 120),
+        # The lab's configuration: system name set, `portidsubtype ifname`.
+        ("lab", "06:00:00:01:00:01", "nic1", "srv-b1-s1", 4),
+        # Locally assigned chassis and port ids.
+        ("local", "srv-b1-s1", "nic1", "srv-b1-s1", 4),
+        # lldpd stopping: a shutdown LLDPDU.
+        ("shutdown", "06:00:00:01:00:01", "06:00:00:01:00:01", "", 0),
+    ],
+)
+def test_real_lldpd_frames_parse_by_id_subtype(
+    name: str, chassis_id: str, port_id: str, system_name: str, ttl_s: int
+) -> None:
+    info = parse_lldp(bytes.fromhex(FRAMES[name]["frame"]))
+    assert (info.chassis_id, info.port_id, info.system_name, info.ttl_s) == (
+        chassis_id,
+        port_id,
+        system_name,
+        ttl_s,
+    )
+    assert info.src_mac == 0x060000010001
+
+
+def _frame(chassis: tuple[int, bytes], port: tuple[int, bytes]) -> bytes:
+    """An LLDPDU with these (subtype, value) ids, TTL 4 and no optional TLV."""
+    pdu = b""
+    for tlv_type, (subtype, value) in ((1, chassis), (2, port)):
+        body = bytes([subtype]) + value
+        pdu += (tlv_type << 9 | len(body)).to_bytes(2, "big") + body
+    pdu += (3 << 9 | 2).to_bytes(2, "big") + (4).to_bytes(2, "big") + b"\x00\x00"
+    return bytes.fromhex("0180c200000e02aa0000000188cc") + pdu
+
+
+@pytest.mark.parametrize(
+    ("chassis", "port", "expected"),
+    [
+        ((4, bytes.fromhex("0a0b0c0d0e0f")), (3, bytes.fromhex("f0e0d0c0b0a0")),
+         ("0a:0b:0c:0d:0e:0f", "f0:e0:d0:c0:b0:a0")),
+        ((5, bytes([1, 10, 0, 0, 2])), (4, bytes([2]) + bytes(15) + b"\x01"),
+         ("10.0.0.2", "::1")),
+        ((6, b"eth0"), (5, b"swp3"), ("eth0", "swp3")),
+        ((2, b"uplink"), (1, b"to-spine"), ("uplink", "to-spine")),
+        ((5, bytes([9, 1, 2])), (6, b"\x01\x02"), ("0x090102", "0x0102")),
+        ((0, b"\xff"), (200, b"x"), ("0xff", "0x78")),
+    ],
+)  # fmt: skip
+def test_ids_are_text_by_subtype(
+    chassis: tuple[int, bytes], port: tuple[int, bytes], expected: tuple[str, str]
+) -> None:
+    info = parse_lldp(_frame(chassis, port))
+    assert (info.chassis_id, info.port_id) == expected
+
+
+def test_a_mac_id_of_the_wrong_length_is_malformed() -> None:
+    with pytest.raises(LldpError, match="chassis id: a MAC address of 5 bytes"):
+        parse_lldp(_frame((4, bytes(5)), (5, b"nic1")))
+
+
+def test_a_shutdown_lldpdu_forgets_the_neighbour_at_once() -> None:
+    table = NeighborTable()
+    lab = bytes.fromhex(FRAMES["lab"]["frame"])
+    assert table.receive(3, lab, 100, 10 * S) is NeighborChange.NEW
+    assert table.receive(3, bytes.fromhex(FRAMES["shutdown"]["frame"]), 200, 11 * S) is (
+        NeighborChange.GONE
+    )
+    assert table.report(11 * S).neighbors == []
+    assert table.expired(100 * S) == []  # gone, not expired: no one-way failure
+    assert table.receive(3, lab, 300, 12 * S) is NeighborChange.NEW

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from agent.lldp import build_lldp
 from agent.main import Agent, build_parser, main
 from railfabric import __version__
 from railfabric.p4info import DEFAULT_P4INFO
-from railfabric.v1 import control_pb2
+from railfabric.v1 import control_pb2, state_pb2
 
 pytestmark = pytest.mark.unit
 
@@ -49,3 +50,24 @@ def test_hello_describes_the_switch_before_anything_is_applied() -> None:
         (1, "eth1", False),
         (2, "eth2", False),
     ]
+
+
+def test_only_a_switch_neighbours_silence_is_a_one_way_failure() -> None:
+    """A server's lldpd going quiet (stopped, busy, never there) must not take its port down:
+    the plan says which ports are servers'."""
+    agent = Agent(build_parser().parse_args([*BASE, "--port-map", "1=eth1,2=eth2,3=eth3"]))
+    mac, s = 0x02AA00000001, 1_000_000_000
+    for port in (1, 2, 3):
+        agent.carrier[port] = True
+        agent.neighbors.receive(port, build_lldp(f"peer-{port}", 9, mac, 4), 0, 0)
+    assert agent.one_way_failures(10 * s) == [1, 2, 3]  # no plan yet: every port
+    agent.writer.held = state_pb2.DesiredState(
+        neighbors=[
+            state_pb2.Neighbor(port=1, kind=state_pb2.PEER_KIND_HOST, peer_name="srv-1/nic1"),
+            state_pb2.Neighbor(port=2, kind=state_pb2.PEER_KIND_SWITCH, peer_name="spine-1"),
+        ]
+    )
+    assert agent.one_way_failures(10 * s) == [2, 3]
+    agent.carrier[3] = False
+    agent.lldp_down.add(2)
+    assert agent.one_way_failures(10 * s) == []

@@ -183,6 +183,26 @@ async def test_carrier_loss_repairs_in_one_write_before_port_status(codec: Codec
     assert h.applied[-1].generation == 2 and h.writer.applied_digest == delta.digest
 
 
+async def test_a_servers_port_is_back_with_its_carrier(codec: Codec) -> None:
+    """No controller message would ever put a server's port back (it has no link state), so
+    its member returns as soon as the carrier does: a server whose cable was unplugged and
+    plugged back, or that rebooted, is reachable again."""
+    want, _ = translate(tor_state(1))
+    h = Harness(codec, holds=want)
+    await h.writer.controller_message(_desired(tor_state(1)))
+    await h.writer.target_ready()
+    await h.settle()
+    host_group = h.target.entries[("group", 2)]
+    await h.writer.port_event(_port(3, False))
+    await h.settle()
+    assert h.target.entries[("group", 2)] == GroupEntry(2, ())
+    h.log.clear()
+    await h.writer.port_event(_port(3, True))
+    await h.settle()
+    assert h.log == ["write 1", "applied 1", "port 3 up"]
+    assert h.target.entries[("group", 2)] == host_group
+
+
 async def test_a_port_still_down_stays_out_whatever_the_controller_says(codec: Codec) -> None:
     h = Harness(codec)
     await h.writer.port_event(_port(2, False, initial=True))
