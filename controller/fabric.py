@@ -210,6 +210,14 @@ class QosIntent:
 
 
 @dataclass(frozen=True)
+class LldpIntent:
+    """What the controller expects of LLDP from servers (controller/core/cabling.py)."""
+
+    expect_servers: bool = False
+    server_ttl_s: int = 120
+
+
+@dataclass(frozen=True)
 class Fabric:
     name: str
     rails: int
@@ -219,6 +227,7 @@ class Fabric:
     qos: QosIntent = QosIntent()
     max_ecmp_group_size: int = 64
     ecmp_hash: HashFields = HashFields.FIVE_TUPLE
+    lldp: LldpIntent = LldpIntent()
     # Lookups built once (not part of equality).
     switch_by_name: dict[str, Switch] = field(init=False, repr=False, compare=False)
 

@@ -9,6 +9,7 @@ form, which loads to an equal fabric.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import stat
@@ -24,6 +25,7 @@ from controller.fabric import (
     CPU_PORT,
     Fabric,
     Link,
+    LldpIntent,
     Nic,
     QosIntent,
     Role,
@@ -71,9 +73,15 @@ def load_fabric_text(text: str, file: str = "<string>") -> Fabric:
         raise root.error("expected a mapping of fabric fields at the top level")
     names = {str(k.value) for k, _ in root.node.value}
     if "switches" in names:
-        fabric = _explicit(keys.read(keys.EXPLICIT, root))
+        m = keys.read(keys.EXPLICIT, root)
+        fabric = _explicit(m)
     else:
-        fabric = generate(_parametric(keys.read(keys.PARAMETRIC, root)))
+        m = keys.read(keys.PARAMETRIC, root)
+        fabric = generate(_parametric(m))
+    lm = m.sub("lldp")
+    lldp = LldpIntent(lm.boolean("expect_servers"), lm.integer("server_ttl_s"))
+    if lldp != fabric.lldp:
+        fabric = dataclasses.replace(fabric, lldp=lldp)
     _check_qos(fabric, root)
     return fabric
 
@@ -446,6 +454,8 @@ def to_explicit(fabric: Fabric) -> dict[str, Any]:
         out["qos"]["overrides"] = dict(fabric.qos.overrides)
     if fabric.ecmp_hash is not Fabric.ecmp_hash:
         out["ecmp"] = {"hash": fabric.ecmp_hash.value}
+    if fabric.lldp != LldpIntent():
+        out["lldp"] = dataclasses.asdict(fabric.lldp)
     out["switches"] = switches
     out["links"] = links
     out["hosts"] = [{"name": h, "nics": n} for h, n in hosts.items()]

@@ -28,6 +28,7 @@ from controller import qos
 from controller.fabric import (
     CPU_PORT,
     Fabric,
+    LldpIntent,
     Prefix,
     QosIntent,
     Role,
@@ -53,6 +54,7 @@ GENERATED_PORT_MAX = CPU_PORT - 1
 class Kind(enum.Enum):
     """How a value is written; the text is the README's type column."""
 
+    BOOL = "boolean"
     INT = "integer"
     NUMBER = "number"
     STRING = "string"
@@ -134,6 +136,8 @@ class Key:
     def read(self, value: Value) -> object:
         """The typed, bounded value of a present key."""
         kind = self.kind
+        if kind is Kind.BOOL:
+            return value.boolean()
         if kind is Kind.INT:
             n = value.integer()
             self.check(value, n)
@@ -198,6 +202,8 @@ class Key:
             return "required"
         if self.default is None:
             return ""
+        if isinstance(self.default, bool):
+            return f"`{str(self.default).lower()}`"
         if isinstance(self.default, str | Prefix):
             return f"`{self.default}`"
         assert isinstance(self.default, int | float), self.default
@@ -334,6 +340,31 @@ FABRIC = Group(
         ),
         "qos": Key(Kind.MAPPING, "QoS profile and overrides.", None, group="qos"),
         "ecmp": Key(Kind.MAPPING, "What the ECMP selector hashes.", None, group="ecmp"),
+        "lldp": Key(Kind.MAPPING, "What the cabling check expects of servers.", None, group="lldp"),
+    },
+)
+
+LLDP = Group(
+    "`lldp`",
+    {
+        "expect_servers": Key(
+            Kind.BOOL,
+            "Servers speak LLDP (lldpd, with its system name the server's name in the intent): "
+            "a server port that hears nothing for `server_ttl_s` raises an `lldp_silent` alarm. "
+            "Off, a silent server port is normal; a server heard in the wrong place is a "
+            "miswire either way.",
+            LldpIntent.expect_servers,
+        ),
+        "server_ttl_s": Key(
+            Kind.INT,
+            "How long a server port may hear nothing. 120 s is the TTL lldpd advertises by "
+            "default (tx-interval 30 s × tx-hold 4), so a running lldpd is never late; 1 s is "
+            "an agent's report interval; a day is far past any reboot.",
+            LldpIntent.server_ttl_s,
+            1,
+            86_400,
+            unit="s",
+        ),
     },
 )
 
@@ -676,6 +707,7 @@ GROUPS: dict[str, Group] = {
     "qos": QOS,
     "qos.overrides": OVERRIDES,
     "ecmp": ECMP,
+    "lldp": LLDP,
     "spines": SPINES,
     "cores": CORES,
     "links": LINKS,
@@ -766,6 +798,9 @@ class Fields:
     def _optional(self, name: str, cls: type[T]) -> T | None:
         x = self.get(name)
         return None if x is None else self._typed(name, cls)
+
+    def boolean(self, name: str) -> bool:
+        return self._typed(name, bool)
 
     def integer(self, name: str) -> int:
         return self._typed(name, int)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from controller.fabric import ipv4_str
 from controller.routing import FabricRouting, Group
 from railfabric import ecmp
+from railfabric.v1 import admin_pb2
 
 # (switch name, group) -> the group's member ports in the order the target created them.
 CreationOrder = Callable[[str, Group], Sequence[int]]
@@ -72,20 +72,25 @@ class Path:
     delivered_to: str | None
     error: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "src": ipv4_str(self.flow.src_ip),
-            "dst": ipv4_str(self.flow.dst_ip),
-            "proto": self.flow.proto,
-            "sport": self.flow.sport,
-            "dport": self.flow.dport,
-            "dst_qp": self.flow.dst_qp,
-            "hash": self.hash,
-            "source": self.source,
-            "hops": [hop.__dict__ for hop in self.hops],
-            "delivered_to": self.delivered_to,
-            "error": self.error,
-        }
+    def to_response(self) -> admin_pb2.PredictPathResponse:
+        """The admin API's answer for this path: what the controller serves and what offline
+        `railctl path` prints, so both have one shape."""
+        return admin_pb2.PredictPathResponse(
+            hops=[
+                admin_pb2.PathHop(
+                    switch_name=h.switch,
+                    ingress_port=h.ingress_port,
+                    egress_port=h.egress_port,
+                    group_id=h.group_id,
+                    live_members=h.live_members,
+                    member_index=h.member_index,
+                    hash=h.hash,
+                )
+                for h in self.hops
+            ],
+            delivered_to=self.delivered_to or "",
+            error=self.error,
+        )
 
 
 def choose_next_hop(
@@ -116,6 +121,8 @@ def predict_path(
         name = topo.names[x]
         group = routing.lookup(name, flow.dst_ip)
         if group is None:
+            # The dropping switch is the last hop, with no egress: where the path ends.
+            hops.append(Hop(name, ingress, 0, 0, 0, 0, h))
             error = f"{name} has no route to {ipv4_str(flow.dst_ip)}: dropped"
             return Path(flow, h, source, tuple(hops), None, error)
         order = list(creation_order(name, group)) if creation_order else list(group.ports)

@@ -136,6 +136,13 @@ class Value:
             raise self.error(f"expected a non-empty string, got {self._kind()}")
         return value
 
+    def boolean(self) -> bool:
+        """`true` or `false` (YAML 1.1's yes/no/on/off too, as PyYAML reads them)."""
+        value = self.scalar()
+        if not isinstance(value, bool):
+            raise self.error(f"expected true or false, got {self._kind()}")
+        return value
+
     def integer(self) -> int:
         """An int (bounds are the key's: controller/intent_keys.py)."""
         value = self.scalar()

@@ -1,20 +1,21 @@
 """railctl's controller-backed commands: each asks the controller's FabricAdmin service over
-gRPC and prints a table, or the response as JSON with `--json`."""
+gRPC and prints a table, or the response as JSON with `--json` (controller.cli.output's
+rules; docs/railctl-json.md)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
-import json
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
-from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
+from controller.cli.output import dumps, to_json
+from controller.cli.output import table as _table
+from controller.cli.output import when as _when
 from controller.fabric import ipv4_str, mac_str
 from railfabric.grpcopts import channel_options
 from railfabric.v1 import admin_pb2, admin_pb2_grpc
@@ -23,6 +24,9 @@ if TYPE_CHECKING:  # the async stub type exists only in the generated .pyi
     from railfabric.v1.admin_pb2_grpc import FabricAdminAsyncStub as Stub
 Query = Callable[["Stub", argparse.Namespace], Awaitable[Message]]
 Render = Callable[[Any], list[str]]
+# With the command line: renderers whose output depends on options (`tables --diff-only`).
+RenderWith = Callable[[Any, argparse.Namespace], list[str]]
+ToJson = Callable[[Any, argparse.Namespace], Any]
 
 RPC_TIMEOUT_S = 10.0
 # With the keepalive timeout enforced (grpcio 1.85 needs the ping timeout; see
@@ -45,19 +49,6 @@ def int_in(low: int, high: int) -> Callable[[str], int]:
         return number
 
     return parse
-
-
-def _when(wall_ns: int) -> str:
-    if not wall_ns:
-        return "-"
-    t = datetime.datetime.fromtimestamp(wall_ns / 1e9, tz=datetime.UTC)
-    return t.strftime("%H:%M:%S.%f")[:-3]
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
-    cells = [[str(c) for c in header], *[[str(c) for c in r] for r in rows]]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
 
 
 def _enum(value: int, enum: Any, prefix: str) -> str:
@@ -177,7 +168,15 @@ def _render_path(p: admin_pb2.PredictPathResponse) -> list[str]:
             for h in p.hops
         ],
     )
-    return [*out, f"delivered to {p.delivered_to}" if p.delivered_to else f"dropped: {p.error}"]
+    out.append(f"delivered to {p.delivered_to}" if p.delivered_to else f"dropped: {p.error}")
+    # The ways routing did not offer, hop by hop: why the path is what it is.
+    for h in p.hops:
+        for a in h.avoided:
+            out.append(
+                f"  {h.switch_name} port {a.port} -> {a.peer.switch_name} port {a.peer.port} "
+                f"not used ({admin_pb2.LinkState.Name(a.state)[11:].lower()}): {a.reason}"
+            )
+    return out
 
 
 def _render_diagnosis(d: admin_pb2.DiagnoseResponse) -> list[str]:
@@ -261,30 +260,72 @@ def _events_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int_in(1, UINT32_MAX), default=50, help="newest N events")
 
 
-def run_query(query: Query, render: Render, args: argparse.Namespace) -> int:
-    """Ask the controller; print the answer; 1 with the gRPC error on failure."""
+def path_json(p: admin_pb2.PredictPathResponse, a: argparse.Namespace) -> dict[str, Any]:
+    """`railctl path --json`, offline and online alike: the flow asked about, then the
+    PredictPathResponse."""
+    flow = {
+        "src_ip": a.src,
+        "dst_ip": a.dst,
+        "protocol": a.proto,
+        "sport": a.sport,
+        "dport": a.dport,
+        "dst_qp": a.qp,
+    }
+    return {"flow": flow, **to_json(p)}
+
+
+def _message_json(reply: Message, a: argparse.Namespace) -> Any:
+    return to_json(reply)
+
+
+def _exit_code(reply: Message) -> int:
+    if isinstance(reply, admin_pb2.DiagnoseResponse) and not reply.healthy:
+        return 3
+    if isinstance(reply, admin_pb2.PredictPathResponse) and not reply.delivered_to:
+        return 1
+    return 0
+
+
+def ask_controller(query: Query, args: argparse.Namespace) -> Message | None:
+    """The controller's answer to `query`, or None once the gRPC error is printed."""
 
     async def ask() -> Message:
         async with grpc.aio.insecure_channel(args.controller, options=_CHANNEL_OPTIONS) as channel:
             return await query(admin_pb2_grpc.FabricAdminStub(channel), args)
 
     try:
-        reply = asyncio.run(ask())
+        return asyncio.run(ask())
     except grpc.aio.AioRpcError as err:
         print(
             f"railctl {args.command}: {args.controller}: {err.code().name}: {err.details()}",
             file=sys.stderr,
         )
+        return None
+
+
+def run_query_with(
+    query: Query,
+    render: RenderWith,
+    args: argparse.Namespace,
+    *,
+    json_of: ToJson = _message_json,
+    exit_code: Callable[[Any], int] = _exit_code,
+) -> int:
+    """Ask the controller; print the answer as a table or JSON; its exit code (1 with the
+    gRPC error on failure)."""
+    reply = ask_controller(query, args)
+    if reply is None:
         return 1
     if args.json:
-        print(json.dumps(MessageToDict(reply, preserving_proto_field_name=True), indent=2))
+        print(dumps(json_of(reply, args)))
     else:
-        print("\n".join(render(reply)))
-    if isinstance(reply, admin_pb2.DiagnoseResponse) and not reply.healthy:
-        return 3
-    if isinstance(reply, admin_pb2.PredictPathResponse) and not reply.delivered_to:
-        return 1
-    return 0
+        print("\n".join(render(reply, args)))
+    return exit_code(reply)
+
+
+def run_query(query: Query, render: Render, args: argparse.Namespace) -> int:
+    """Ask the controller; print the answer; 1 with the gRPC error on failure."""
+    return run_query_with(query, lambda reply, _args: render(reply), args)
 
 
 def _runner(query: Query, render: Render) -> Callable[[argparse.Namespace], int]:
@@ -324,5 +365,10 @@ ADMIN_COMMANDS: list[
     ),
 ]
 
-# `railctl path SRC DST` without a fabric file asks the controller (its live link state).
-run_path = _runner(_q_path, _render_path)
+
+def run_path(args: argparse.Namespace) -> int:
+    """`railctl path SRC DST` without a fabric file: the controller answers (its live link
+    state)."""
+    return run_query_with(
+        _q_path, lambda reply, _args: _render_path(reply), args, json_of=path_json
+    )

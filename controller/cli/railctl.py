@@ -3,8 +3,13 @@
 Offline commands work on a fabric file and need no controller: `check`, `expand`,
 `path FABRIC SRC DST`. Controller-backed commands (topology, links, switches, routes, events,
 alarms, diagnose, and `path SRC DST` without a file) talk to `--controller` over the admin API;
-they live in controller.cli.admin_commands.py as ADMIN_COMMANDS. A command is one `Command`: a
-name, a help line, an argument builder and `run(args) -> exit code`.
+they live in controller.cli.admin_commands.py as ADMIN_COMMANDS, the per-port ones (interfaces,
+counters, tables, pfc, ecn) in controller.cli.port_commands.py, `lldp` in
+controller.cli.lldp_commands.py. A command is one `Command`: a name, a help line, an argument
+builder and `run(args) -> exit code`.
+
+`--json` is accepted anywhere on the line (`railctl --json links`, `railctl links --json`); the
+shapes are in docs/railctl-json.md, and offline and online `path` print the same one.
 """
 
 from __future__ import annotations
@@ -17,7 +22,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from controller.cli.admin_commands import ADMIN_COMMANDS, int_in, run_path
+from controller.cli.admin_commands import ADMIN_COMMANDS, int_in, path_json, run_path
+from controller.cli.lldp_commands import LLDP_COMMANDS
+from controller.cli.output import dumps
+from controller.cli.port_commands import PORT_COMMANDS
 from controller.fabric import Fabric, Role, ipv4_str, parse_ipv4
 from controller.intent import IntentError, load_fabric, to_explicit, to_explicit_yaml
 from railfabric import cli, ecmp
@@ -33,7 +41,7 @@ class Command:
 
 def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
     if args.json:
-        print(json.dumps(data, indent=2, sort_keys=False))
+        print(dumps(data))
     else:
         print(text)
 
@@ -158,7 +166,7 @@ def _cmd_path(args: argparse.Namespace) -> int:
     except (ValueError, PathError) as exc:
         print(f"railctl path: {exc}", file=sys.stderr)
         return 1
-    data = path.to_dict()
+    data = path_json(path.to_response(), args)
     lines = [
         f"flow {ipv4_str(flow.src_ip)}:{flow.sport} -> {ipv4_str(flow.dst_ip)}:{flow.dport} "
         f"proto {flow.proto}"
@@ -184,7 +192,9 @@ COMMANDS: list[Command] = [
 
 
 def all_commands() -> list[Command]:
-    return COMMANDS + [Command(*entry) for entry in ADMIN_COMMANDS]
+    return COMMANDS + [
+        Command(*entry) for entry in [*ADMIN_COMMANDS, *PORT_COMMANDS, *LLDP_COMMANDS]
+    ]
 
 
 def _controller(value: str) -> str:
@@ -204,16 +214,23 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help="controller address, for the commands that ask it",
     )
-    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON instead of tables (docs/railctl-json.md); also after the command",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for cmd in all_commands():
         p = sub.add_parser(
             cmd.name,
             help=cmd.help,
             description=cmd.help,
-            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+            # railfabric's: shows defaults, but no "(default: None)".
+            formatter_class=parser.formatter_class,
         )
         cmd.add_arguments(p)
+        # SUPPRESS: absent after the command, it leaves the value before it alone.
+        p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
         p.set_defaults(run=cmd.run)
     return parser
 

@@ -4,9 +4,12 @@ Pure: every call takes `now_ns` on a monotonic clock (never wall time: an NTP st
 end a hold-down early or late); nothing sleeps. The core calls `report` on each carrier report,
 `tick` when `next_deadline_ns` passes, and recomputes routes for each returned Transition.
 
-- A link is `unknown` until an end reports it; it becomes `up` when both ends reported carrier.
-  Whether routing uses unknown links is the tracker's `route_unknown` policy (today's
-  behaviour: it does, as it always trusted the cabling plan).
+- A link is `unknown` until both ends report it; it becomes `up` when both ends reported
+  carrier. Routing never uses an unknown link: the cabling plan says what should be there, only
+  the agents say what is.
+- An end whose agent is gone for good (the core decides when: after its grace period) is
+  `forget`-ten: an up link becomes unknown and leaves routing; a link that is down, held down
+  or damped stays so, and returns only once both ends are observed again.
 - A link is down as soon as either end reports carrier loss: routes leave it at once.
 - A link whose both ends report carrier again is held down for `hold_down_ns` and returns to
   routing only if it stayed up that long (a cable being re-seated does not bounce routes).
@@ -68,7 +71,7 @@ class Transition(Generic[K]):
 class _Link:
     ends: tuple[End, End]
     down_ends: set[End] = field(default_factory=set)
-    # Ends that reported carrier (up or down) at least once.
+    # Ends whose carrier is known: reported (up or down) and not forgotten since.
     observed: set[End] = field(default_factory=set)
     state: LinkState = LinkState.UNKNOWN
     # When both ends last came back up (start of the hold-down).
@@ -82,14 +85,8 @@ class _Link:
 class LinkTracker(Generic[K]):
     """Tracks every link of the fabric; all links start unknown."""
 
-    def __init__(
-        self,
-        links: Iterable[tuple[K, End, End]],
-        params: DampingParams,
-        route_unknown: bool = True,
-    ) -> None:
+    def __init__(self, links: Iterable[tuple[K, End, End]], params: DampingParams) -> None:
         self.params = params
-        self.route_unknown = route_unknown
         self._links: dict[K, _Link] = {}
         # Links whose state changed since the last `drain_changed` (what the store must keep).
         self._changed: set[K] = set()
@@ -122,14 +119,23 @@ class LinkTracker(Generic[K]):
     def usable(self, key: K) -> bool:
         return self._usable(self._links[key].state)
 
-    def _usable(self, state: LinkState) -> bool:
-        return state is LinkState.UP or (state is LinkState.UNKNOWN and self.route_unknown)
+    @staticmethod
+    def _usable(state: LinkState) -> bool:
+        return state is LinkState.UP
+
+    def ends(self, key: K) -> tuple[End, End]:
+        return self._links[key].ends
+
+    def unobserved_ends(self, key: K) -> frozenset[End]:
+        """The ends of the link whose carrier is not known (never reported, or forgotten)."""
+        link = self._links[key]
+        return frozenset(set(link.ends) - link.observed)
 
     def keys(self) -> list[K]:
         return list(self._links)
 
     def down_links(self) -> list[K]:
-        """Links routing must avoid (down, held down, damped; unknown unless routed)."""
+        """Links routing must avoid (down, held down, damped, unknown)."""
         return [k for k, link in self._links.items() if not self._usable(link.state)]
 
     def drain_changed(self) -> set[K]:
@@ -183,10 +189,32 @@ class LinkTracker(Generic[K]):
                 if self._decayed(link, now_ns) >= self.params.suppress:
                     out += self._set(key, link, LinkState.DAMPED, now_ns)
                     continue
-                out += self._set(key, link, LinkState.UP, now_ns)
+                out += self._set(key, link, self._settled(link), now_ns)
             elif self._decayed(link, now_ns) < self.params.reuse:
-                out += self._set(key, link, LinkState.UP, now_ns)
+                out += self._set(key, link, self._settled(link), now_ns)
         return out
+
+    @staticmethod
+    def _settled(link: _Link) -> LinkState:
+        """Where a link whose hold-down or damping ended goes: up, unless an end's carrier
+        is no longer known (its agent left meanwhile)."""
+        return LinkState.UP if link.observed == set(link.ends) else LinkState.UNKNOWN
+
+    def forget(self, now_ns: int, end: End) -> list[Transition[K]]:
+        """The carrier of `end` is no longer known (its agent is gone, or no longer maps the
+        port). An up link becomes unknown; a down, held-down or damped one keeps its state."""
+        key = self._by_end.get(end)
+        if key is None:
+            raise KeyError(f"port {end[0]}:{end[1]} is not on any link of the fabric")
+        link = self._links[key]
+        if end not in link.observed:
+            return []
+        link.observed.discard(end)
+        link.down_ends.discard(end)
+        self._changed.add(key)
+        if link.state is LinkState.UP:
+            return self._set(key, link, LinkState.UNKNOWN, now_ns)
+        return []
 
     def next_deadline_ns(self) -> int | None:
         """The earliest time `tick` can change something, or None."""

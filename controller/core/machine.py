@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from controller.core import events as ev
 from controller.core.alarms import Alarms
-from controller.core.cabling import Heard, check_switch
+from controller.core.cabling import MISWIRE, SILENT, CablingCheck, CablingPlan, ServerLldp
 from controller.core.clock import Now
 from controller.core.convergence import DEFER_LIMIT_NS, Convergence, Held, HeldDeltas
 from controller.core.effects import CloseSession, Effect, Level, Log, Persist, Push, Schedule
@@ -56,6 +56,11 @@ ROUTING_LOG_LIMIT = 1000
 # Recent events kept in memory for the admin API (the store keeps its own bounded history).
 EVENTS_IN_MEMORY = 10_000
 STORE_ALARM = "store_unavailable"
+# How long a switch's links stay as last observed after its session ends (or, at start-up,
+# before its agent says Hello again): agents reconnect within their backoff (at most 5 s
+# between tries), so a controller restart or an agent reconnect changes no route. Past it, the
+# switch's ports count as unobserved and routes go around it.
+SESSION_GRACE_NS = 15_000_000_000
 
 
 @dataclass
@@ -79,15 +84,22 @@ class DecisionCore:
     tracker: LinkTracker[str]
     plan: dict[tuple[str, int], tuple[str, int]]
     views: dict[str, SwitchView]
+    cabling: CablingCheck
 
     def __init__(
-        self, planner: Planner, damping: DampingParams, route_unknown: bool = True
+        self, planner: Planner, damping: DampingParams, grace_ns: int = SESSION_GRACE_NS
     ) -> None:
+        if grace_ns < 0:
+            raise ValueError(f"session grace must be >= 0 ns, got {grace_ns}")
         self.planner = planner
         self.damping = damping
-        self.route_unknown = route_unknown
+        self.grace_ns = grace_ns
         self.views = {}
+        # Switches without a session whose ports still count as observed, with the monotonic
+        # time their grace ends.
+        self._absent: dict[str, int] = {}
         self.alarms = Alarms()
+        self.cabling = CablingCheck(CablingPlan(()), ServerLldp())  # _load makes the real one
         self.events: deque[admin_pb2.Event] = deque(maxlen=EVENTS_IN_MEMORY)
         self.routing_log: list[RoutingStep] = []
         self.refused: dict[str, int] = {}
@@ -121,6 +133,8 @@ class DecisionCore:
             v = self.views.get(name)
             if v is not None:
                 v.applied_generation = s.applied_generation
+        # The links as last observed hold while the agents reconnect.
+        self._absent = dict.fromkeys(self.views, now.mono_ns + self.grace_ns)
         return self._finish(out, now)
 
     def reload(self, planner: Planner, now: Now) -> list[Effect]:
@@ -149,6 +163,11 @@ class DecisionCore:
                 self._send_snapshot(carried, out)
         gone = sorted(set(old_views) - set(self.views))
         for name in gone:
+            self._absent.pop(name, None)
+        for name, v in self.views.items():
+            if name not in old_views and not v.connected:
+                self._absent[name] = now.mono_ns + self.grace_ns
+        for name in gone:
             if old_views[name].connected:
                 out.effects.append(CloseSession(name, "switch is no longer in the fabric intent"))
         text = f"intent {planner.fabric_name} loaded: {len(self.views)} switches"
@@ -169,7 +188,6 @@ class DecisionCore:
         self.tracker = LinkTracker(
             ((link.key, link.a, link.b) for link in self._links.values()),
             self.damping,
-            self.route_unknown,
         )
         self.plan = {}
         for link in self._links.values():
@@ -207,6 +225,18 @@ class DecisionCore:
             self.views[info.name] = SwitchView.of(info.name, state)
             if prev != (generation, digest):
                 out.generations[info.name] = SwitchGeneration(info.name, generation, digest)
+        # The cabling check of this plan, with what was heard so far and every cabling alarm
+        # (restored or raised under the previous plan) to be looked at again.
+        self.cabling = CablingCheck(
+            CablingPlan(v.state for v in self.views.values()),
+            planner.server_lldp,
+            flagged=[
+                (a.switch, a.port)
+                for a in self.alarms.active.values()
+                if a.kind in (MISWIRE, SILENT)
+            ],
+            carry=self.cabling,
+        )
 
     # -- agent sessions
     def hello(self, hello: control_pb2.Hello, now: Now) -> list[Effect]:
@@ -219,6 +249,7 @@ class DecisionCore:
         v.agent_version, v.last_seen_wall_ns = hello.agent_version, now.wall_ns
         v.applied_generation, v.applied_digest = hello.applied_generation, hello.applied_digest
         v.applied_errors = []
+        v.hello_ports = {port.port: _port_info(port) for port in hello.ports}
         self._event(
             out,
             ev.event(
@@ -229,13 +260,34 @@ class DecisionCore:
                 generation=hello.applied_generation,
             ),
         )
+        self._absent.pop(v.name, None)
+        v.target_health = hello.target_health if hello.HasField("target_health") else None
         # Carrier as the agent sees it now (it may have changed while the agent was away, or
-        # the controller restarted): every reported port is an observation.
-        for port in hello.ports:
-            end = (v.name, port.port)
+        # the controller restarted): every reported port is an observation, and a port of the
+        # intent the agent does not report is not observed at all (its port map lacks it).
+        reported = {info.port for info in hello.ports}
+        for info in hello.ports:
+            end = (v.name, info.port)
             key = self.tracker.link_of(end)
             if key is not None:
-                self._carrier(end, key, port.oper_up, now, out, event_wall_ns=now.wall_ns)
+                self._carrier(end, key, info.oper_up, now, out, event_wall_ns=now.wall_ns)
+        for number in sorted(v.ports):
+            alarm_id = f"port_unmapped:{v.name}:{number}"
+            if number in reported:
+                self._clear(alarm_id, now, out, switch=v.name, port=number, why="port mapped")
+                continue
+            text = (
+                f"{v.name} port {number} is in the fabric intent but not in the agent's port map: "
+                "nothing is known of it and routes do not use it"
+            )
+            alarm = AlarmRecord(
+                alarm_id, "warning", "port_unmapped", v.name, number, text, now.wall_ns
+            )
+            self._raise(alarm, out)
+            if self.tracker.link_of((v.name, number)) is not None:
+                forgot = self.tracker.forget(now.mono_ns, (v.name, number))
+                self._route(forgot, now, now.wall_ns, out)
+        self._target_alarm(v, now, out)
         v.connected = True
         if v.converged:
             v.sent_generation = v.state.generation
@@ -249,12 +301,14 @@ class DecisionCore:
             return []
         out = _Out()
         v.connected, v.sent_generation = False, None
+        self._absent[name] = now.mono_ns + self.grace_ns
         self._event(
             out,
             ev.event(
                 now.wall_ns,
                 ev.K.EVENT_KIND_SESSION_DOWN,
-                "agent disconnected",
+                f"agent disconnected; its links stay as last observed for "
+                f"{self.grace_ns / 1e9:g} s",
                 switch=name,
                 generation=v.applied_generation,
             ),
@@ -322,6 +376,7 @@ class DecisionCore:
             )
             return self._finish(out, now)
         v.last_seen_wall_ns = now.wall_ns
+        v.hello_ports.setdefault(msg.port, control_pb2.PortInfo(port=msg.port)).oper_up = msg.up
         change = admin_pb2.PortChange(
             up=msg.up,
             groups_repaired=msg.groups_repaired,
@@ -336,27 +391,18 @@ class DecisionCore:
         return self._finish(out, now)
 
     def neighbors(self, name: str, msg: control_pb2.Neighbors, now: Now) -> list[Effect]:
+        """A switch's LLDP table against the cabling plan (controller/core/cabling.py)."""
         v = lookup(self.views, name)
         out = _Out()
         v.last_seen_wall_ns, v.neighbors = now.wall_ns, msg
-        heard = [Heard(n.port, n.system_name, n.port_id) for n in msg.neighbors]
-        miswired, correct = check_switch(name, heard, self.plan)
-        for m in miswired:
-            self._raise(
-                AlarmRecord(
-                    m.alarm_id, "critical", "miswire", name, m.port, m.message, now.wall_ns
-                ),
-                out,
+        verdict = self.cabling.report(name, msg.neighbors, now.mono_ns, self.alarms.active)
+        for f in verdict.raised:
+            alarm = AlarmRecord(
+                f.alarm_id, f.severity, f.kind, name, f.port, f.message, now.wall_ns
             )
-        for port in correct:
-            self._clear(
-                f"miswire:{name}:{port}",
-                now,
-                out,
-                switch=name,
-                port=port,
-                why="cabling matches the plan",
-            )
+            self._raise(alarm, out)
+        for c in verdict.cleared:
+            self._clear(c.alarm_id, now, out, switch=name, port=c.port, why=c.why)
         return self._finish(out, now)
 
     def duplicate_agent(self, name: str, serving: str, waiting: str, now: Now) -> list[Effect]:
@@ -386,17 +432,85 @@ class DecisionCore:
         v.prev_counters, v.last_counters = v.last_counters, msg
         return []
 
+    def target_health(self, name: str, msg: control_pb2.TargetHealth, now: Now) -> list[Effect]:
+        """The agent's report on its P4 target: a target it cannot program (or that lost
+        entries it could not put back) makes the switch not converged, with an alarm."""
+        v = lookup(self.views, name)
+        out = _Out()
+        v.last_seen_wall_ns = now.wall_ns
+        was = v.target_health
+        v.target_health = msg
+        lost = msg.missing + msg.unexpected + msg.modified
+        if lost and (was is None or was.last_read_back_wall_ns != msg.last_read_back_wall_ns):
+            repaired = "repaired" if msg.repaired_wall_ns else "NOT repaired"
+            self._event(
+                out,
+                ev.event(
+                    now.wall_ns,
+                    ev.K.EVENT_KIND_TARGET_DIVERGED,
+                    f"read-back found {msg.missing} entries missing, {msg.unexpected} "
+                    f"unexpected, {msg.modified} changed behind the agent; {repaired}",
+                    switch=name,
+                    generation=v.applied_generation,
+                ),
+            )
+        self._target_alarm(v, now, out)
+        return self._finish(out, now)
+
+    def _target_alarm(self, v: SwitchView, now: Now, out: _Out) -> None:
+        alarm_id = f"target_unhealthy:{v.name}"
+        problem = v.target_problem
+        if problem is None:
+            self._clear(alarm_id, now, out, switch=v.name, why="target programmable again")
+            return
+        text = f"{v.name}: {problem}"
+        self._raise(
+            AlarmRecord(alarm_id, "critical", "target_unhealthy", v.name, 0, text, now.wall_ns),
+            out,
+        )
+
     # -- timers, the intent file, the store
     def tick(self, now: Now) -> list[Effect]:
         """Hold-down and damping expiries, and held deltas whose wait ran out."""
         out = _Out()
         self._release_ready(now, out)
         self._route(self.tracker.tick(now.mono_ns), now, now.wall_ns, out)
+        for name, deadline in sorted(self._absent.items()):
+            if deadline > now.mono_ns:
+                continue
+            del self._absent[name]
+            self._forget_switch(name, now, out)
         return self._finish(out, now)
+
+    def _forget_switch(self, name: str, now: Now, out: _Out) -> None:
+        """The grace of a switch without a session ran out: its ports are unobserved."""
+        forgotten = 0
+        for port in sorted(self.views[name].ports):
+            end = (name, port)
+            key = self.tracker.link_of(end)
+            if key is None or end in self.tracker.unobserved_ends(key):
+                continue
+            forgotten += 1
+            self._route(self.tracker.forget(now.mono_ns, end), now, now.wall_ns, out)
+        if forgotten:
+            self._event(
+                out,
+                ev.event(
+                    now.wall_ns,
+                    ev.K.EVENT_KIND_SESSION_GRACE_ENDED,
+                    f"no agent for {self.grace_ns / 1e9:g} s: {forgotten} link ends no longer "
+                    "observed, routes go around them",
+                    switch=name,
+                ),
+            )
 
     def next_deadline_ns(self) -> int | None:
         """The monotonic time `tick` next has work, or None."""
-        deadlines = (self._held.next_deadline_ns(), self.tracker.next_deadline_ns())
+        deadlines = (
+            self._held.next_deadline_ns(),
+            self.tracker.next_deadline_ns(),
+            min(self._absent.values(), default=None),
+        )
         present = [d for d in deadlines if d is not None]
         return min(present) if present else None
 
@@ -431,6 +545,53 @@ class DecisionCore:
 
     def links(self) -> Iterable[PlannedLink]:
         return self._links.values()
+
+    def predict_path(self, request: admin_pb2.PredictPathRequest) -> admin_pb2.PredictPathResponse:
+        """The planner's path under the observed link states, each hop with the links of
+        its switch that routing avoids and why (ValueError for a bad request)."""
+        reply = self.planner.predict_path(request)
+        for hop in reply.hops:
+            for port in sorted(self.views[hop.switch_name].ports):
+                key = self.tracker.link_of((hop.switch_name, port))
+                if key is None or self.tracker.usable(key):
+                    continue
+                link = self._links[key]
+                peer = link.b if link.a == (hop.switch_name, port) else link.a
+                hop.avoided.append(
+                    admin_pb2.AvoidedLink(
+                        port=port,
+                        peer=admin_pb2.LinkEnd(switch_name=peer[0], port=peer[1]),
+                        state=_LINK_STATE[self.tracker.state(key)],
+                        reason=self.link_reason(key),
+                    )
+                )
+        return reply
+
+    def link_reason(self, key: str) -> str:
+        """Why routing does not use the link, for people; empty when it does."""
+        t = self.tracker
+        state = t.state(key)
+        if state is LinkState.UP:
+            return ""
+        if state is LinkState.HOLD_DOWN:
+            return (
+                f"carrier back on both ends; held down {self.damping.hold_down_ns / 1e9:g} s "
+                "before routes return"
+            )
+        if state is LinkState.DAMPED:
+            return f"flapped {t.flaps(key)} times: damped until its flap penalty decays"
+        if state is LinkState.DOWN and t.down_ends(key):
+            ends = " and ".join(f"{s} port {p}" for s, p in sorted(t.down_ends(key)))
+            return f"carrier lost at {ends}"
+        why = []
+        for switch, port in sorted(t.unobserved_ends(key)):
+            v = self.views.get(switch)
+            if v is not None and v.connected:
+                why.append(f"{switch} port {port} is not in its port map")
+            else:
+                why.append(f"{switch} has not reported port {port}: no agent session")
+        prefix = "down when last observed; " if state is LinkState.DOWN else ""
+        return prefix + ("; ".join(why) or "not observed")
 
     def quiescent(self) -> bool:
         """Nothing held back and no convergence in flight."""
@@ -686,6 +847,13 @@ _LINK_STATE = {
     LinkState.DAMPED: admin_pb2.LINK_STATE_DAMPED,
     LinkState.UNKNOWN: admin_pb2.LINK_STATE_UNKNOWN,
 }
+
+
+def _port_info(port: control_pb2.PortInfo) -> control_pb2.PortInfo:
+    """A copy the view owns (PortStatus updates its carrier; the Hello stays as received)."""
+    out = control_pb2.PortInfo()
+    out.CopyFrom(port)
+    return out
 
 
 def link_state_message(state: LinkState) -> admin_pb2.LinkState.ValueType:

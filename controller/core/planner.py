@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from controller.core.cabling import ServerLldp
 from railfabric.v1 import admin_pb2, state_pb2
 
 End = tuple[str, int]  # (switch name, port)
@@ -34,6 +35,11 @@ class Planner(Protocol):
     def links(self) -> Sequence[PlannedLink]: ...
 
     def host_nic_count(self) -> int: ...
+
+    @property
+    def server_lldp(self) -> ServerLldp:
+        """What the intent expects of LLDP from servers (`lldp` section)."""
+        ...
 
     def full_state(self, switch: str) -> state_pb2.DesiredState:
         """The complete desired state of `switch` under the current link set (generation 0,

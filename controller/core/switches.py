@@ -36,6 +36,11 @@ class SwitchView:
     last_counters: control_pb2.Counters | None = None
     prev_counters: control_pb2.Counters | None = None
     neighbors: control_pb2.Neighbors | None = None
+    # The agent's ports (ifname, carrier) from its Hello, carrier kept current by PortStatus;
+    # a port absent here was never reported.
+    hello_ports: dict[int, control_pb2.PortInfo] = field(default_factory=dict)
+    # The target as the agent last reported it (Hello or TargetHealth); None before that.
+    target_health: control_pb2.TargetHealth | None = None
 
     # Fields that come from the intent; every other field is observed and survives a reload.
     INTENT_FIELDS = frozenset({"name", "state", "ports"})
@@ -46,11 +51,48 @@ class SwitchView:
 
     @property
     def converged(self) -> bool:
-        return (
-            self.applied_generation == self.state.generation
-            and self.applied_digest == self.state.digest
-            and not self.applied_errors
-        )
+        return self.not_converged_reason == ""
+
+    @property
+    def target_problem(self) -> str | None:
+        """Why the agent cannot keep the target as desired, or None when it can (or has not
+        said: an agent of an older version sends no health)."""
+        h = self.target_health
+        if h is None:
+            return None
+        if not h.reachable:
+            return f"P4 target unreachable: {h.error or 'no P4Runtime stream'}"
+        if not h.primary:
+            return f"agent is not the P4 target's primary client: {h.error or 'no arbitration'}"
+        if (h.missing or h.unexpected or h.modified) and not h.repaired_wall_ns:
+            return (
+                f"P4 target lost state the agent could not restore ({h.missing} missing, "
+                f"{h.unexpected} unexpected, {h.modified} changed)"
+            )
+        return None
+
+    @property
+    def not_converged_reason(self) -> str:
+        """Why the switch does not forward as desired, for people; empty when it does."""
+        if not self.connected and self.applied_generation != self.state.generation:
+            return f"no agent session; desired generation {self.state.generation} not applied"
+        problem = self.target_problem if self.connected else None
+        if problem is not None:
+            return problem
+        if self.applied_errors:
+            first = self.applied_errors[0]
+            return (
+                f"{len(self.applied_errors)} objects refused by the target, first: "
+                f"{first.object}: {first.message}"
+            )
+        if self.applied_generation != self.state.generation:
+            return (
+                f"applying: generation {self.applied_generation} applied, "
+                f"{self.state.generation} desired"
+            )
+        if self.applied_digest != self.state.digest:
+            return "applied state's digest differs from the desired state's"
+        return ""
 
     def carried_from(self, old: SwitchView) -> SwitchView:
         """This view (built from a new intent) with everything observed taken from `old`."""

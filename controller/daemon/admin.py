@@ -7,8 +7,11 @@ import grpc
 from controller.core.clock import Now
 from controller.core.machine import DecisionCore, link_state_message
 from controller.core.switches import SwitchView, UnknownSwitch
+from controller.daemon.interfaces import UnknownPort, interfaces
+from controller.daemon.lldp import lldp_ports
 from controller.daemon.runner import now
-from railfabric.v1 import admin_pb2, admin_pb2_grpc, state_pb2
+from controller.daemon.service import Sessions, TablesUnavailable
+from railfabric.v1 import admin_pb2, admin_pb2_grpc, control_pb2, state_pb2
 
 _Ctx = grpc.aio.ServicerContext[object, object]
 _SEVERITY = {
@@ -18,6 +21,8 @@ _SEVERITY = {
 }
 # Counter growth between two reports that diagnose calls out.
 PFC_STORM_PAUSES = 1000
+# How long GetTables waits for the agent's read-back (less when the caller's deadline is sooner).
+TABLES_DEADLINE_S = 5.0
 
 
 def links(core: DecisionCore, only_down: bool, at: Now) -> list[admin_pb2.LinkInfo]:
@@ -35,16 +40,20 @@ def links(core: DecisionCore, only_down: bool, at: Now) -> list[admin_pb2.LinkIn
                 speed_mbps=link.speed_mbps,
                 length_m=link.length_m,
                 state=link_state_message(tracker.state(link.key)),
-                since_wall_ns=at.wall_of(tracker.since_ns(link.key)),
+                # 0 for a link whose state never changed (unknown since the start).
+                since_wall_ns=at.wall_of(since) if (since := tracker.since_ns(link.key)) else 0,
                 flaps=tracker.flaps(link.key),
+                reason=core.link_reason(link.key),
             )
         )
     return out
 
 
 class AdminService(admin_pb2_grpc.FabricAdminServicer):
-    def __init__(self, core: DecisionCore) -> None:
+    def __init__(self, core: DecisionCore, sessions: Sessions | None = None) -> None:
         self.fabric = core
+        # The agents' sessions, for the requests that go to an agent (GetTables).
+        self.sessions = sessions if sessions is not None else Sessions()
 
     def _links(self, only_down: bool) -> list[admin_pb2.LinkInfo]:
         return links(self.fabric, only_down, now())
@@ -77,6 +86,8 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
             route_count=len(v.state.routes),
             group_count=len(v.state.groups),
             updates_written=v.updates_written,
+            not_converged_reason=v.not_converged_reason,
+            target=v.target_health,
         )
 
     async def ListSwitches(
@@ -133,7 +144,7 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
         self, request: admin_pb2.PredictPathRequest, context: _Ctx
     ) -> admin_pb2.PredictPathResponse:
         try:
-            return self.fabric.planner.predict_path(request)
+            return self.fabric.predict_path(request)
         except ValueError as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
 
@@ -141,6 +152,45 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
         self, request: admin_pb2.DiagnoseRequest, context: _Ctx
     ) -> admin_pb2.DiagnoseResponse:
         return diagnose(self.fabric, self._links(only_down=True), self._alarms())
+
+    async def ListInterfaces(
+        self, request: admin_pb2.ListInterfacesRequest, context: _Ctx
+    ) -> admin_pb2.ListInterfacesResponse:
+        try:
+            found = interfaces(self.fabric, request.switch_name, request.port)
+        except (UnknownSwitch, UnknownPort) as err:
+            await context.abort(grpc.StatusCode.NOT_FOUND, str(err))
+        return admin_pb2.ListInterfacesResponse(interfaces=found)
+
+    async def ListLldp(
+        self, request: admin_pb2.ListLldpRequest, context: _Ctx
+    ) -> admin_pb2.ListLldpResponse:
+        try:
+            return admin_pb2.ListLldpResponse(ports=lldp_ports(self.fabric, request.switch_name))
+        except UnknownSwitch as err:
+            await context.abort(grpc.StatusCode.NOT_FOUND, str(err))
+
+    async def GetTables(
+        self, request: admin_pb2.GetTablesRequest, context: _Ctx
+    ) -> control_pb2.TablesReport:
+        name = request.switch_name
+        try:
+            self.fabric.view(name)
+        except UnknownSwitch as err:
+            await context.abort(grpc.StatusCode.NOT_FOUND, str(err))
+        timeout_s = TABLES_DEADLINE_S
+        remaining = context.time_remaining()
+        if remaining is not None:  # answer before the caller gives up, with the reason
+            timeout_s = max(0.0, min(timeout_s, remaining - 0.2))
+        try:
+            return await self.sessions.read_tables(name, timeout_s)
+        except TablesUnavailable as err:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
+        except TimeoutError:
+            await context.abort(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"{name}: its agent did not answer the table read within {timeout_s:.1f} s",
+            )
 
 
 def diagnose(
@@ -157,7 +207,8 @@ def diagnose(
                 switch_name=link.a.switch_name,
                 port=link.a.port,
                 message=f"link {link.a.switch_name}:{link.a.port} - {link.b.switch_name}:"
-                f"{link.b.port} is {admin_pb2.LinkState.Name(link.state)[11:].lower()}",
+                f"{link.b.port} is {admin_pb2.LinkState.Name(link.state)[11:].lower()}: "
+                f"{link.reason}",
             )
         )
     for alarm in alarms:
@@ -181,18 +232,12 @@ def diagnose(
                 )
             )
         elif not v.converged:
-            why = (
-                f"{len(v.applied_errors)} objects refused, first: "
-                f"{v.applied_errors[0].object}: {v.applied_errors[0].message}"
-                if v.applied_errors
-                else f"applied generation {v.applied_generation}, desired {v.state.generation}"
-            )
             findings.append(
                 admin_pb2.Finding(
                     severity=warn,
                     kind="not_converged",
                     switch_name=v.name,
-                    message=f"{v.name}: {why}",
+                    message=f"{v.name}: {v.not_converged_reason}",
                 )
             )
         findings.extend(_counter_findings(v))

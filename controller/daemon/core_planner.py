@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from controller import export
+from controller.core.cabling import ServerLldp
 from controller.core.planner import PlannedLink
 from controller.fabric import Fabric, Role
 from controller.intent import load_fabric
@@ -68,6 +69,11 @@ class CorePlanner:
     def host_nic_count(self) -> int:
         return len(self.fabric.nics)
 
+    @property
+    def server_lldp(self) -> ServerLldp:
+        lldp = self.fabric.lldp
+        return ServerLldp(lldp.expect_servers, lldp.server_ttl_s * 1_000_000_000)
+
     def full_state(self, switch: str) -> state_pb2.DesiredState:
         return export.desired_state(self.routing, switch)
 
@@ -97,22 +103,7 @@ class CorePlanner:
             path = predict_path(self.routing, flow)
         except (ipaddress.AddressValueError, PathError) as err:
             raise ValueError(str(err)) from None
-        return admin_pb2.PredictPathResponse(
-            hops=[
-                admin_pb2.PathHop(
-                    switch_name=h.switch,
-                    ingress_port=h.ingress_port,
-                    egress_port=h.egress_port,
-                    group_id=h.group_id,
-                    live_members=h.live_members,
-                    member_index=h.member_index,
-                    hash=h.hash,
-                )
-                for h in path.hops
-            ],
-            delivered_to=path.delivered_to or "",
-            error=path.error,
-        )
+        return path.to_response()
 
 
 def load_planner(path: Path) -> CorePlanner:

@@ -28,7 +28,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from controller.core.links import DampingParams
-from controller.core.machine import DecisionCore
+from controller.core.machine import SESSION_GRACE_NS, DecisionCore
 from controller.daemon.admin import AdminService
 from controller.daemon.core_planner import CorePlanner, load_planner
 from controller.daemon.metrics import Metrics, snapshot
@@ -39,6 +39,7 @@ from controller.daemon.store_writer import StoreWriter
 from controller.yamlnodes import IntentError
 from railfabric import cli
 from railfabric.grpcopts import server_options
+from railfabric.metrics import MetricsError
 from railfabric.v1 import admin_pb2, admin_pb2_grpc, control_pb2, control_pb2_grpc
 
 log = logging.getLogger("railfabric.controller")
@@ -51,26 +52,6 @@ class Fatal(Exception):
     def __init__(self, message: str, code: int = 1) -> None:
         super().__init__(message)
         self.code = code
-
-
-def host_port(value: str) -> tuple[str, int]:
-    """HOST:PORT ([V6]:PORT for IPv6) -> (host, port); ValueError says what is wrong."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:50051)")
-    if int(port) > 65535:
-        raise ValueError(f"{value!r}: port {port} is out of range (0-65535)")
-    if ":" in host and not (host.startswith("[") and host.endswith("]")):
-        raise ValueError(f"{value!r}: write an IPv6 host in brackets, e.g. [::1]:50051")
-    return host, int(port)
-
-
-def _address(value: str) -> str:
-    try:
-        host_port(value)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-    return value
 
 
 def _seconds(value: str) -> float:
@@ -110,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--fabric", required=True, type=Path, help="fabric intent YAML")
     parser.add_argument(
         "--listen",
-        type=_address,
+        type=cli.address,
         default="127.0.0.1:50051",
         metavar="HOST:PORT",
         help="gRPC address for agents and railctl",
@@ -122,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--metrics",
-        type=_address,
+        type=cli.address,
         metavar="HOST:PORT",
         help="serve Prometheus metrics on this address (unset: no metrics)",
     )
@@ -149,6 +130,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=_penalty,
         default=750.0,
         help="flap penalty below which a damped link returns (< --damping-suppress)",
+    )
+    parser.add_argument(
+        "--session-grace-s",
+        type=_seconds,
+        default=SESSION_GRACE_NS / 1e9,
+        help="a switch without an agent session keeps its links as last observed this long "
+        "(a controller restart or an agent reconnect changes no route); then routes avoid it",
     )
     return parser
 
@@ -193,7 +181,7 @@ def _bind_error(host: str, port: int) -> str | None:
 
 
 def _listen(server: grpc.aio.Server, address: str) -> None:
-    host, port = host_port(address)
+    host, port = cli.host_port(address)
     why = _bind_error(host, port)
     if why is None:
         try:
@@ -202,20 +190,6 @@ def _listen(server: grpc.aio.Server, address: str) -> None:
         except RuntimeError:  # lost a race for the port, or gRPC refused the address
             why = _bind_error(host, port) or "gRPC cannot bind it"
     raise Fatal(f"--listen {address}: {why}")
-
-
-def _serve_metrics(metrics: Metrics, address: str) -> None:
-    host, port = host_port(address)
-    try:
-        metrics.serve(host.strip("[]"), port)
-    except OSError as err:
-        if err.errno == errno.EADDRINUSE:
-            why = "address in use"
-        elif isinstance(err, socket.gaierror):
-            why = f"cannot resolve {host!r} ({err.strerror})"
-        else:
-            why = err.strerror or str(err)
-        raise Fatal(f"--metrics {address}: {why}") from None
 
 
 # An error text that echoes what a client sent (an address, a switch name) must fit gRPC's
@@ -278,7 +252,7 @@ class _CapDetails(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
 
 
 async def serve(args: argparse.Namespace) -> int:
-    core = DecisionCore(load_planner(args.fabric), _damping(args))
+    core = DecisionCore(load_planner(args.fabric), _damping(args), int(args.session_grace_s * 1e9))
     # Bound first: a second controller on the address stops here, before it opens the store.
     server = grpc.aio.server(options=server_options(), interceptors=[_CapDetails()])
     try:
@@ -318,12 +292,15 @@ async def _serve(args: argparse.Namespace, core: DecisionCore, server: grpc.aio.
         runner.apply(startup)
         metrics.watch(loop, lambda: snapshot(core, len(sessions.by_switch), writer.stats.available))
         if args.metrics:
-            _serve_metrics(metrics, args.metrics)
+            try:
+                metrics.serve(args.metrics)
+            except MetricsError as err:
+                raise Fatal(str(err)) from None
 
         control_pb2_grpc.add_FabricControlServicer_to_server(
             ControlService(runner, sessions), server
         )
-        admin_pb2_grpc.add_FabricAdminServicer_to_server(AdminService(core), server)
+        admin_pb2_grpc.add_FabricAdminServicer_to_server(AdminService(core, sessions), server)
         health_servicer = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         services = (

@@ -9,11 +9,17 @@ for its dead stream to time out). Two live agents for one switch would replace e
 forever, so a switch whose session is replaced FIGHT_REPLACEMENTS times within FIGHT_WINDOW_NS
 is taken to have two agents: the `duplicate_agent` alarm names both peers, and from then on a
 newer session waits (silently, its stream open) until the serving one ends.
+
+`railctl tables` is a round trip on the session: `Sessions.read_tables` sends ReadTables with
+a fresh request id and waits for the agent's TablesReport carrying it, which the session's
+reader hands to the waiter (it never reaches the decision core). A session that ends fails
+the reads still waiting on it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections import deque
@@ -31,7 +37,14 @@ log = logging.getLogger(__name__)
 OUTBOX_SIZE = 256
 FIGHT_REPLACEMENTS = 3
 FIGHT_WINDOW_NS = 10_000_000_000
+# Table reads one session may have waiting for its agent at once.
+TABLE_READS_PENDING = 16
 _Context = grpc.aio.ServicerContext[control_pb2.AgentMessage, control_pb2.ControllerMessage]
+
+
+class TablesUnavailable(Exception):
+    """No TablesReport will come: the switch has no session, too many reads wait on it, or
+    its session ended first."""
 
 
 class _Session:
@@ -45,6 +58,22 @@ class _Session:
             OUTBOX_SIZE
         )
         self.close_reason = ""
+        # ReadTables sent on this session and waiting for the agent's answer, by request id.
+        self.table_reads: dict[int, asyncio.Future[control_pb2.TablesReport]] = {}
+
+    def tables(self, report: control_pb2.TablesReport) -> bool:
+        """Hand the agent's report to its waiter; False when nobody waits (any more)."""
+        waiter = self.table_reads.pop(report.request_id, None)
+        if waiter is None or waiter.done():
+            return False
+        waiter.set_result(report)
+        return True
+
+    def fail_table_reads(self, reason: str) -> None:
+        for waiter in self.table_reads.values():
+            if not waiter.done():
+                waiter.set_exception(TablesUnavailable(reason))
+        self.table_reads.clear()
 
     def close(self, reason: str) -> None:
         self.close_reason = reason
@@ -64,6 +93,7 @@ class Sessions:
         self._replaced: dict[str, deque[int]] = {}
         # Switches found with two agents: newer sessions wait, and how many do.
         self.waiting: dict[str, int] = {}
+        self._request_ids = itertools.count(1)
 
     def fighting(self, switch: str) -> bool:
         """A session for `switch` is about to replace a live one: is this a second agent?"""
@@ -88,6 +118,35 @@ class Sessions:
         session = self.by_switch.get(switch)
         if session is not None:
             session.close(reason)
+
+    async def read_tables(self, switch: str, timeout_s: float) -> control_pb2.TablesReport:
+        """Ask `switch`'s agent to read its target back; its TablesReport. Raises
+        TablesUnavailable (no session, too many reads waiting, the session ended first) or
+        TimeoutError (no answer within `timeout_s`)."""
+        session = self.by_switch.get(switch)
+        if session is None:
+            raise TablesUnavailable(f"{switch} has no agent session")
+        if len(session.table_reads) >= TABLE_READS_PENDING:
+            raise TablesUnavailable(
+                f"{switch}: {TABLE_READS_PENDING} table reads already wait for its agent"
+            )
+        request_id = next(self._request_ids)
+        waiter: asyncio.Future[control_pb2.TablesReport] = (
+            asyncio.get_running_loop().create_future()
+        )
+        session.table_reads[request_id] = waiter
+        try:
+            # An outbox that is full closes the session, which fails the waiter.
+            self.send(
+                switch,
+                control_pb2.ControllerMessage(
+                    read_tables=control_pb2.ReadTables(request_id=request_id)
+                ),
+            )
+            async with asyncio.timeout(timeout_s):
+                return await waiter
+        finally:
+            session.table_reads.pop(request_id, None)
 
 
 class ControlService(control_pb2_grpc.FabricControlServicer):
@@ -126,7 +185,9 @@ class ControlService(control_pb2_grpc.FabricControlServicer):
         session = self.sessions.by_switch[name] = _Session(name, peer)
         self.runner.input(partial(self.core.hello, first.hello))
         log.info("%s: session up (agent %s)", name, first.hello.agent_version)
-        reader = asyncio.create_task(self._read(name, request_iterator), name=f"read-{name}")
+        reader = asyncio.create_task(
+            self._read(name, request_iterator, session), name=f"read-{name}"
+        )
         try:
             while True:
                 getter = asyncio.create_task(session.outbox.get(), name=f"outbox-{name}")
@@ -142,6 +203,10 @@ class ControlService(control_pb2_grpc.FabricControlServicer):
         finally:
             reader.cancel()
             session.ended.set()
+            session.fail_table_reads(
+                f"{name}: the agent's session ended ({session.close_reason or 'stream closed'}) "
+                "before it answered"
+            )
             if self.sessions.by_switch.get(name) is session:
                 del self.sessions.by_switch[name]
                 self.runner.input(partial(self.core.disconnected, name))
@@ -183,7 +248,9 @@ class ControlService(control_pb2_grpc.FabricControlServicer):
                 del waiting[name]
                 self.runner.input(partial(self.core.duplicate_agent_gone, name))
 
-    async def _read(self, name: str, requests: AsyncIterator[control_pb2.AgentMessage]) -> None:
+    async def _read(
+        self, name: str, requests: AsyncIterator[control_pb2.AgentMessage], session: _Session
+    ) -> None:
         core = self.core
         async for msg in requests:
             kind = msg.WhichOneof("msg")
@@ -196,6 +263,16 @@ class ControlService(control_pb2_grpc.FabricControlServicer):
                     self.runner.input(partial(core.neighbors, name, msg.neighbors))
                 elif kind == "counters":
                     self.runner.input(partial(core.counters, name, msg.counters))
+                elif kind == "tables":
+                    # The answer to a railctl request, not an input of the core.
+                    if not session.tables(msg.tables):
+                        log.info(
+                            "%s: tables report %d came after its request gave up; dropped",
+                            name,
+                            msg.tables.request_id,
+                        )
+                elif kind == "target_health":
+                    self.runner.input(partial(core.target_health, name, msg.target_health))
                 elif kind == "hello":
                     # A hello mid-session asks for a snapshot (the agent lost step).
                     if msg.hello.switch_name != name:

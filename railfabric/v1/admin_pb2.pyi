@@ -98,6 +98,10 @@ class _EventKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_EventKind.V
     EVENT_KIND_INTENT_REFUSED: _EventKind.ValueType  # 13
     EVENT_KIND_ROUTING_COMPACTED: _EventKind.ValueType  # 14
     """The routing history was recomputed from scratch (every link up, nothing in flight)."""
+    EVENT_KIND_TARGET_DIVERGED: _EventKind.ValueType  # 15
+    """The agent's periodic read-back found the target's tables changed behind its back."""
+    EVENT_KIND_SESSION_GRACE_ENDED: _EventKind.ValueType  # 16
+    """A switch stayed without a session past the grace period: its links are unobserved."""
 
 class EventKind(_EventKind, metaclass=_EventKindEnumTypeWrapper):
     """What happened. Figures travel in the typed detail of each kind, never in `message`."""
@@ -123,6 +127,10 @@ EVENT_KIND_INTENT_RELOADED: EventKind.ValueType  # 12
 EVENT_KIND_INTENT_REFUSED: EventKind.ValueType  # 13
 EVENT_KIND_ROUTING_COMPACTED: EventKind.ValueType  # 14
 """The routing history was recomputed from scratch (every link up, nothing in flight)."""
+EVENT_KIND_TARGET_DIVERGED: EventKind.ValueType  # 15
+"""The agent's periodic read-back found the target's tables changed behind its back."""
+EVENT_KIND_SESSION_GRACE_ENDED: EventKind.ValueType  # 16
+"""A switch stayed without a session past the grace period: its links are unobserved."""
 Global___EventKind: _TypeAlias = EventKind  # noqa: Y015
 
 class _Severity:
@@ -897,6 +905,7 @@ class PathHop(_message.Message):
     switch_name: _builtins.str
     ingress_port: _builtins.int
     egress_port: _builtins.int
+    """0 on the last hop of a dropped flow: the switch that has no route for it."""
     group_id: _builtins.int
     live_members: _builtins.int
     """Live members of the group and the index the hash chose among them."""

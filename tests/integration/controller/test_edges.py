@@ -325,8 +325,8 @@ async def test_applied_for_unsent_generations_and_status_of_missing_ports_are_re
         def refused() -> bool:
             text = _scrape(metrics)
             return (
-                'railfabric_inputs_refused{reason="applied_unsent"} 2.0' in text
-                and 'railfabric_inputs_refused{reason="port_status_unknown_port"} 3.0' in text
+                'railfabric_inputs_refused_total{reason="applied_unsent"} 2.0' in text
+                and 'railfabric_inputs_refused_total{reason="port_status_unknown_port"} 3.0' in text
             )
 
         await _until(lambda: asyncio.to_thread(refused), 20, "five messages refused")
@@ -335,8 +335,9 @@ async def test_applied_for_unsent_generations_and_status_of_missing_ports_are_re
         assert status.applied_generation == status.desired_generation == desired.generation
         events = (await admin.ListEvents(admin_pb2.ListEventsRequest(limit=100))).events
         assert not [e for e in events if e.kind in ("port_down", "port_up")], events
-        links = (await admin.ListLinks(admin_pb2.ListLinksRequest(only_down=True))).links
-        assert not links
+        # No link changed: all are as before, unknown (no spine agent ever reported).
+        links = (await admin.ListLinks(admin_pb2.ListLinksRequest())).links
+        assert links and {link.state for link in links} == {admin_pb2.LINK_STATE_UNKNOWN}
         # Nothing was pushed for them either: no reply arrives.
         pending = asyncio.ensure_future(agent.call.read())
         done, _ = await asyncio.wait({pending}, timeout=1.0)

@@ -47,17 +47,29 @@ def test_railctl_reads_the_controller(
 
     done = railctl(addr, "routes", "tor-r1-b1")
     assert done.returncode == 0, done.stderr
-    assert "10.0.0.16/29" in done.stdout  # the other block's rail-1 ToR prefix
+    # No agent ever reported: the uplinks are unknown, so only the ToR's own NICs are routed
+    # (10.0.0.16/29, the other block's rail-1 ToR, is not).
+    assert "10.0.0.2/32" in done.stdout and "10.0.0.16/29" not in done.stdout
 
     done = railctl(addr, "routes", "tor-r1-b9")
     assert done.returncode == 1
     assert "NOT_FOUND" in done.stderr and "tor-r1-b9" in done.stderr
 
+    # The path stops at the first ToR, which says why: its uplinks were never observed.
     done = railctl(addr, "--json", "path", "10.0.0.2", "10.0.0.18", "--sport", "49152")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr
     path = json.loads(done.stdout)
-    assert path["delivered_to"] == "srv-b2-s1/nic1"
-    assert path["hops"][0]["switch_name"] == "tor-r1-b1"
+    assert path["delivered_to"] == "" and "tor-r1-b1 has no route" in path["error"]
+    (hop,) = path["hops"]
+    assert hop["switch_name"] == "tor-r1-b1" and hop["egress_port"] == 0
+    avoided = {(a["port"], a["peer"]["switch_name"], a["state"]) for a in hop["avoided"]}
+    assert avoided == {
+        (3, "spine-p1-1", "LINK_STATE_UNKNOWN"),
+        (4, "spine-p1-2", "LINK_STATE_UNKNOWN"),
+    }
+    assert all("has not reported port" in a["reason"] for a in hop["avoided"])
+    done = railctl(addr, "path", "10.0.0.2", "10.0.0.18", "--sport", "49152")
+    assert "spine-p1-1 has not reported port 1: no agent session" in done.stdout, done.stdout
 
     # No agent is connected: diagnose says so for every switch and exits 3.
     done = railctl(addr, "diagnose")

@@ -17,7 +17,7 @@ import pytest
 
 from railfabric.v1 import admin_pb2, admin_pb2_grpc
 from tests.conftest import Processes
-from tests.integration.controller.test_controller_daemon import start
+from tests.integration.controller.test_controller_daemon import Agent, start
 
 pytestmark = pytest.mark.integration
 
@@ -52,11 +52,22 @@ async def test_an_agent_of_the_previous_release_gets_state_and_deltas(
     stubs = tmp_path / "old"
     _build_old_stubs(stubs)
     addr = await start(processes, free_port(), tmp_path / "state")
+    # The rest of the fabric runs this release's agents, so the old agent's links come up
+    # (a link is up only when both ends report carrier) and its cut changes routes.
+    channel = grpc.aio.insecure_channel(addr)
+    admin = admin_pb2_grpc.FabricAdminStub(channel)
+    others = [s.name for s in (await admin.GetTopology(admin_pb2.GetTopologyRequest())).switches]
+    current = {name: Agent(channel) for name in others if name != "tor-r1-b1"}
+    for name, a in current.items():
+        await a.hello_with_every_port(admin, name)
+    for a in current.values():
+        await a.apply_all()
     agent = await asyncio.create_subprocess_exec(
         sys.executable,
         str(COMPAT / "old_agent.py"),
         addr,
         "tor-r1-b1",
+        "4",
         "3",
         cwd=stubs,
         env={"PYTHONPATH": str(stubs), "PATH": "/usr/bin:/bin"},
@@ -79,6 +90,9 @@ async def test_an_agent_of_the_previous_release_gets_state_and_deltas(
                 await asyncio.sleep(0.2)
     finally:
         raw_out, raw_err = await asyncio.wait_for(agent.communicate(b""), timeout=30)
+        for a in current.values():
+            await a.outbox.put(None)
+        await channel.close(None)
     out, err = raw_out.decode(), raw_err.decode()
     lines = [json.loads(line) for line in out.splitlines()]
     assert str(stubs) in lines[0]["stubs"], "the old agent must run on the old stubs"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from controller.daemon.core_planner import CorePlanner
-from controller.fabric import Role, ipv4_str, mac_str
+from controller.fabric import LldpIntent, Role, ipv4_str, mac_str
 from controller.intent import IntentError, load_fabric, load_fabric_text, to_explicit_yaml
 from controller.intent_keys import LIMITS, Limit
 from controller.topology import host_nics, switch_ports
@@ -412,6 +412,21 @@ NEGATIVE = [
         r"^f\.yaml:3: qos\.overrides\.pfc_watchdog_restore_ms: expected a finite number, got inf$",
     ),
     (
+        "LLDP expectation that is not a yes or no",
+        _sub("rails: 2", "rails: 2\nlldp: {expect_servers: sometimes}"),
+        r"^f\.yaml:3: lldp\.expect_servers: expected true or false, got str 'sometimes'$",
+    ),
+    (
+        "a misspelt LLDP key",
+        _sub("rails: 2", "rails: 2\nlldp: {expect_server: true}"),
+        r"^f\.yaml:3: lldp\.expect_server: unknown key \(did you mean 'expect_servers'\?\)$",
+    ),
+    (
+        "server LLDP TTL of zero",
+        _sub("rails: 2", "rails: 2\nlldp: {expect_servers: true, server_ttl_s: 0}"),
+        r"^f\.yaml:3: lldp\.server_ttl_s: must be >= 1 s, got 0$",
+    ),
+    (
         "control character in a name",
         _sub("name: tiny", 'name: "ti\\any"'),
         r"^f\.yaml:1: name: must be printable text \(no control characters\), got 'ti\\x07ny'$",
@@ -554,6 +569,17 @@ def test_bounds_keep_every_state_the_controller_builds_in_its_proto_fields() -> 
     planner = CorePlanner(fabric)
     for info in planner.switches():
         assert planner.full_state(info.name).SerializeToString()
+
+
+def test_lldp_expectations_load_in_both_forms_and_round_trip() -> None:
+    text = "lldp: {expect_servers: true, server_ttl_s: 30}\n"
+    for base in (EXPLICIT, PARAMETRIC):
+        fabric = load_fabric_text(base + text, "f.yaml")
+        assert fabric.lldp == LldpIntent(expect_servers=True, server_ttl_s=30)
+        assert load_fabric_text(to_explicit_yaml(fabric), "again.yaml") == fabric
+    plain = load_fabric_text(EXPLICIT, "f.yaml")
+    assert plain.lldp == LldpIntent(expect_servers=False, server_ttl_s=120)
+    assert "lldp" not in to_explicit_yaml(plain)
 
 
 def test_overrides_round_trip_as_integers() -> None:

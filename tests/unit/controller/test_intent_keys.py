@@ -79,6 +79,8 @@ def test_each_declaration_is_complete(group: str, name: str, key: Key) -> None:
         assert isinstance(default, int | float) and not isinstance(default, bool)
         assert key.low is not None and key.high is not None
         assert key.low <= default <= key.high, f"{group}.{name}: default out of its bounds"
+    elif key.kind is Kind.BOOL:
+        assert isinstance(default, bool)
     elif key.kind is Kind.CHOICE:
         assert default in key.choices
     elif key.kind is Kind.PREFIX:

@@ -139,7 +139,7 @@ def test_railctl_path_prints_hops(capsys: pytest.CaptureFixture[str]) -> None:
     assert rc == 0
     data = json.loads(capsys.readouterr().out)
     assert data["delivered_to"] == "srv-b2-s1/nic1"
-    assert data["hops"][0]["switch"] == "tor-r1-b1" and data["hops"][0]["egress_port"] == 4
+    assert data["hops"][0]["switch_name"] == "tor-r1-b1" and data["hops"][0]["egress_port"] == 4
     rc = railctl.main(["path", lab, "10.0.0.2", "10.0.0.18", "--sport", "49152", "--qp", "17"])
     out = capsys.readouterr().out
     assert (

@@ -134,15 +134,17 @@ class Harness:
                 self.errors.append(e.text)
 
     # -- agents
-    def hello(self, name: str) -> None:
+    def hello(self, name: str, unmapped: frozenset[int] = frozenset()) -> None:
+        """The agent connects (or asks for a snapshot); `unmapped` ports are missing from
+        its port map."""
         agent = self.agents[name]
         agent.connected = True
         agent.drop_inbox()
         held = agent.held
+        # Every port of the intent is in the agent's port map; host-facing ones have carrier.
         ports = [
-            control_pb2.PortInfo(port=port, oper_up=up)
-            for (switch, port), up in self.carrier.items()
-            if switch == name
+            control_pb2.PortInfo(port=port, oper_up=self.carrier.get((name, port), True))
+            for port in sorted(self.core.views[name].ports - unmapped)
         ]
         hello = control_pb2.Hello(
             switch_name=name,

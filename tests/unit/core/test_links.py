@@ -14,9 +14,45 @@ S = 1_000_000_000
 A, B = ("tor-r0-b0", 3), ("spine-0", 1)
 
 
+C, D = ("tor-r1-b0", 3), ("spine-0", 2)
+
+
 def tracker(**params: Any) -> LinkTracker[str]:
-    links = [("L", A, B), ("M", ("tor-r1-b0", 3), ("spine-0", 2))]
-    return LinkTracker(links, DampingParams(**params))
+    """Both links observed up by both ends at t=0."""
+    t = LinkTracker([("L", A, B), ("M", C, D)], DampingParams(**params))
+    for end in (A, B, C, D):
+        t.report(0, end, up=True)
+    assert t.down_links() == []
+    return t
+
+
+def test_a_link_is_unknown_and_unused_until_both_ends_report_carrier() -> None:
+    t = LinkTracker([("L", A, B)], DampingParams())
+    assert t.state("L") is LinkState.UNKNOWN and not t.usable("L")
+    assert t.report(0, A, up=True) == []
+    assert t.unobserved_ends("L") == {B}
+    assert t.report(1, B, up=True) == [Transition("L", True, LinkState.UP)]
+    assert t.unobserved_ends("L") == frozenset()
+
+
+def test_a_forgotten_end_makes_an_up_link_unknown_until_it_reports_again() -> None:
+    t = tracker(hold_down_ns=2 * S)
+    assert t.forget(S, B) == [Transition("L", False, LinkState.UNKNOWN)]
+    assert t.forget(S, B) == []  # already forgotten
+    assert t.report(2 * S, A, up=True) == []  # the other end alone proves nothing
+    assert t.report(3 * S, B, up=True) == [Transition("L", True, LinkState.UP)]
+    assert t.usable("M")
+
+
+def test_a_held_down_link_whose_end_is_forgotten_settles_unknown_not_up() -> None:
+    t = tracker(hold_down_ns=2 * S)
+    t.report(S, A, up=False)
+    t.report(2 * S, A, up=True)
+    assert t.state("L") is LinkState.HOLD_DOWN
+    assert t.forget(3 * S, B) == []
+    assert t.tick(4 * S) == []
+    assert t.state("L") is LinkState.UNKNOWN
+    assert t.report(5 * S, B, up=True) == [Transition("L", True, LinkState.UP)]
 
 
 def test_either_end_down_takes_the_link_out_at_once_and_only_once() -> None:
@@ -29,8 +65,8 @@ def test_either_end_down_takes_the_link_out_at_once_and_only_once() -> None:
 
 def test_link_returns_only_after_both_ends_are_up_for_the_hold_down() -> None:
     t = tracker(hold_down_ns=2 * S)
-    t.report(0, A, up=False)
-    t.report(0, B, up=False)
+    t.report(1, A, up=False)
+    t.report(1, B, up=False)
     assert t.report(1 * S, A, up=True) == []
     assert t.state("L") is LinkState.DOWN  # B still has no carrier
     assert t.report(2 * S, B, up=True) == []
@@ -43,7 +79,7 @@ def test_link_returns_only_after_both_ends_are_up_for_the_hold_down() -> None:
 
 def test_a_bounce_inside_the_hold_down_restarts_it() -> None:
     t = tracker(hold_down_ns=2 * S)
-    t.report(0, A, up=False)
+    t.report(1, A, up=False)
     t.report(1 * S, A, up=True)
     t.report(2 * S, A, up=False)  # inside the hold-down: no new transition, routing never saw up
     assert t.state("L") is LinkState.DOWN

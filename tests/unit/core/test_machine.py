@@ -26,9 +26,12 @@ SHAPES = [LAB, FABRICS / "three-tier.yaml", FABRICS / "pods.yaml"]
 
 
 def connected(fabric: Path = LAB, hold_down_s: float = 2) -> Harness:
+    """Every agent connected and every link observed up, with what that caused forgotten."""
     h = Harness(fabric, hold_down_s)
     h.connect_all()
+    assert h.core.tracker.down_links() == []
     h.take_pushed()
+    h.core.events.clear()
     return h
 
 
@@ -411,3 +414,132 @@ def test_a_second_agent_for_a_switch_is_an_alarm_naming_both_until_one_leaves() 
     assert "127.0.0.1:40001" in alarm.message and "127.0.0.1:40002" in alarm.message
     h.run(h.core.duplicate_agent_gone("tor-r1-b1", h.now))
     assert not h.core.alarms.active
+
+
+# -- observed truth: links are what agents report, not what the plan says
+
+
+def test_links_are_unknown_and_unrouted_until_both_ends_report() -> None:
+    h = Harness()
+    assert set(h.core.tracker.down_links()) == {link.key for link in h.core.links()}
+    h.hello("tor-r1-b1")
+    h.check_no_route_over_unusable_links()
+    state = h.core.views["tor-r1-b1"].state
+    assert all(
+        h.core.tracker.link_of(("tor-r1-b1", nh.port)) is None
+        for g in state.groups
+        for nh in g.next_hops
+    ), "a ToR alone must not route over links to spines that never reported"
+    for key in uplinks(h, "tor-r1-b1"):
+        assert "has not reported" in h.core.link_reason(key)
+    h.connect_all()
+    assert h.core.tracker.down_links() == []
+    h.check_matches_fresh_computation()
+
+
+def test_an_unmapped_port_is_an_alarm_and_its_link_is_not_routed() -> None:
+    h = connected()
+    name = "tor-r1-b1"
+    key = uplinks(h, name)[0]
+    port = next(p for s, p in (h.core.planned_link(key).a, h.core.planned_link(key).b) if s == name)
+    h.hello(name, unmapped=frozenset({port}))
+    (alarm,) = h.core.alarms.active.values()
+    assert alarm.id == f"port_unmapped:{name}:{port}" and alarm.kind == "port_unmapped"
+    assert f"{name} port {port} " in alarm.message
+    assert not h.core.tracker.usable(key)
+    assert "not in its port map" in h.core.link_reason(key)
+    h.settle()
+    h.check_no_route_over_unusable_links()
+    h.check_matches_fresh_computation()
+    h.hello(name)  # the agent restarted with its whole port map
+    assert not h.core.alarms.active
+    h.settle()
+    assert h.core.tracker.usable(key)
+
+
+def test_an_agent_reconnect_inside_the_grace_changes_no_route() -> None:
+    h = connected()
+    h.disconnect("spine-p1-1")
+    h.advance(machine.SESSION_GRACE_NS - S)
+    assert h.core.tracker.down_links() == []
+    h.hello("spine-p1-1")
+    assert h.take_pushed() == []  # nothing rewritten: the agent still holds its state
+    h.advance(2 * S)
+    assert h.core.tracker.down_links() == [] and h.take_pushed() == []
+
+
+def test_past_the_grace_routes_go_around_a_switch_without_agent_and_return_with_it() -> None:
+    h = connected()
+    h.disconnect("spine-p1-1")
+    h.advance(machine.SESSION_GRACE_NS + S)
+    gone = {link.key for link in h.core.links() if "spine-p1-1" in (link.a[0], link.b[0])}
+    assert set(h.core.tracker.down_links()) == gone
+    (ended,) = events_of(h, admin_pb2.EVENT_KIND_SESSION_GRACE_ENDED)
+    assert ended.switch_name == "spine-p1-1"
+    for key in gone:
+        assert "spine-p1-1" in h.core.link_reason(key)
+    h.ack_all()
+    h.check_no_route_over_unusable_links()
+    h.settle()  # the agent comes back
+    assert h.core.tracker.down_links() == []
+    h.check_matches_fresh_computation()
+
+
+def test_a_controller_restart_inside_the_grace_writes_nothing() -> None:
+    h = connected()
+    h.restart_controller()
+    h.take_pushed()
+    for name in h.agents:
+        h.hello(name)
+    assert h.take_pushed() == []
+    h.advance(machine.SESSION_GRACE_NS + S)
+    assert h.core.tracker.down_links() == [] and h.take_pushed() == []
+
+
+def test_an_unreachable_target_makes_the_switch_not_converged_with_the_reason() -> None:
+    h = connected()
+    name = "tor-r1-b1"
+    lost = control_pb2.TargetHealth(reachable=False, error="connection refused")
+    h.run(h.core.target_health(name, lost, h.now))
+    v = h.core.views[name]
+    assert not v.converged and "P4 target unreachable: connection refused" in (
+        v.not_converged_reason
+    )
+    (alarm,) = h.core.alarms.active.values()
+    assert alarm.id == f"target_unhealthy:{name}" and alarm.severity == "critical"
+    ok = control_pb2.TargetHealth(reachable=True, primary=True, last_read_back_wall_ns=1)
+    h.run(h.core.target_health(name, ok, h.now))
+    assert v.converged and not h.core.alarms.active
+    diverged = control_pb2.TargetHealth(
+        reachable=True, primary=True, last_read_back_wall_ns=2, missing=3
+    )
+    h.run(h.core.target_health(name, diverged, h.now))
+    assert "3 missing" in v.not_converged_reason
+    (event,) = events_of(h, admin_pb2.EVENT_KIND_TARGET_DIVERGED)
+    assert "NOT repaired" in event.message
+    diverged.repaired_wall_ns = h.now.wall_ns
+    h.run(h.core.target_health(name, diverged, h.now))
+    assert v.converged
+
+
+def test_path_shows_the_hops_routing_avoids_with_the_reason() -> None:
+    h = Harness()
+    h.hello("tor-r1-b1")
+    src = h.core.views["tor-r1-b1"].state.neighbors
+    dst = h.core.views["tor-r1-b2"].state.neighbors
+    host = state_pb2.PEER_KIND_HOST
+    src_ip = next(n.peer_ipv4 for n in src if n.kind == host)
+    dst_ip = next(n.peer_ipv4 for n in dst if n.kind == host)
+    request = admin_pb2.PredictPathRequest(
+        src_ip=".".join(str(src_ip >> s & 255) for s in (24, 16, 8, 0)),
+        dst_ip=".".join(str(dst_ip >> s & 255) for s in (24, 16, 8, 0)),
+    )
+    reply = h.core.predict_path(request)
+    assert not reply.delivered_to and reply.error
+    (hop,) = reply.hops
+    assert {a.peer.switch_name for a in hop.avoided} == {"spine-p1-1", "spine-p1-2"}
+    assert all(a.state == admin_pb2.LINK_STATE_UNKNOWN for a in hop.avoided)
+    assert all("has not reported port" in a.reason for a in hop.avoided)
+    h.connect_all()
+    reply = h.core.predict_path(request)
+    assert reply.delivered_to and not any(hop.avoided for hop in reply.hops)

@@ -47,7 +47,8 @@ settings.register_profile(
 )
 PROFILE = settings.get_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-DELAYS = st.sampled_from([1_000_000, 100_000_000, 400_000_000, 600_000_000, 2 * S, 5 * S])
+# 20 s runs past the session grace: absent agents' links become unobserved.
+DELAYS = st.sampled_from([1_000_000, 100_000_000, 400_000_000, 600_000_000, 2 * S, 5 * S, 20 * S])
 
 
 class CoreModel(RuleBasedStateMachine):
@@ -106,6 +107,19 @@ class CoreModel(RuleBasedStateMachine):
     def hello(self, data: st.DataObject) -> None:
         """A reconnect, or a Hello mid-session (the agent asks for a snapshot)."""
         self.h.hello(data.draw(st.sampled_from(self.switches)))
+
+    @rule(data=st.data())
+    def hello_with_a_partial_port_map(self, data: st.DataObject) -> None:
+        """An agent restarted with a port map that lacks some of its ports."""
+        name = data.draw(st.sampled_from(self.switches))
+        ports = sorted(self.h.core.views[name].ports)
+        self.h.hello(name, frozenset(data.draw(st.lists(st.sampled_from(ports), max_size=2))))
+
+    @invariant()
+    def no_link_with_an_unobserved_end_is_usable(self) -> None:
+        tracker = self.h.core.tracker
+        for key in self.links:
+            assert not (tracker.usable(key) and tracker.unobserved_ends(key)), key
 
     # -- the controller
     @precondition(lambda self: self.h.transactions < 10_000)

@@ -1,9 +1,10 @@
 """An agent's side of the Session as an agent of the previous release speaks it: built only
 from the .proto files beside this script (compiled by the test), never from railfabric.v1.
 
-Usage: old_agent.py ADDRESS SWITCH PORT_TO_CUT. It says Hello, acknowledges every snapshot and
-delta with the generation and digest it carries, reports PORT_TO_CUT down after the first
-snapshot, and prints one JSON line per message received. It stops when stdin closes.
+Usage: old_agent.py ADDRESS SWITCH PORTS PORT_TO_CUT. It says Hello with ports 1..PORTS up,
+acknowledges every snapshot and delta with the generation and digest it carries, reports
+PORT_TO_CUT down after the first snapshot, and prints one JSON line per message received. It
+stops when stdin closes.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import grpc
 from railfabric.v1 import control_pb2, control_pb2_grpc  # the old stubs (PYTHONPATH)
 
 
-async def main(address: str, switch: str, cut_port: int) -> None:
+async def main(address: str, switch: str, ports: int, cut_port: int) -> None:
     print(json.dumps({"stubs": control_pb2.__file__}), flush=True)
     outbox: asyncio.Queue[control_pb2.AgentMessage | None] = asyncio.Queue()
 
@@ -33,7 +34,9 @@ async def main(address: str, switch: str, cut_port: int) -> None:
     stopper = asyncio.create_task(until_stdin_closes())
     async with grpc.aio.insecure_channel(address) as channel:
         call = control_pb2_grpc.FabricControlStub(channel).Session(requests())
-        await outbox.put(control_pb2.AgentMessage(hello=control_pb2.Hello(switch_name=switch)))
+        infos = [control_pb2.PortInfo(port=p, oper_up=True) for p in range(1, ports + 1)]
+        hello = control_pb2.Hello(switch_name=switch, ports=infos)
+        await outbox.put(control_pb2.AgentMessage(hello=hello))
         cut = False
         async for msg in call:
             kind = msg.WhichOneof("msg")
@@ -54,4 +57,4 @@ async def main(address: str, switch: str, cut_port: int) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])))
