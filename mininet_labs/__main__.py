@@ -19,7 +19,7 @@ from controller.yamlnodes import IntentError
 from mininet_labs.clean import clean
 from mininet_labs.cli import FabricCLI
 from mininet_labs.lab import Interrupted, Lab, LabOptions
-from mininet_labs.netlinks import LabError
+from mininet_labs.netlinks import PREFIX, TAG_RE, LabError
 from mininet_labs.processes import (
     BMV2_PORT_RATE_MBPS,
     REPO,
@@ -42,7 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="list the scenarios")
-    sub.add_parser("clean", help="remove every namespace, veth and process a lab left")
+    cleaner = sub.add_parser("clean", help="remove every namespace, veth and process a lab left")
+    cleaner.add_argument(
+        "--tag", help="only what the lab run TAG (rfl + 4 hex digits, as its first line says) left"
+    )
     for name, text in (
         ("run", "run scenarios on a fabric"),
         ("demo", "run every scenario on examples/lab-2rail.yaml"),
@@ -204,7 +207,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{'all':13} every scenario above, in this order")
         return 0
     if args.command == "clean":
-        removed = clean()
+        if args.tag is not None and not TAG_RE.fullmatch(args.tag):
+            parser.error(f"--tag {args.tag!r}: expected {PREFIX} + 4 hex digits, e.g. {PREFIX}1a2b")
+        removed = clean(args.tag)
         print("\n".join(removed) if removed else "nothing to clean")
         return 0
     if args.port_rate_mbps is not None and not args.port_rate_mbps > 0:

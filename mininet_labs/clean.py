@@ -1,5 +1,6 @@
 """`python -m mininet_labs clean`: remove whatever any lab run could have left behind, found
-by the `rfl` + 4-hex-digit prefix: processes (by their command line), namespaces, veths, and
+by the `rfl` + 4-hex-digit prefix: processes (by their command line; the servers' lldpd, which
+rewrites its own, by its standard output and error: the run's logs), namespaces, veths, and
 the /tmp/rfl<tag>/ logs that failed runs keep."""
 
 from __future__ import annotations
@@ -32,11 +33,35 @@ def _lab_processes(tag: str | None) -> list[int]:
         except OSError:
             continue
         text = [a.decode(errors="replace") for a in argv if a]
+        if _lab_lldpd(entry, tag):
+            pids.append(int(entry.name))
+            continue
         if not text or not any(p in " ".join(text[:3]) for p in OUR_PROGRAMS):
             continue
         if any(_ours(a, tag) for a in text):
             pids.append(int(entry.name))
     return pids
+
+
+def lab_lldpd(tag: str | None) -> list[int]:
+    """The lldpd processes of lab `tag` (of any lab when None)."""
+    return [
+        int(entry.name)
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit() and _lab_lldpd(entry, tag)
+    ]
+
+
+def _lab_lldpd(proc: Path, tag: str | None) -> bool:
+    """Is /proc/PID a lab's lldpd (mininet_labs/lldpd.py)? Its command line says "lldpd:
+    monitor."; its standard output or error is a log in the lab's /tmp/rfl<tag>/."""
+    try:
+        if (proc / "comm").read_text().strip() != "lldpd":
+            return False
+        targets = [os.readlink(proc / "fd" / str(fd)) for fd in (1, 2)]
+    except OSError:
+        return False
+    return any(t.startswith(f"/tmp/{PREFIX}") and _ours(t, tag) for t in targets)
 
 
 def clean(tag: str | None = None, *, logs: bool = True) -> list[str]:

@@ -9,6 +9,7 @@ for its first NIC's. railfabric adds:
     restore A B | restore SW:PORT  plug it back
     miswire SW:PORT SW:PORT        swap the far ends of two cables (only LLDP can tell)
     repatch SW:PORT SW:PORT        undo a miswire
+    swapnics SERVER NIC NIC        swap two NICs' cables at the server (again to undo)
     path SRC DST [--sport N] [--qp N]   the controller's predicted path (SRC, DST: NIC names
                                    or addresses)
     tables SW                      the P4 entries read back from the switch's target
@@ -156,6 +157,20 @@ class FabricCLI(CLI):  # type: ignore[misc]  # mininet is untyped
         if pair is not None:
             self.lab.topology.repatch([pair[0].link.key, pair[1].link.key])
             self._say(f"repatched {pair[0].link.key} and {pair[1].link.key}")
+
+    def do_swapnics(self, line: str) -> None:
+        """swapnics SERVER NIC NIC: swap two NICs' cables at the server (a NIC in the wrong
+        rail); the same command again puts them back."""
+        args = self._args("swapnics", line, 3)
+        if args is None:
+            return
+        try:
+            self.lab.topology.swap_nics(*args)
+        except LabError as err:
+            self._fail("swapnics", str(err))
+            return
+        host, first, second = args
+        self._say(f"swapped the cables of {host} {first} and {second} (again to put them back)")
 
     # -- the controller and the targets ---------------------------------------------------
 

@@ -20,11 +20,12 @@ from types import FrameType, TracebackType
 from typing import Any
 
 import grpc
-from finsy.proto import p4i, p4r, p4r_grpc
+from finsy.proto import p4r, p4r_grpc
 from mininet.net import Mininet
 
-from controller.fabric import Fabric
+from controller.fabric import Fabric, LldpIntent
 from controller.intent import load_fabric, to_explicit_yaml
+from mininet_labs import lldpd
 from mininet_labs.clean import clean
 from mininet_labs.netlinks import PREFIX, LabError, Names, new_tag
 from mininet_labs.network import build_network
@@ -42,8 +43,10 @@ from mininet_labs.processes import (
 from mininet_labs.report import Table
 from mininet_labs.topology import LabTopology
 from mininet_labs.traffic import FlowSpec, Packet, read_records
+from mininet_labs.waiting import wait_for
 from railfabric import fabric_p4 as p4
 from railfabric.ecmp import HashFields
+from railfabric.p4format import EntityFormatter
 from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from railfabric.v1 import admin_pb2, admin_pb2_grpc
 
@@ -53,6 +56,9 @@ from railfabric.v1 import admin_pb2, admin_pb2_grpc
 # are what the switch applies.
 LAB_LINK_SPEED_MBPS = 1000
 LAB_PORT = 4791  # receivers listen on the RoCEv2 port
+# A server port silent this long raises an alarm: the servers' lldpd sends every second with a
+# 10 s TTL, so only a server whose lldpd stopped (or a NIC that went elsewhere) is that quiet.
+LAB_LLDP = LldpIntent(expect_servers=True, server_ttl_s=15)
 
 COUNTERS = {
     "tx_packets": p4.EGRESS_PORT_COUNTER,
@@ -63,6 +69,17 @@ COUNTERS = {
     "pfc_pause_rx": p4.PFC_PAUSE_RX_COUNTER,
     "pfc_storms": p4.PFC_STORM_COUNTER,
 }
+# COUNTERS' keys that stand still once the traffic is drained, and the PortCounters field the
+# agents report each in (packet counts move with LLDP all the time).
+OBSERVED = {
+    "drops": "drops",
+    "ecn_marks": "ecn_marks",
+    "pfc_pause_tx": "pfc_pause_tx",
+    "pfc_pause_rx": "pfc_pause_rx",
+    "pfc_storms": "pfc_watchdog_storms",
+}
+# Agents report counters this often in the lab (the daemon's default is 5 s).
+AGENT_COUNTERS_INTERVAL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -86,10 +103,11 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def lab_fabric(fabric: Fabric) -> Fabric:
-    """The same fabric with every cable at the lab's declared speed."""
+    """The same fabric with every cable at the lab's declared speed, and servers expected to
+    speak LLDP: every one runs lldpd (mininet_labs/lldpd.py)."""
     links = tuple(dataclasses.replace(x, speed_mbps=LAB_LINK_SPEED_MBPS) for x in fabric.links)
     nics = tuple(dataclasses.replace(n, speed_mbps=LAB_LINK_SPEED_MBPS) for n in fabric.nics)
-    return dataclasses.replace(fabric, links=links, nics=nics)
+    return dataclasses.replace(fabric, links=links, nics=nics, lldp=LAB_LLDP)
 
 
 @dataclass
@@ -139,6 +157,7 @@ class Lab:
         self._old_handlers: dict[int, Any] = {}
         self._controller: Child | None = None
         self._switches: dict[str, Child] = {}
+        self._lldpd: dict[str, tuple[lldpd.ServerLldpd, Child]] = {}
         self.net: Mininet | None = None
         self.failed = False
         self._reaper: subprocess.Popen[bytes] | None = None
@@ -186,6 +205,12 @@ class Lab:
         reason = self.target.unavailable()
         if reason is not None:
             raise LabError(f"--target {self.target.kind}: {reason}")
+        reason = lldpd.unavailable()
+        if reason is not None:
+            raise LabError(reason)
+        # Before the lab makes an interface: an lldpd of the machine must not speak on them.
+        for done in lldpd.guard_foreign_lldpd(self.topology.root_interfaces()):
+            self.progress(done)
         self.run_dir.mkdir(parents=True)
         self._write_fabric()
         if not self.target.completes_partial_checksums and shutil.which("ethtool") is None:
@@ -268,9 +293,34 @@ class Lab:
                     "--p4info", str(DEFAULT_P4INFO),
                     "--election-id", "10",
                     "--lldp-interval", f"{o.lldp_interval_s:g}",
+                    "--counters-interval", f"{AGENT_COUNTERS_INTERVAL_S:g}",
                     *self.target.agent_args(),
                 ],
             )  # fmt: skip
+
+    def start_lldpd(self, host: str) -> None:
+        """Start server `host`'s lldpd in its namespace; return once it speaks on every NIC."""
+        nics = tuple(hp.ifname for hp in self.topology.host_ports if hp.nic.host == host)
+        server = lldpd.ServerLldpd(host, nics, self.run_dir)
+        server.write_config()
+        child = self.processes.start(server.name, server.argv(), netns=self.names.host_ns(host))
+        self._lldpd[host] = (server, child)
+        assert child.log is not None
+        server.wait_ready(lambda: child.proc.poll() is None, child.log)
+
+    def stop_lldpd(self, host: str) -> None:
+        running = self._lldpd.pop(host, None)
+        if running is not None:
+            self.processes.stop(running[1])
+
+    def lldpdus_sent(self) -> dict[str, int]:
+        """LLDPDUs the servers' lldpd sent so far, by NIC full name (srv-b1-s1/nic1): the
+        frames a ToR's server port receives besides the servers' traffic."""
+        return {
+            f"{host}/{nic}": n
+            for host, (server, _) in self._lldpd.items()
+            for nic, n in server.transmitted().items()
+        }
 
     def stop_switch(self, name: str) -> None:
         """Stop switch `name`'s agent, then its target."""
@@ -348,7 +398,7 @@ class Lab:
 
     def _check_alive(self) -> None:
         for child in self.processes.children:
-            if child.name.startswith(("controller", "switch-", "agent-")) and (
+            if child.name.startswith(("controller", "switch-", "agent-", "lldpd-")) and (
                 child.proc.poll() is not None
             ):
                 log = tail(child.log) if child.log else ""
@@ -462,12 +512,39 @@ class Lab:
         for profile in info.action_profiles:
             request.entities.add().action_profile_member.action_profile_id = profile.preamble.id
             request.entities.add().action_profile_group.action_profile_id = profile.preamble.id
+        formatter = EntityFormatter(info)
         rows = [
-            format_entity(info, entity)
+            formatter(entity)
             for response in self._p4_stub(switch).Read(request, timeout=10)
             for entity in response.entities
         ]
         return Table(("object", "key", "action"), tuple(rows))
+
+    def observed_counters(
+        self, ports: Sequence[tuple[str, int]], after_wall_ns: int, timeout_s: float = 15.0
+    ) -> dict[tuple[str, int], dict[str, int]]:
+        """The same counters as the controller holds them from its agents' reports (what
+        `railctl interfaces`, diagnose and the agents' /metrics show), from reports read after
+        `after_wall_ns`: the lab's figures and the operators' must be one truth."""
+        switches = sorted({sw for sw, _ in ports})
+
+        def fresh() -> dict[tuple[str, int], admin_pb2.Interface] | None:
+            got: dict[tuple[str, int], admin_pb2.Interface] = {}
+            for sw in switches:
+                reply = self.admin.ListInterfaces(
+                    admin_pb2.ListInterfacesRequest(switch_name=sw), timeout=5
+                )
+                for i in reply.interfaces:
+                    if i.counters_wall_ns <= after_wall_ns:
+                        return None
+                    got[(i.switch_name, i.port)] = i
+            return got
+
+        found = wait_for("agents' counter reports after the traffic", fresh, timeout_s, 0.2)
+        return {
+            port: {key: getattr(found[port].counters, field) for key, field in OBSERVED.items()}
+            for port in ports
+        }
 
     def counters_at(
         self, ports: Sequence[tuple[str, int]]
@@ -580,68 +657,3 @@ class Lab:
     def agent_log(self, switch: str) -> str:
         log = self.agents[switch].log
         return log.read_text(errors="replace") if log else ""
-
-
-def _value(raw: bytes, bitwidth: int, as_address: bool = False) -> str:
-    number = int.from_bytes(raw, "big")
-    if bitwidth == 48:
-        return ":".join(f"{b:02x}" for b in number.to_bytes(6, "big"))
-    if bitwidth == 32 and as_address:
-        return ".".join(str(b) for b in number.to_bytes(4, "big"))
-    return str(number)
-
-
-def format_entity(info: p4i.P4Info, entity: p4r.Entity) -> tuple[str, str, str]:
-    """(object, key, action) of a table entry, ECMP member or group, with P4Info names."""
-    actions = {a.preamble.id: a for a in info.actions}
-
-    def action_text(action: p4r.Action) -> str:
-        a = actions.get(action.action_id)
-        if a is None:
-            return f"action {action.action_id}"
-        widths = {p.id: (p.name, p.bitwidth) for p in a.params}
-        params = ", ".join(
-            f"{widths[p.param_id][0]}={_value(p.value, widths[p.param_id][1])}"
-            for p in action.params
-            if p.param_id in widths
-        )
-        return f"{a.preamble.alias}({params})"
-
-    kind = entity.WhichOneof("entity")
-    if kind == "action_profile_member":
-        m = entity.action_profile_member
-        return ("ecmp member", str(m.member_id), action_text(m.action))
-    if kind == "action_profile_group":
-        g = entity.action_profile_group
-        members = ", ".join(str(m.member_id) for m in g.members)
-        return ("ecmp group", str(g.group_id), f"members {members}")
-    te = entity.table_entry
-    table = next((t for t in info.tables if t.preamble.id == te.table_id), None)
-    if table is None:
-        return (f"table {te.table_id}", "", "")
-    fields = {f.id: f for f in table.match_fields}
-    key = []
-    for fm in te.match:
-        f = fields[fm.field_id]
-        which = fm.WhichOneof("field_match_type")
-        if which == "exact":
-            key.append(f"{f.name}={_value(fm.exact.value, f.bitwidth)}")
-        elif which == "lpm":
-            key.append(f"{f.name}={_value(fm.lpm.value, f.bitwidth, True)}/{fm.lpm.prefix_len}")
-        elif which == "ternary":
-            value = _value(fm.ternary.value, f.bitwidth)
-            key.append(f"{f.name}={value}&&&{_value(fm.ternary.mask, f.bitwidth)}")
-    if te.is_default_action:
-        key.append("(default)")
-    if te.priority:
-        key.append(f"priority {te.priority}")
-    chosen = te.action.WhichOneof("type")
-    if chosen == "action":
-        action = action_text(te.action.action)
-    elif chosen == "action_profile_member_id":
-        action = f"member {te.action.action_profile_member_id}"
-    elif chosen == "action_profile_group_id":
-        action = f"group {te.action.action_profile_group_id}"
-    else:
-        action = "-"
-    return (table.preamble.alias, " ".join(key), action)

@@ -4,7 +4,8 @@
   a named namespace (`ip netns`), so Mininet's own commands (`srv-b1-s1 ping ...`, `pingall`)
   and the lab's tools (`ip netns exec`, `ip -n`) reach the same network stack. Addresses,
   the static neighbour of each NIC's ToR, per-source policy routing and offloads are set in
-  `config`, as Mininet configures a host.
+  `config`, as Mininet configures a host; then the server's lldpd starts (mininet_labs/
+  lldpd.py; a lab process like the switches', stopped in `terminate`).
 - Switches are `P4Switch`es in the root namespace, in the manner of p4lang's tutorials: the
   switch owns its interfaces and runs a P4Runtime target and its railfabric agent, started in
   `start` and stopped in `stop` (`SoftSwitch` runs softswitch, `Bmv2Switch` bmv2). No Open
@@ -30,10 +31,10 @@ from mininet.net import Mininet
 from mininet.node import Controller, Host, Switch
 from mininet.topo import Topo
 
-from controller.fabric import Role, ipv4_str, mac_str
+from controller.fabric import ipv4_str, mac_str
 from mininet_labs.netlinks import ip, ip_batch, patch, run, sysctl
 from mininet_labs.processes import DIE_WITH_PARENT
-from mininet_labs.topology import TABLE_BASE, HostPort, LabTopology
+from mininet_labs.topology import HostPort, LabTopology, nic_lines, nic_rule
 
 if TYPE_CHECKING:
     from mininet_labs.lab import Lab
@@ -87,11 +88,14 @@ class _NamedNamespace(_LabShell):
 class RailHost(_NamedNamespace, Host):  # type: ignore[misc]  # mininet is untyped
     """A server: one interface per rail NIC, each talking through its own rail-ToR."""
 
-    def __init__(self, name: str, *, netns: str, ports: Sequence[HostPort], **params: Any):
+    def __init__(
+        self, name: str, *, netns: str, ports: Sequence[HostPort], lab: Lab, **params: Any
+    ):
         self.netns = netns
         self.host_ports = list(ports)
+        self.lab = lab
         self.tx_checksum_offload = bool(params.pop("tx_checksum_offload", True))
-        self.tor_prefixes: list[tuple[int, str]] = params.pop("tor_prefixes", [])
+        self.tor_prefixes: list[tuple[int | None, str]] = params.pop("tor_prefixes", [])
         self._make_namespace()
         # inNamespace=False: the shell is in `netns` already (see _popen), not a new one.
         params.pop("inNamespace", None)
@@ -103,22 +107,13 @@ class RailHost(_NamedNamespace, Host):  # type: ignore[misc]  # mininet is untyp
         the NIC on that ToR's rail. Mininet's own ip/mac parameters are not used."""
         lines = []
         for hp in self.host_ports:
-            gw, dev, table = ipv4_str(hp.gateway), hp.ifname, TABLE_BASE + hp.nic.rail
-            lines += [
-                f"link set {dev} address {mac_str(hp.nic.mac)}",
-                f"addr add {ipv4_str(hp.nic.ipv4)}/32 dev {dev}",
-                f"link set {dev} up",
-                f"neigh replace {gw} lladdr {mac_str(hp.gateway_mac)} dev {dev} nud permanent",
-                f"rule add from {ipv4_str(hp.nic.ipv4)}/32 table {table} pref {table}",
-            ]
-            for rail, prefix in self.tor_prefixes:
-                lines.append(f"route add {prefix} via {gw} dev {dev} onlink table {table}")
-                if rail == hp.nic.rail:
-                    lines.append(f"route add {prefix} via {gw} dev {dev} onlink")
+            lines += [*nic_lines(hp, self.tor_prefixes), nic_rule(hp)]
         ip_batch(lines, self.netns)
         if not self.tx_checksum_offload:
             for hp in self.host_ports:
                 disable_tx_checksum_offload(hp)
+        # LLDP, as the server's own lldpd speaks it (mininet_labs/lldpd.py).
+        self.lab.start_lldpd(self.name)
         return {}
 
     def IP(self, intf: Any = None) -> str:
@@ -128,6 +123,7 @@ class RailHost(_NamedNamespace, Host):  # type: ignore[misc]  # mininet is untyp
         return str(super().IP(intf))
 
     def terminate(self) -> None:
+        self.lab.stop_lldpd(self.name)
         super().terminate()
         self._delete_namespace()
 
@@ -226,9 +222,7 @@ class FabricTopo(Topo):  # type: ignore[misc]
 
     def build(self, plan: LabTopology, lab: Lab, switch_cls: type[P4Switch]) -> None:
         fabric = plan.fabric
-        tor_prefixes = [
-            (sw.rail, sw.prefix) for sw in fabric.switches if sw.role is Role.TOR and sw.prefix
-        ]
+        tor_prefixes = plan.tor_prefixes
         completes = lab.target.completes_partial_checksums
         for host in plan.hosts:
             ports = [hp for hp in plan.host_ports if hp.nic.host == host]
@@ -239,6 +233,7 @@ class FabricTopo(Topo):  # type: ignore[misc]
                 ports=ports,
                 tor_prefixes=tor_prefixes,
                 tx_checksum_offload=completes,
+                lab=lab,
             )
         for sw in fabric.switches:
             self.addSwitch(sw.name, cls=switch_cls, lab=lab)

@@ -9,6 +9,12 @@ builds the Mininet network from it; the cabling changes (cut, restore, miswire) 
 - Switch ports are veth ends in the root namespace (the switch processes run there), named
   with the lab's tag so concurrent labs do not collide. Host-to-ToR cables are direct veth
   pairs.
+- A server's NICs are swapped (`swap_nics`, the classic rail-fabric mistake) the way a person
+  swaps two cables at the server: both go down (their ToR ports lose carrier), the two veths
+  trade names, and each is configured again as the NIC it now is (its MAC, address, neighbour
+  and routes), so NIC nic1 is now on nic2's ToR port and the reverse; the same call again
+  puts them back. Server lldpd follows the renames (it sends one LLDPDU with the old name
+  first, then the new one).
 - Every switch-to-switch cable is two veth pairs meeting in one "wire" namespace, patched
   together there (netlinks.patch). Cutting a cable takes both wire-side ends down: both switch
   ports lose carrier and neither is set administratively down, as when a cable is pulled
@@ -21,13 +27,14 @@ builds the Mininet network from it; the cabling changes (cut, restore, miswire) 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from controller.fabric import Fabric, Link, Nic
+from controller.fabric import Fabric, Link, Nic, Role, ipv4_str, mac_str
 from mininet_labs.netlinks import LabError, Names, ip_batch, patch
 
 TABLE_BASE = 100  # per-NIC routing table = 100 + rail
+SWAP_NAME = "rflswap"  # a NIC's name while two trade theirs (namespaces are per server)
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,31 @@ class HostPort:
     switch_if: str  # the ToR's port, root namespace
     gateway: int
     gateway_mac: int
+
+
+def nic_lines(hp: HostPort, tor_prefixes: Sequence[tuple[int | None, str]]) -> list[str]:
+    """`ip -batch` lines that make interface `hp.ifname` of the server's namespace NIC `hp`:
+    its MAC and /32 address, up, the ToR gateway as a static neighbour, and its routes (each
+    ToR prefix through this NIC in the NIC's table; in the main table, the prefixes of its
+    own rail). Idempotent; the per-source rule is set once (`nic_rule`)."""
+    gw, dev, table = ipv4_str(hp.gateway), hp.ifname, TABLE_BASE + hp.nic.rail
+    lines = [
+        f"link set {dev} address {mac_str(hp.nic.mac)}",
+        f"addr replace {ipv4_str(hp.nic.ipv4)}/32 dev {dev}",
+        f"link set {dev} up",
+        f"neigh replace {gw} lladdr {mac_str(hp.gateway_mac)} dev {dev} nud permanent",
+    ]
+    for rail, prefix in tor_prefixes:
+        lines.append(f"route replace {prefix} via {gw} dev {dev} onlink table {table}")
+        if rail == hp.nic.rail:
+            lines.append(f"route replace {prefix} via {gw} dev {dev} onlink")
+    return lines
+
+
+def nic_rule(hp: HostPort) -> str:
+    """Policy routing: what leaves from the NIC's address uses the NIC's table."""
+    table = TABLE_BASE + hp.nic.rail
+    return f"rule add from {ipv4_str(hp.nic.ipv4)}/32 table {table} pref {table}"
 
 
 @dataclass(frozen=True)
@@ -80,6 +112,20 @@ class LabTopology:
             )
             for k, link in enumerate(fabric.links, start=1)
         }
+
+    @property
+    def tor_prefixes(self) -> list[tuple[int | None, str]]:
+        """(rail, prefix) of every ToR, for the servers' routes."""
+        return [
+            (sw.rail, str(sw.prefix))
+            for sw in self.fabric.switches
+            if sw.role is Role.TOR and sw.prefix is not None
+        ]
+
+    def root_interfaces(self) -> list[str]:
+        """Every interface the lab makes in the root namespace: the switch ports."""
+        names = [hp.switch_if for hp in self.host_ports]
+        return names + [i for c in self.cables.values() for i in (c.a_if, c.b_if)]
 
     def port_if(self, switch: str, port: int) -> str:
         return self.names.switch_if(self.ordinal[switch], port)
@@ -126,6 +172,27 @@ class LabTopology:
         a, b = self.cables[first], self.cables[second]
         patch(self.names.wire_ns, a.wire_a, b.wire_b)
         patch(self.names.wire_ns, b.wire_a, a.wire_b)
+
+    def swap_nics(self, host: str, first: str, second: str) -> None:
+        """Swap the cables of two NICs of `host` (see the module's text); again to undo."""
+        ports = {hp.nic.name: hp for hp in self.host_ports if hp.nic.host == host}
+        if not ports:
+            raise LabError(f"no server {host!r} in fabric {self.fabric.name}")
+        for name in (first, second):
+            if name not in ports:
+                raise LabError(f"{host} has no NIC {name!r} (it has {', '.join(sorted(ports))})")
+        if first == second:
+            raise LabError(f"{host} {first}: two different NICs are swapped")
+        a, b = ports[first], ports[second]
+        lines = [f"link set {a.ifname} down", f"link set {b.ifname} down"]
+        lines += [f"addr flush dev {a.ifname}", f"addr flush dev {b.ifname}"]
+        lines += [
+            f"link set {a.ifname} name {SWAP_NAME}",
+            f"link set {b.ifname} name {a.ifname}",
+            f"link set {SWAP_NAME} name {b.ifname}",
+        ]
+        prefixes = self.tor_prefixes
+        ip_batch(lines + nic_lines(a, prefixes) + nic_lines(b, prefixes), a.netns)
 
     def repatch(self, keys: Iterable[str]) -> None:
         for key in keys:

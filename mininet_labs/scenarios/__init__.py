@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from mininet_labs.lab import Lab
 from mininet_labs.report import Result
-from mininet_labs.scenarios import ecmp, failover, miswire, qos, reachability
+from mininet_labs.scenarios import ecmp, failover, miswire, miswire_nic, qos, reachability
 from mininet_labs.scenarios.common import Budget
 
 
@@ -42,6 +42,11 @@ SCENARIOS: dict[str, Scenario] = {
     "miswire": Scenario(
         "two cables swapped: the controller's alarms name both ends; diagnose shows it",
         miswire.run,
+    ),
+    "miswire-nic": Scenario(
+        "two NICs of a server swapped: exactly one alarm per misplaced NIC, naming where the "
+        "plan has it; cleared when put back",
+        miswire_nic.run,
     ),
 }
 

@@ -4,8 +4,6 @@ behind a loss or delivery figure."""
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -57,19 +55,6 @@ def tor_pair(lab: Lab) -> tuple[str, str]:
 
 def flow(fid: int, src: Nic, dst: Nic, sport: int, tos: int = 0) -> FlowSpec:
     return FlowSpec(fid, ipv4_str(src.ipv4), ipv4_str(dst.ipv4), sport, LAB_PORT, tos)
-
-
-def wait_for(
-    what: str, probe: Callable[[], T | None], timeout_s: float, every_s: float = 0.05
-) -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = probe()
-        if value is not None:
-            return value
-        if time.monotonic() >= deadline:
-            raise LabError(f"timed out after {timeout_s:g} s waiting for {what}")
-        time.sleep(every_s)
 
 
 @dataclass(frozen=True)

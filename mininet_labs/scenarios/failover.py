@@ -36,9 +36,9 @@ from mininet_labs.scenarios.common import (
     nics_on,
     sample_problem,
     tor_pair,
-    wait_for,
 )
 from mininet_labs.traffic import FlowSpec, Packet
+from mininet_labs.waiting import wait_for
 from railfabric.v1 import admin_pb2
 
 LOCAL_TARGET_MS = 50.0

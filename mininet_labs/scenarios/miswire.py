@@ -13,7 +13,8 @@ from mininet_labs.lab import Lab
 from mininet_labs.netlinks import LabError
 from mininet_labs.processes import BIN
 from mininet_labs.report import Result, Table
-from mininet_labs.scenarios.common import Budget, wait_for
+from mininet_labs.scenarios.common import Budget
+from mininet_labs.waiting import wait_for
 from railfabric.v1 import admin_pb2
 
 DETECT_TIMEOUT_S = 15.0

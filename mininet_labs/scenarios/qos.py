@@ -55,6 +55,9 @@ class Incast:
     pauses_honoured: int
     paused_ms: float
     delta: dict[Port, dict[str, int]]  # counter growth on every port of the flows' paths
+    # Where the controller's copy of the counters (from its agents' reports, what railctl
+    # interfaces and diagnose show) differs from the scenario's own read; empty when equal.
+    observed_differs: tuple[str, ...] = ()
 
     @property
     def lost(self) -> int:
@@ -131,7 +134,15 @@ def incast(lab: Lab, budget: Budget, tos: int) -> Incast:
         summaries = [lab.finish_sender(s, timeout_s=budget.incast_s + 60) for s in running]
         sent = sum(sum(s["sent"].values()) for s in summaries)
         _drain(lab, ports, congested, before, sent)
+    read_wall_ns = time.time_ns()
     after = lab.counters_at(ports)
+    observed = lab.observed_counters(ports, read_wall_ns)
+    differs = tuple(
+        f"{sw}:{port} {key}: read {after[(sw, port)][key]}, controller {value}"
+        for (sw, port), values in observed.items()
+        for key, value in values.items()
+        if after[(sw, port)][key] != value
+    )
     packets = [p for p in lab.records(out) if p.flow in {f.flow for f in flows}]
     return Incast(
         congested,
@@ -141,6 +152,18 @@ def incast(lab: Lab, budget: Budget, tos: int) -> Incast:
         sum(int(s["pauses"]) for s in summaries),
         sum(float(s["paused_ms"]) for s in summaries),
         {port: {k: after[port][k] - before[port][k] for k in after[port]} for port in ports},
+        differs,
+    )
+
+
+def _observed(*runs: Incast) -> str:
+    """'' when the controller's counters equal the scenario's, else what differs."""
+    differs = [d for i in runs for d in i.observed_differs]
+    if not differs:
+        return ""
+    return (
+        f" — the controller's counters (railctl interfaces) differ from the switches' in "
+        f"{len(differs)} places, first: {differs[0]}"
     )
 
 
@@ -246,18 +269,20 @@ def run_ecn(lab: Lab, budget: Budget) -> Result:
         "ecn_marks_path": on_path,
         "drops_path": i.drops,
         "pfc_storms_path": i.total("pfc_storms"),
+        "observed_counters_differ": len(i.observed_differs),
     }
     # A CE packet is not ECT, so it is never marked twice: without loss, every mark on the
     # path arrives as exactly one CE datagram.
     consistent = i.ce_received == on_path if i.lost == 0 else i.ce_received <= on_path
-    passed = i.ce_received > 0 and marks > 0 and consistent
+    passed = i.ce_received > 0 and marks > 0 and consistent and not i.observed_differs
     reason = (
         f"{i.ce_received}/{i.received} datagrams arrived CE-marked; {marks} marks counted on the "
         f"congested port {i.congested_name}, {on_path} on the whole path ({_load(lab, i)})"
         + _loss(i)
     )
-    if not passed:
+    if not (i.ce_received > 0 and marks > 0 and consistent):
         reason += " — expected marks at the receiver and on the port, as many as on the path"
+    reason += _observed(i)
     tables = (Table(HEADER, (_row("lossless", i),)), _per_port(i, "port"))
     return Result("ecn", passed, reason, metrics, tables)
 
@@ -288,6 +313,7 @@ def run_pfc(lab: Lab, budget: Budget) -> Result:
         "pfc_off_drops": off.drops,
         "pfc_off_drops_congested_port": off.delta[off.congested]["drops"],
         "pfc_off_pause_tx": off.pause_tx,
+        "observed_counters_differ": len(on.observed_differs) + len(off.observed_differs),
     }
     problems = []
     if on.lost or on.drops:
@@ -296,6 +322,8 @@ def run_pfc(lab: Lab, budget: Budget) -> Result:
         problems.append("with PFC: no switch sent a PAUSE")
     if not off.drops:
         problems.append("without PFC: no drops (the port was not congested?)")
+    if observed := _observed(on, off):
+        problems.append(observed.removeprefix(" — "))
     reason = (
         f"with PFC: {on.drops} drops, {on.lost} lost of {on.sent}, {on.pause_tx} PAUSE frames "
         f"sent along the path; without PFC: {off.drops} drops, {off.lost} lost of {off.sent} "

@@ -29,7 +29,10 @@ def run(lab: Lab, budget: Budget) -> Result:
     received: dict[int, set[int]] = {fid: set() for fid in pairs}
     sent: dict[int, int] = {}
     host_ports = [(n.switch, n.port) for n in nics]
-    before = lab.counters_at(host_ports)
+    # The servers' lldpd counts what it sends; read before and after the switch's counters,
+    # it brackets the LLDPDUs among the frames the ToR port received.
+    lldp_before = (lab.lldpdus_sent(), lab.counters_at(host_ports), lab.lldpdus_sent())
+    before = lldp_before[1]
     with contextlib.ExitStack() as stack:
         files = [
             stack.enter_context(lab.receiver(host, f"reach-recv-{host}"))
@@ -49,14 +52,24 @@ def run(lab: Lab, budget: Budget) -> Result:
             for fid, n in lab.finish_sender(s)["sent"].items():
                 sent[int(fid)] = n
         time.sleep(0.3)  # the last datagrams in flight
-    after = lab.counters_at(host_ports)
+    lldp_after = (lab.lldpdus_sent(), lab.counters_at(host_ports), lab.lldpdus_sent())
+    after = lldp_after[1]
     # Each NIC's datagrams must enter the fabric on its own ToR port (policy routing by
-    # source address): the ToR port's receive counter grew by exactly what the NIC sent.
+    # source address): the ToR port's receive counter grew by exactly what the NIC sent, and
+    # the LLDPDUs of the NIC's lldpd (as many as it sent between the two brackets' inner
+    # reads, at most as many as between their outer ones; one either way may be in flight).
     from_nic = [
         sum(sent.get(f, 0) for f, (i, _) in pairs.items() if i == k) for k in range(len(nics))
     ]
     entered = [after[hp]["rx_packets"] - before[hp]["rx_packets"] for hp in host_ports]
-    own_port = sum(1 for k in range(len(nics)) if entered[k] == from_nic[k])
+
+    def own(k: int) -> bool:
+        nic = nics[k].full_name
+        least = lldp_after[0].get(nic, 0) - lldp_before[2].get(nic, 0) - 1
+        most = lldp_after[2].get(nic, 0) - lldp_before[0].get(nic, 0) + 1
+        return least <= entered[k] - from_nic[k] <= most
+
+    own_port = sum(1 for k in range(len(nics)) if own(k))
     for path in files:
         for p in lab.records(path):
             if p.flow in received:
@@ -105,9 +118,15 @@ def run(lab: Lab, budget: Budget) -> Result:
             + f"; {own_port}/{len(nics)} NICs sent everything through their own ToR port"
         )
     ports = Table(
-        ("NIC", "ToR port", "datagrams sent", "received by that port"),
+        ("NIC", "ToR port", "datagrams sent", "LLDPDUs sent", "frames received by that port"),
         tuple(
-            (n.full_name, f"{n.switch}:{n.port}", str(from_nic[k]), str(entered[k]))
+            (
+                n.full_name,
+                f"{n.switch}:{n.port}",
+                str(from_nic[k]),
+                str(lldp_after[0].get(n.full_name, 0) - lldp_before[2].get(n.full_name, 0)),
+                str(entered[k]),
+            )
             for k, n in enumerate(nics)
         ),
     )

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+import signal
 import time
 from collections.abc import Iterator
 
@@ -28,8 +30,8 @@ from controller.intent import load_fabric
 from controller.routing import FabricRouting
 from mininet_labs.lab import Lab
 from mininet_labs.processes import REPO, free_port, make_target
-from mininet_labs.scenarios.common import wait_for
 from mininet_labs.traffic import FlowSpec
+from mininet_labs.waiting import wait_for
 from railfabric.v1 import admin_pb2, state_pb2
 from tests.integration.e2e_fabric import (
     SwitchReader,
@@ -640,3 +642,37 @@ def test_miswire_alarm_survives_a_controller_restart_and_clears_when_fixed(lab: 
         timeout_s=20,
         every_s=0.1,
     )
+
+
+# -- observed truth: a target that goes away is seen, not assumed -------------------------
+
+
+def test_a_killed_softswitch_makes_its_switch_not_converged_with_the_reason(lab: Lab) -> None:
+    name = "tor-r2-b2"
+    target = lab._switches[name]
+    argv = argv_of(target)  # with its nice prefix
+    os.killpg(target.proc.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    target.proc.wait(timeout=10)
+    status = wait_for(
+        f"{name} to be reported not converged",
+        lambda: s if not (s := switch_status(lab)[name]).converged else None,
+        10,
+    )
+    seen_after = time.monotonic() - killed
+    assert seen_after < 5, f"the dead target was reported after {seen_after:.1f} s"
+    assert status.not_converged_reason.startswith("P4 target unreachable"), status
+    assert not status.target.reachable
+    alarms = lab.admin.ListAlarms(admin_pb2.ListAlarmsRequest(), timeout=5).alarms
+    assert f"target_unhealthy:{name}" in {a.id for a in alarms}
+    # The target comes back empty: the agent reprograms it and the switch converges again.
+    lab._switches[name] = lab.processes.start(target.name, argv)
+    back = wait_for(
+        f"{name} to converge again",
+        lambda: s if (s := switch_status(lab)[name]).converged else None,
+        30,
+    )
+    assert back.target.reachable and back.target.primary and back.target.missing > 0
+    assert back.target.repaired_wall_ns >= back.target.last_read_back_wall_ns > 0
+    alarms = lab.admin.ListAlarms(admin_pb2.ListAlarmsRequest(), timeout=5).alarms
+    assert f"target_unhealthy:{name}" not in {a.id for a in alarms}

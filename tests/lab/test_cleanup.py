@@ -3,6 +3,7 @@ a crash leave no namespace, veth or process behind."""
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mininet_labs import network
-from mininet_labs.clean import clean
+from mininet_labs.clean import clean, lab_lldpd
 from mininet_labs.lab import Lab
 from mininet_labs.netlinks import LabError, ip, new_tag
 from mininet_labs.processes import REPO, make_target
@@ -24,6 +25,8 @@ LAB_FABRIC = REPO / "examples" / "lab-2rail.yaml"
 
 def leftovers(tag: str) -> list[str]:
     found = [f"netns {n}" for n in ip("netns", "list").split() if n.startswith(tag)]
+    # The servers' lldpd rewrites its command line; its output goes to the run's logs.
+    found += [f"lldpd {pid}" for pid in lab_lldpd(tag)]
     for line in ip("-o", "link", "show").splitlines():
         name = line.split(":")[1].strip().split("@")[0]
         if name.startswith(tag):
@@ -43,7 +46,8 @@ def test_a_lab_that_ends_leaves_nothing() -> None:
         tag = lab.names.tag
         assert len(ip("netns", "list").split()) > 0
         assert any(n.startswith(tag) for n in ip("netns", "list").split())
-        assert len(lab.processes.children) == 13  # controller + 6 switches + 6 agents
+        # controller + 6 switches + 6 agents + an lldpd on each of the 4 servers
+        assert len(lab.processes.children) == 17
     assert leftovers(tag) == []
     assert not lab.run_dir.exists()
 
@@ -129,11 +133,15 @@ def test_a_build_that_fails_half_way_leaves_nothing(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(network, "patch", broken_patch)
     lab = Lab(LAB_FABRIC, make_target("softswitch", 20.0))  # planned; built below
+    lab.run_dir.mkdir(parents=True)  # as Lab.start does: the servers' lldpd log there
     shells_before = _mininet_shells()
-    with pytest.raises(LabError, match="as this test wants"):
-        network.build_network(lab)
-    assert leftovers(lab.names.tag) == []
-    assert _mininet_shells() == shells_before  # every node's shell ended with it
+    try:
+        with pytest.raises(LabError, match="as this test wants"):
+            network.build_network(lab)
+        assert leftovers(lab.names.tag) == []
+        assert _mininet_shells() == shells_before  # every node's shell ended with it
+    finally:
+        shutil.rmtree(lab.run_dir, ignore_errors=True)
 
 
 def _mininet_shells() -> set[int]:

@@ -30,6 +30,12 @@ restore tor-r1-b1 spine-p1-1
 miswire tor-r1-b1:3 tor-r2-b1:3
 repatch tor-r1-b1:3 tor-r2-b1:3
 railctl links
+swapnics srv-b1-s1 nic1 nic9
+swapnics srv-b1-s1 nic1 nic2
+sh sleep 4
+railctl lldp tor-r1-b1
+swapnics srv-b1-s1 nic1 nic2
+sh sleep 4
 pingall
 """
 
@@ -63,5 +69,10 @@ def test_a_scripted_cli_session_on_the_mininet_fabric(tmp_path: Path) -> None:
     # Bad input is an answer, not the end of the session.
     assert "*** cut: no cable between nosuch and spine-p1-1" in out
     assert "miswired tor-r1-b1:3--spine-p1-1:1 and tor-r2-b1:3--spine-p1-1:2" in out
+    # Two NICs of a server swapped at the server: LLDP (the servers' lldpd) tells; the same
+    # command puts them back, and the last pingall finds every server again.
+    assert "*** swapnics: srv-b1-s1 has no NIC 'nic9' (it has nic1, nic2)" in out
+    assert out.count("swapped the cables of srv-b1-s1 nic1 and nic2") == 2, out
+    assert re.search(r"^tor-r1-b1\s+1\s+MISWIRED\s+srv-b1-s1/nic1\s+srv-b1-s1/nic2\s", out, re.M)
     assert done.stdout.rstrip().endswith("fabric torn down"), out
     assert leftovers(tag.group(1)) == []

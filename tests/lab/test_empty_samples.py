@@ -17,7 +17,7 @@ import pytest
 
 from controller.fabric import ipv4_str
 from controller.intent import load_fabric
-from mininet_labs.lab import COUNTERS, LabOptions, lab_fabric
+from mininet_labs.lab import COUNTERS, OBSERVED, LabOptions, lab_fabric
 from mininet_labs.netlinks import Names, new_tag
 from mininet_labs.processes import (
     NO_THRIFT,
@@ -86,6 +86,15 @@ class DeadTarget:
         self, ports: Sequence[tuple[str, int]]
     ) -> dict[tuple[str, int], dict[str, int]]:
         return {(sw, p): self.counters(sw, [p])[p] for sw, p in ports}
+
+    def observed_counters(
+        self, ports: Sequence[tuple[str, int]], after_wall_ns: int
+    ) -> dict[tuple[str, int], dict[str, int]]:
+        """The controller's copy: the same figures (agents report what the switches count)."""
+        return {port: {k: v[k] for k in OBSERVED} for port, v in self.counters_at(ports).items()}
+
+    def lldpdus_sent(self) -> dict[str, int]:
+        return {}  # no server speaks LLDP here
 
     @contextlib.contextmanager
     def receiver(self, host: str, name: str) -> Iterator[Path]:
