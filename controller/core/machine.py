@@ -56,6 +56,11 @@ ROUTING_LOG_LIMIT = 1000
 # Recent events kept in memory for the admin API (the store keeps its own bounded history).
 EVENTS_IN_MEMORY = 10_000
 STORE_ALARM = "store_unavailable"
+# Where the routing log starts from (a Meta record): every link usable (the log of a store
+# that predates it, and after a compaction) or none (a cold start: nothing is observed yet,
+# and taking every link out one at a time would cost one computation per link).
+ROUTING_BASELINE = "routing_baseline"
+EVERY_LINK_USABLE, NO_LINK_USABLE = "every_link_usable", "no_link_usable"
 # How long a switch's links stay as last observed after its session ends (or, at start-up,
 # before its agent says Hello again): agents reconnect within their backoff (at most 5 s
 # between tries), so a controller restart or an agent reconnect changes no route. Past it, the
@@ -108,6 +113,7 @@ class DecisionCore:
         self._held = HeldDeltas()
         self._next_event = 0
         self._started = False
+        self._baseline_usable = True
 
     # -- start-up and reload
     def start(self, restored: Restored, now: Now) -> list[Effect]:
@@ -124,9 +130,17 @@ class DecisionCore:
             # Another fabric: its routing history and link states mean nothing here.
             self.routing_log = []
             links: Mapping[str, LinkRecord] = {}
-            out.records += [RoutingReset(), Meta("topology_digest", topology)]
+            self._baseline_usable = False
+            out.records += [
+                RoutingReset(),
+                Meta("topology_digest", topology),
+                Meta(ROUTING_BASELINE, NO_LINK_USABLE),
+            ]
         else:
             links = restored.links
+            self._baseline_usable = (
+                restored.meta.get(ROUTING_BASELINE, EVERY_LINK_USABLE) == EVERY_LINK_USABLE
+            )
         previous = {n: (s.generation, s.digest) for n, s in restored.switches.items()}
         self._load(previous, out, now, links=links)
         for name, s in restored.switches.items():
@@ -201,7 +215,9 @@ class DecisionCore:
         self.tracker.drain_changed()  # restored, not changed
         # Replay what routing went through, in order, so group ids come out as the agents
         # hold them; then take out whatever the link states say is unusable.
-        usable = dict.fromkeys(self._links, True)
+        usable = dict.fromkeys(self._links, self._baseline_usable)
+        if not self._baseline_usable:
+            planner.set_all_unusable()
         for step in self.routing_log:
             if step.link in usable and usable[step.link] != step.usable:
                 planner.set_link_usable(step.link, step.usable)
@@ -767,7 +783,8 @@ class DecisionCore:
         switches whose group ids that renames. Forwarding does not change (every link is up)."""
         steps = len(self.routing_log)
         self.routing_log = []
-        out.records.append(RoutingReset())
+        self._baseline_usable = True
+        out.records += [RoutingReset(), Meta(ROUTING_BASELINE, EVERY_LINK_USABLE)]
         self._reload(self.planner.fresh(), now, out)
         self._event(
             out,

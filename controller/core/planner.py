@@ -51,6 +51,11 @@ class Planner(Protocol):
         (generations unset). Only switches whose state changes appear."""
         ...
 
+    def set_all_unusable(self) -> None:
+        """Take every link out of routing in one computation (where a cold start's routing
+        history begins); nobody holds a state yet, so no deltas."""
+        ...
+
     @property
     def last_compute_ns(self) -> int:
         """How long the last `set_link_usable` computed, for convergence figures (the planner

@@ -87,6 +87,9 @@ class CorePlanner:
             for name, delta in deltas.items()
         }
 
+    def set_all_unusable(self) -> None:
+        self.routing.apply([LinkEvent(link.a[0], link.a[1], False) for link in self._links])
+
     def fresh(self) -> CorePlanner:
         return CorePlanner(self.fabric)
 

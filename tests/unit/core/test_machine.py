@@ -543,3 +543,20 @@ def test_path_shows_the_hops_routing_avoids_with_the_reason() -> None:
     h.connect_all()
     reply = h.core.predict_path(request)
     assert reply.delivered_to and not any(hop.avoided for hop in reply.hops)
+
+
+def test_a_cold_start_begins_routing_with_no_link_usable_and_a_restart_replays_it() -> None:
+    """Nothing is observed at a cold start: routing starts from no usable link (one
+    computation, not one per link), and the store says so, so a restart's replay of the
+    routing log gives every switch the same state (group ids included)."""
+    h = connected()
+    assert h.store.load().meta[machine.ROUTING_BASELINE] == machine.NO_LINK_USABLE
+    h.cut(uplinks(h, "tor-r1-b1")[0])
+    h.settle()
+    before = {name: v.state.digest for name, v in h.core.views.items()}
+    h.take_pushed()
+    h.restart_controller()
+    assert {name: v.state.digest for name, v in h.core.views.items()} == before
+    for name in h.agents:
+        h.hello(name)
+    assert h.take_pushed() == []
