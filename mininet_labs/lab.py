@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,9 @@ from typing import Any
 import grpc
 from finsy.proto import p4r, p4r_grpc
 from mininet.net import Mininet
+from prometheus_client.parser import text_string_to_metric_families
 
+from agent.metrics import PORT_COUNTERS
 from controller.fabric import Fabric, LldpIntent
 from controller.intent import load_fabric, to_explicit_yaml
 from mininet_labs import lldpd
@@ -148,6 +151,8 @@ class Lab:
         self.processes = Processes(self.run_dir)
         self.controller_addr = ""
         self.switch_addr: dict[str, str] = {}
+        # Where each switch's agent serves /metrics (kept across agent restarts).
+        self.agent_metrics: dict[str, str] = {}
         self.thrift_port: dict[str, int] = {}
         self.agents: dict[str, Child] = {}
         self._channels: list[grpc.Channel] = []
@@ -294,6 +299,7 @@ class Lab:
                     "--election-id", "10",
                     "--lldp-interval", f"{o.lldp_interval_s:g}",
                     "--counters-interval", f"{AGENT_COUNTERS_INTERVAL_S:g}",
+                    "--metrics", self.agent_metrics.setdefault(name, f"127.0.0.1:{free_port()}"),
                     *self.target.agent_args(),
                 ],
             )  # fmt: skip
@@ -545,6 +551,34 @@ class Lab:
             port: {key: getattr(found[port].counters, field) for key, field in OBSERVED.items()}
             for port in ports
         }
+
+    def scraped_counters(
+        self, ports: Sequence[tuple[str, int]], after_wall_ns: int, timeout_s: float = 15.0
+    ) -> dict[tuple[str, int], dict[str, int]]:
+        """The same counters as the switches' agents export them on /metrics (what
+        Prometheus scrapes), from counter reads after `after_wall_ns`."""
+        names = {key: PORT_COUNTERS[field][0] + "_total" for key, field in OBSERVED.items()}
+        out: dict[tuple[str, int], dict[str, int]] = {}
+        for sw in sorted({sw for sw, _ in ports}):
+
+            def scrape(sw: str = sw) -> dict[tuple[str, int], dict[str, int]] | None:
+                url = f"http://{self.agent_metrics[sw]}/metrics"
+                with urllib.request.urlopen(url, timeout=5) as reply:
+                    text = reply.read().decode()
+                got: dict[tuple[str, int], dict[str, int]] = {}
+                for family in text_string_to_metric_families(text):
+                    for sample in family.samples:
+                        stamp = sample.name == "railfabric_agent_counters_timestamp_seconds"
+                        if stamp and sample.value * 1e9 <= after_wall_ns:
+                            return None
+                        for key, name in names.items():
+                            if sample.name == name:
+                                port = (sw, int(sample.labels["port"]))
+                                got.setdefault(port, {})[key] = int(sample.value)
+                return got or None
+
+            out |= wait_for(f"{sw}'s agent metrics after the traffic", scrape, timeout_s, 0.2)
+        return {port: out[port] for port in ports}
 
     def counters_at(
         self, ports: Sequence[tuple[str, int]]

@@ -56,7 +56,8 @@ class Incast:
     paused_ms: float
     delta: dict[Port, dict[str, int]]  # counter growth on every port of the flows' paths
     # Where the controller's copy of the counters (from its agents' reports, what railctl
-    # interfaces and diagnose show) differs from the scenario's own read; empty when equal.
+    # interfaces and diagnose show) or the agents' /metrics differ from the scenario's own
+    # read of the switches; empty when all agree.
     observed_differs: tuple[str, ...] = ()
 
     @property
@@ -136,10 +137,14 @@ def incast(lab: Lab, budget: Budget, tos: int) -> Incast:
         _drain(lab, ports, congested, before, sent)
     read_wall_ns = time.time_ns()
     after = lab.counters_at(ports)
-    observed = lab.observed_counters(ports, read_wall_ns)
+    views = {
+        "controller": lab.observed_counters(ports, read_wall_ns),
+        "agent /metrics": lab.scraped_counters(ports, read_wall_ns),
+    }
     differs = tuple(
-        f"{sw}:{port} {key}: read {after[(sw, port)][key]}, controller {value}"
-        for (sw, port), values in observed.items()
+        f"{sw}:{port} {key}: switch {after[(sw, port)][key]}, {where} {value}"
+        for where, view in views.items()
+        for (sw, port), values in view.items()
         for key, value in values.items()
         if after[(sw, port)][key] != value
     )
@@ -162,8 +167,8 @@ def _observed(*runs: Incast) -> str:
     if not differs:
         return ""
     return (
-        f" — the controller's counters (railctl interfaces) differ from the switches' in "
-        f"{len(differs)} places, first: {differs[0]}"
+        f" — the counters operators see (railctl interfaces, agents' /metrics) differ from "
+        f"the switches' in {len(differs)} places, first: {differs[0]}"
     )
 
 

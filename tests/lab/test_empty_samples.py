@@ -93,6 +93,8 @@ class DeadTarget:
         """The controller's copy: the same figures (agents report what the switches count)."""
         return {port: {k: v[k] for k in OBSERVED} for port, v in self.counters_at(ports).items()}
 
+    scraped_counters = observed_counters  # what the agents' /metrics show: the same
+
     def lldpdus_sent(self) -> dict[str, int]:
         return {}  # no server speaks LLDP here
 
@@ -205,3 +207,28 @@ def test_ecn_runs_on_a_thrift_bmv2_and_fails_when_nothing_arrives(
     assert f"{int(m['sent']):,} of {int(m['sent']):,} datagrams lost" in ecn.reason
     assert "in no drop counter" in ecn.reason
     assert run("pfc", tmp_path, Budget.quick(), target).verdict is Verdict.SKIP
+
+
+class StaleMetrics(DeadTarget):
+    """A stand-in whose agents' /metrics lag one PAUSE behind what the switches counted."""
+
+    def scraped_counters(
+        self, ports: Sequence[tuple[str, int]], after_wall_ns: int
+    ) -> dict[tuple[str, int], dict[str, int]]:
+        seen = self.observed_counters(ports, after_wall_ns)
+        first = sorted(seen)[0]
+        seen[first] = {**seen[first], "pfc_pause_tx": seen[first]["pfc_pause_tx"] + 1}
+        return seen
+
+
+@pytest.mark.parametrize("name", ["ecn", "pfc"])
+def test_counters_operators_see_that_differ_from_the_switches_fail_the_scenario(
+    name: str, tmp_path: Path
+) -> None:
+    lab: Any = StaleMetrics(tmp_path)
+    r = SCENARIOS[name].run(lab, Budget.quick())
+    assert not r.passed
+    assert "agents' /metrics) differ from the switches' in" in r.reason, r.reason
+    assert "agent /metrics 1" in r.reason, r.reason
+    differ = r.metrics["observed_counters_differ"]
+    assert differ == (1 if name == "ecn" else 2), r.metrics
