@@ -109,6 +109,9 @@ class ServerLldpd:
         return sent
 
     def write_config(self) -> None:
+        # The run's directory exists once the lab started; a network built on its own (the
+        # offload test builds one without starting a lab) makes it here.
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         self.config.write_text(self.config_text())
 
     def wait_ready(self, alive: Callable[[], bool], log: Path) -> None:

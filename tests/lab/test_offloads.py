@@ -10,6 +10,7 @@ TP_STATUS_CSUMNOTREADY marks a partial checksum, and the checksum bytes are chec
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 import sys
@@ -102,3 +103,4 @@ def test_no_partial_checksum_reaches_a_target_that_does_not_finish_it(
     finally:
         net.stop()
         assert clean(lab.names.tag, logs=False) == []  # the network took everything along
+        shutil.rmtree(lab.run_dir, ignore_errors=True)  # the servers' lldpd configs
