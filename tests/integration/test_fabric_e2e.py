@@ -232,6 +232,7 @@ def test_a_second_agent_with_a_lower_election_id_cannot_write(
         "--controller",
         f"127.0.0.1:{free_port()}",
     )
+    argv = _with(argv, "--metrics", f"127.0.0.1:{free_port()}")  # the primary's is taken
     before = reader.pipeline(switch)
     written = updates_written(lab)
     primary_offset = log_size(lab.agents[switch])
