@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import contextlib
 import errno
+import faulthandler
 import inspect
 import logging
 import math
@@ -196,6 +197,8 @@ def _listen(server: grpc.aio.Server, address: str) -> None:
 # metadata limit (8 KB by default, percent-encoded): over it the client gets RESOURCE_EXHAUSTED
 # instead of the error. 512 characters stay under it even when every one is encoded.
 MAX_DETAILS_CHARS = 512
+# A stop still running after this long dumps every thread's stack into the log.
+STOP_DUMP_S = 20.0
 
 
 def cap_details(details: str) -> str:
@@ -337,6 +340,9 @@ async def _serve(args: argparse.Namespace, core: DecisionCore, server: grpc.aio.
             # Stop accepting, then end the sessions ourselves: left to the grace period, a
             # stream still open on a loaded machine is cancelled inside gRPC, which logs it
             # as an unhandled exception with a traceback.
+            # A stop that does not finish dumps every thread's stack into the log (a stop
+            # that hung was seen twice in CI and never here): the next one says where.
+            faulthandler.dump_traceback_later(STOP_DUMP_S, exit=False)
             stopping = asyncio.create_task(server.stop(grace=1.0), name="grpc-stop")
             await asyncio.sleep(0)
             for session in list(sessions.by_switch.values()):
@@ -347,6 +353,7 @@ async def _serve(args: argparse.Namespace, core: DecisionCore, server: grpc.aio.
                 task.cancel()
     finally:
         writer.close()
+        faulthandler.cancel_dump_traceback_later()
     return 0
 
 
