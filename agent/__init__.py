@@ -1,2 +1,2 @@
 """The switch agent: controller session, P4Runtime programming, port monitor, local repair,
-LLDP and counters (ARCHITECTURE §1, §7)."""
+LLDP and counters (docs/architecture.md §1, §7)."""

@@ -5,7 +5,7 @@ Pure and synchronous: no P4Info, no I/O. `translate` turns the controller's `Des
 as plain frozen dataclasses; `diff` computes the P4Runtime updates that turn what a target
 holds into what is wanted, as ordered batches (agent/codec.py encodes them for the wire).
 
-Member identity (ARCHITECTURE §5): one action-profile member per port (member id = port
+Member identity (docs/architecture.md §5): one action-profile member per port (member id = port
 number), carrying (port, smac = that port's PortConfig MAC, dmac = the peer's MAC). Members
 exist for every port that has a next hop in a group or a neighbour with a MAC, so a link that
 goes down and comes back never changes a member's identity or creation order; groups only

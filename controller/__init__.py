@@ -1,5 +1,5 @@
 """The fabric controller: intent, topology, route and QoS computation, incremental failover,
-and the daemon that streams desired state to agents (ARCHITECTURE §1-4).
+and the daemon that streams desired state to agents (docs/architecture.md §1-4).
 
 The core is pure and synchronous (no I/O, no clock). The daemon and the labs use it as:
 

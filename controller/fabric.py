@@ -1,7 +1,7 @@
 """The explicit fabric: switches, the cabling plan and host NICs, as frozen dataclasses.
 
 This is what the parametric intent expands to and what a user may write by hand
-(ARCHITECTURE §2). Routing, QoS, the agents and the labs all read this form. Addresses and
+(docs/architecture.md §2). Routing, QoS, the agents and the labs all read this form. Addresses and
 MACs are ints, as in the proto (state.proto conventions).
 
 Conventions of generated fabrics (controller/generate.py):

@@ -1,6 +1,6 @@
 """Expand the parametric rail-optimized Clos intent into the explicit fabric.
 
-Shape (ARCHITECTURE §2): a block is `servers_per_block` servers; NIC r of every server in a
+Shape (docs/architecture.md §2): a block is `servers_per_block` servers; NIC r of every server in a
 block plugs into the block's rail-ToR r. Each ToR links once to every spine of its plane: the
 pod's spines (`per: pod`, shared by all rails) or the spines of its (pod, rail) plane
 (`per: rail`). With a core tier, spine i of every plane links to every core of group i, so

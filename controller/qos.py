@@ -1,9 +1,9 @@
 """QoS for the RoCEv2 fabric, in one place: DSCP classification, WRED-ECN thresholds, PFC
-thresholds and headroom, PFC watchdog (ARCHITECTURE §3). Units are in the names.
+thresholds and headroom, PFC watchdog (docs/architecture.md §3). Units are in the names.
 
 Sources:
-- Classes (shared convention, notes/common.md): RoCEv2 data DSCP 26 -> TC 3, lossless with PFC
-  on priority 3; CNP DSCP 48 -> TC 6, strict priority; everything else TC 0.
+- Classes (the fabric's convention, docs/architecture.md §3): RoCEv2 data DSCP 26 -> TC 3,
+  lossless with PFC on priority 3; CNP DSCP 48 -> TC 6, strict priority; everything else TC 0.
 - ECN, profile "hpcc" (default): the linear rule of the HPCC reference simulations
   (Li et al., "HPCC: High Precision Congestion Control", SIGCOMM 2019; simulator
   alibaba-edu/High-Precision-Congestion-Control, mix/config: KMIN_MAP 25G 100 KB, 50G 200 KB,

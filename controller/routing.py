@@ -1,4 +1,4 @@
-"""Valley-free up/down ECMP over the Clos, full and incremental (ARCHITECTURE §3).
+"""Valley-free up/down ECMP over the Clos, full and incremental (docs/architecture.md §3).
 
 Model. Destinations are the ToR prefixes (one per ToR) plus, on each ToR, a /32 host route per
 cabled NIC. Reachability is kept as Python ints used as bitsets over destination indexes:

@@ -1,1 +1,2 @@
-"""Mininet scenarios: the fabric intent run end to end with real packets (ARCHITECTURE §8)."""
+"""Mininet scenarios: the fabric intent run end to end with real packets
+(docs/architecture.md §8)."""

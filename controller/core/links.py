@@ -1,4 +1,4 @@
-"""Link state as routing sees it, from the carrier reports of both ends (ARCHITECTURE §7).
+"""Link state as routing sees it, from the carrier reports of both ends (docs/architecture.md §7).
 
 Pure: every call takes `now_ns` on a monotonic clock (never wall time: an NTP step must not
 end a hold-down early or late); nothing sleeps. The core calls `report` on each carrier report,

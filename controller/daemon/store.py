@@ -1,6 +1,6 @@
 """The controller's embedded store: one SQLite file under --state-dir that keeps what a restart
-needs so the controller resumes without re-pushing what agents already hold (ARCHITECTURE §1,
-§9).
+needs so the controller resumes without re-pushing what agents already hold
+(docs/architecture.md §1, §9; backing it up: docs/operations.md).
 
 Kept: meta (topology/intent digests), per-switch generation and digest of desired state and
 applied generation, link states, the ordered link changes routing applied (replaying them over

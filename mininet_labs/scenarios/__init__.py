@@ -1,4 +1,4 @@
-"""The lab scenarios (ARCHITECTURE §8), in the order `all` runs them."""
+"""The lab scenarios (docs/architecture.md §8), in the order `all` runs them."""
 
 from __future__ import annotations
 

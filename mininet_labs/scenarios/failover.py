@@ -1,4 +1,4 @@
-"""Link failure and recovery under a steady probe (ARCHITECTURE §7).
+"""Link failure and recovery under a steady probe (docs/architecture.md §7).
 
 A probe flow runs at `probe_pps` across the fabric. The lab cuts the cable it uses — first the
 source ToR's uplink (local: the agent repairs its groups, softswitch already skips the dead

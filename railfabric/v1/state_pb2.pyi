@@ -3,7 +3,7 @@
 isort:skip_file
 Intent-level switch state: what the controller wants a switch to forward, never raw P4
 entries. The agent owns the translation to its pipeline, so the controller does not change
-when the P4 program or the target does (ARCHITECTURE §1, §4).
+when the P4 program or the target does (docs/architecture.md §1, §4).
 
 Conventions:
 - IPv4 addresses are unsigned 32-bit integers in host order (10.0.0.1 = 0x0A000001).
