@@ -71,6 +71,8 @@ proto-check: setup
 # Compile p4/fabric.p4 with p4c-bm2-ss (when on PATH) and check p4/fabric.p4info.txt against it.
 p4: setup
 	$(PY) -m softswitch.p4build
+	@# The wheel ships the bmv2 JSON when it exists at build time (railfabric/p4info.py).
+	@if [ -f build/p4/fabric.json ]; then cp build/p4/fabric.json railfabric/p4/fabric.json; fi
 
 # Regenerate railfabric/fabric_p4.py, the P4Info names as constants (committed; the check keeps
 # it honest against p4/fabric.p4info.txt).
@@ -81,4 +83,4 @@ p4-constants-check: setup
 	$(PY) -m railfabric.p4gen --check
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info railfabric/p4/fabric.json

@@ -1,16 +1,24 @@
 """What every railfabric command line shares: --log-level, --version, help that shows
 defaults, HOST:PORT flags, and one way to configure logging. The daemons and railctl build
-their parsers with `parser()` so a flag means the same everywhere."""
+their parsers with `parser()` so a flag means the same everywhere; the daemons use
+`daemon_parser()` and `parse_args()`, which add --config FILE and --log-format."""
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
 
-from railfabric import __version__
+from railfabric import __version__, configfile
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+LOG_FORMATS = ("text", "json")
 
 
 class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -62,5 +70,110 @@ def parser(prog: str, description: str) -> argparse.ArgumentParser:
     return p
 
 
-def setup_logging(level: str) -> None:
+def daemon_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """`parser()` plus what a daemon run by a service manager needs: --config, --log-format."""
+    p = parser(prog, description)
+    p.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="YAML file of flag values, one key per flag (--log-level is log_level); flags "
+        "on the command line win (examples: deploy/*.yaml)",
+    )
+    p.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="text",
+        help="json: one JSON object per line (time, level, logger, message, exception)",
+    )
+    return p
+
+
+class _Refused(Exception):
+    pass
+
+
+class _Scout(argparse.ArgumentParser):
+    """Finds --config as the real parser would (abbreviations, --config=FILE, after --),
+    without its checks; whatever it cannot parse, the real parser reports."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _Refused(message)
+
+
+def _config_flag(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
+    scout = _Scout(add_help=False, allow_abbrev=parser.allow_abbrev)
+    for i, action in enumerate(parser._actions):
+        if not action.option_strings:
+            continue
+        if action.dest == "config":
+            scout.add_argument(*action.option_strings, dest="config")
+        elif action.nargs == 0:
+            scout.add_argument(*action.option_strings, dest=f"_{i}", action="store_const")
+        else:
+            scout.add_argument(*action.option_strings, dest=f"_{i}", nargs=action.nargs)
+    try:
+        found, _ = scout.parse_known_args(argv)
+    except _Refused:
+        return None
+    path: str | None = getattr(found, "config", None)
+    return path
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """`parser.parse_args(argv)` with the values of `--config FILE` (railfabric.configfile)
+    beneath the command line's. A bad file exits 2 with `PROG: error: ...`, as argparse does."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    path = _config_flag(parser, args)
+    if path is None:
+        return parser.parse_args(args)
+    try:
+        values = configfile.load(parser, Path(path))
+    except configfile.ConfigError as err:
+        parser.error(str(err))
+    preset = argparse.Namespace()
+    lists: dict[argparse.Action, object] = {}
+    relaxed = [a for a in values if a.required]
+    for action, value in values.items():
+        if isinstance(action, argparse._AppendAction):
+            lists[action] = value  # set below: argparse would append -i flags to them
+        else:
+            setattr(preset, action.dest, value)
+    for action in relaxed:  # the file gave them
+        action.required = False
+    try:
+        parsed = parser.parse_args(args, namespace=preset)
+    finally:
+        for action in relaxed:
+            action.required = True
+    for action, value in lists.items():
+        # Still the default object: the command line gave none of these; else it wins whole.
+        if getattr(parsed, action.dest, None) is action.default:
+            setattr(parsed, action.dest, value)
+    return parsed
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line, the same fields for every daemon: time (ISO 8601, UTC),
+    level, logger, message, and exception when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        when = datetime.datetime.fromtimestamp(record.created, datetime.UTC)
+        line: dict[str, str] = {
+            "time": when.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            line["exception"] = record.exc_text
+        return json.dumps(line, ensure_ascii=False)
+
+
+def setup_logging(level: str, log_format: str = "text") -> None:
     logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
+    if log_format == "json":
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(JsonFormatter())

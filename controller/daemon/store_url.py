@@ -1,0 +1,76 @@
+"""`--store URL`: where the controller keeps its state.
+
+`sqlite:///ABSOLUTE/PATH` is a SQLite file (its directory is created), `memory:` a store that
+is lost at exit (the daemon warns). `--state-dir DIR`, the older flag, means
+`sqlite:///DIR/controller.sqlite3`, the file it has always used there.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+from controller.daemon.store import FILE_NAME, SqliteStore
+
+MEMORY = "memory:"
+SQLITE = "sqlite://"
+EXPECTED = f"expected {SQLITE}/ABSOLUTE/PATH/{FILE_NAME} or {MEMORY}"
+
+
+@dataclass(frozen=True)
+class StoreUrl:
+    url: str
+    path: Path | None  # None: in memory
+    flag: str = "--store"  # the flag that gave it, for errors
+
+    def __str__(self) -> str:
+        return self.url
+
+    @property
+    def given_as(self) -> str:
+        """What the operator wrote: `--store URL` or `--state-dir DIR`."""
+        if self.flag == "--state-dir" and self.path is not None:
+            return f"--state-dir {self.path.parent}"
+        return f"--store {self.url}"
+
+    def open(self) -> SqliteStore:
+        """Open (creating the file and its directory) the store; OSError and StoreError
+        propagate."""
+        if self.path is None:
+            return SqliteStore.open(":memory:")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        return SqliteStore.open(self.path)
+
+
+def parse(value: str) -> StoreUrl:
+    """An argparse type: --store URL, refused with what is accepted."""
+    if value == MEMORY:
+        return StoreUrl(value, None)
+    if value.startswith(SQLITE):
+        path = value.removeprefix(SQLITE)
+        if not path.startswith("/"):
+            raise argparse.ArgumentTypeError(
+                f"{value!r}: the path must be absolute ({SQLITE} then /PATH: three slashes)"
+            )
+        if path.endswith("/"):
+            raise argparse.ArgumentTypeError(f"{value!r} names a directory; name the file")
+        return StoreUrl(value, Path("/" + path.lstrip("/")))
+    scheme, sep, _ = value.partition("://")
+    if sep and scheme == "etcd":
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: etcd:// is for the highly available controller (its own issue), "
+            f"not available yet; {EXPECTED}"
+        )
+    raise argparse.ArgumentTypeError(f"{value!r}: unknown store; {EXPECTED}")
+
+
+def from_state_dir(state_dir: Path) -> StoreUrl:
+    """--state-dir DIR: the file SqliteStore.in_dir has always opened there."""
+    path = state_dir.absolute() / FILE_NAME
+    return StoreUrl(f"{SQLITE}{path}", path, "--state-dir")
+
+
+# The default: kept on disk, where the systemd unit's StateDirectory= puts it. Compared by
+# identity, to tell "not given" from "given" (--store and --state-dir together are an error).
+DEFAULT = parse(f"{SQLITE}/var/lib/railfabric/{FILE_NAME}")
