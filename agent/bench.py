@@ -106,6 +106,7 @@ def lab(ports: Iterable[int]) -> Iterator[Lab]:
             target,
             "--log-level",
             "WARNING",
+            "--insecure",
         ]
         for port, name in switch_links.items():
             argv += ["-i", f"{port}@{name}"]

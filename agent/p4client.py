@@ -5,7 +5,14 @@ decoded per-update errors).
 daemon when the agent becomes (or stops being) primary, and delivers packet-ins. The other
 methods are the unary calls the single writer and the counter poller make. A target that goes
 away is reconnected with backoff; `on_primary` fires again after every reconnection so the
-writer reconciles."""
+writer reconciles.
+
+Mastership cannot be taken silently. When another client takes primary from the agent (a higher
+election id), the policy `on_demoted` says what happens: "stand_down" (the default) keeps the
+stream and writes nothing, so the target forwards with what it holds and the agent is primary
+again only when that client leaves; "fight" arbitrates again with the new primary's election
+id + 1, at most once per FIGHT_INTERVAL_S. Either way it is logged as an error and reported
+(`primary_election_id`: the controller raises mastership_lost)."""
 
 from __future__ import annotations
 
@@ -14,9 +21,9 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from finsy import P4Client, P4ClientError
+from finsy import GRPCCredentialsTLS, P4Client, P4ClientError
 from finsy.proto import p4i, p4r, rpc_code
 
 from agent.codec import Codec
@@ -24,8 +31,15 @@ from agent.counters import PortCounterReader
 from agent.session import Backoff
 from agent.translate import Pipeline
 from railfabric.p4bytes import decode_unchecked, encode
+from railfabric.tls import TlsError, TlsFiles
 
 LOG = logging.getLogger("railfabric.agent.p4")
+
+OnDemoted = Literal["stand_down", "fight"]
+ON_DEMOTED: tuple[OnDemoted, ...] = ("stand_down", "fight")
+# "fight" arbitrates again at most this often, so two fighting clients do not spin.
+FIGHT_INTERVAL_S = 5.0
+_MAX_ELECTION_ID = (1 << 128) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,12 +65,23 @@ class P4Target:
         *,
         device_config: bytes = b"",
         backoff: Backoff | None = None,
+        tls: TlsFiles | None = None,
+        on_demoted: OnDemoted = "stand_down",
     ) -> None:
         if election_id <= 0:
             raise ValueError(f"election id must be > 0, got {election_id}")
+        if on_demoted not in ON_DEMOTED:
+            raise ValueError(f"on_demoted must be one of {', '.join(ON_DEMOTED)}: {on_demoted!r}")
         self.address = address
         self.device_id = device_id
+        # Ours; "fight" raises it above a client that took primary.
         self.election_id = election_id
+        # Mutual TLS with these files, read at every (re)connection; None: plaintext.
+        self.tls = tls
+        self.on_demoted: OnDemoted = on_demoted
+        # The primary's election id as the target last said (ours when primary); None when
+        # no client is primary or the target is not reachable.
+        self.primary_election_id: int | None = None
         self.codec = codec
         self.device_config = device_config
         self._backoff = backoff or Backoff(initial_s=0.2, maximum_s=5.0)
@@ -68,7 +93,15 @@ class P4Target:
         self.last_error = ""
         self.packet_ins = 0
         self._counter_warnings: set[str] = set()
-        # Called when reachable, primary or last_error change (the agent reports its health).
+        # This agent held primary on the target at some point: a later answer that another
+        # client is primary means it was taken (across reconnections too).
+        self._held_primary = False
+        # The election id whose taking of primary was last handled (logged, fought).
+        self._lost_to: int | None = None
+        self._last_fight = -FIGHT_INTERVAL_S
+        self._fight_task: asyncio.Task[None] | None = None
+        # Called when reachable, primary, last_error or the primary's election id change (the
+        # agent reports its health).
         self.on_change: Callable[[], None] = lambda: None
 
     @property
@@ -85,7 +118,7 @@ class P4Target:
         delays = self._backoff.delays(random.Random())
         while True:
             try:
-                async with P4Client(self.address) as client:
+                async with P4Client(self.address, self._credentials()) as client:
                     self._client = client
                     await self._send(
                         p4r.StreamMessageRequest(
@@ -109,11 +142,15 @@ class P4Target:
                                 await on_packet_in(packet)
                         elif kind == "error":
                             LOG.warning("target %s stream error: %s", self.address, msg.error)
-            except (P4ClientError, RuntimeError) as err:
+            except (P4ClientError, RuntimeError, TlsError) as err:
                 self.last_error = str(err).splitlines()[0] if str(err) else repr(err)
             finally:
+                if self._fight_task is not None:
+                    self._fight_task.cancel()
+                    self._fight_task = None
                 self._client = None
                 self.primary.clear()
+                self.primary_election_id = None
                 self.reachable = False
                 self.on_change()
             delay = await anext(delays)
@@ -122,25 +159,97 @@ class P4Target:
             )
             await asyncio.sleep(delay)
 
+    def _credentials(self) -> GRPCCredentialsTLS | None:
+        """The files as they are now (rotated certificates are used from the next connection);
+        TlsError names the file that cannot be used."""
+        if self.tls is None:
+            return None
+        ca, cert, key = self.tls.read()
+        return GRPCCredentialsTLS(cacert=ca, cert=cert, private_key=key)
+
     async def _arbitration(
         self, update: p4r.MasterArbitrationUpdate, on_primary: Callable[[], Awaitable[None]]
     ) -> None:
-        if update.status.code == rpc_code.OK:
+        code = update.status.code
+        # The target's answer carries the primary's election id (OK: ours, ALREADY_EXISTS:
+        # another client's); with NOT_FOUND it is the highest seen, and nobody is primary.
+        primary_id = (update.election_id.high << 64) | update.election_id.low
+        self.primary_election_id = (
+            primary_id if code in (rpc_code.OK, rpc_code.ALREADY_EXISTS) else None
+        )
+        if code == rpc_code.OK:
             if not self.primary.is_set():
                 LOG.info("target %s: primary (election id %d)", self.address, self.election_id)
                 self.last_error = ""
+                self._held_primary = True
+                self._lost_to = None
                 self.primary.set()
                 self.on_change()
                 await on_primary()
-        else:
-            primary_id = (update.election_id.high << 64) | update.election_id.low
-            if self.primary.is_set() or not self.last_error.startswith("backup"):
-                LOG.warning(
-                    "target %s: backup, primary election id is %d", self.address, primary_id
+            return
+        news = self.primary.is_set() or not self.last_error.startswith("backup")
+        self.last_error = f"backup: the client with election id {primary_id} is primary"
+        self.primary.clear()
+        if code == rpc_code.ALREADY_EXISTS and self._held_primary:
+            if primary_id != self._lost_to:
+                self._lost_to = primary_id
+                await self._demoted(primary_id)
+        elif news:
+            LOG.warning("target %s: backup, primary election id is %d", self.address, primary_id)
+        self.on_change()
+
+    async def _demoted(self, primary_id: int) -> None:
+        """Another client took primary from this agent: say so, and stand down or fight."""
+        if self.on_demoted == "stand_down":
+            LOG.error(
+                "target %s: mastership LOST: the client with election id %d took primary from"
+                " this agent (election id %d); standing down (on_demoted=stand_down): the"
+                " target forwards with what it holds, this agent writes nothing, and it is"
+                " primary again only when that client leaves",
+                self.address,
+                primary_id,
+                self.election_id,
+            )
+            return
+        wait = self._last_fight + FIGHT_INTERVAL_S - asyncio.get_running_loop().time()
+        LOG.error(
+            "target %s: mastership LOST: the client with election id %d took primary from"
+            " this agent (election id %d); fighting back (on_demoted=fight) %s",
+            self.address,
+            primary_id,
+            self.election_id,
+            "now" if wait <= 0 else f"in {wait:.1f} s (at most once per {FIGHT_INTERVAL_S} s)",
+        )
+        if wait <= 0:
+            await self._fight()
+        elif self._fight_task is None or self._fight_task.done():
+            self._fight_task = asyncio.create_task(self._fight(wait), name="p4-fight")
+
+    async def _fight(self, after_s: float = 0.0) -> None:
+        """Arbitrate with the current primary's election id + 1 (after `after_s`)."""
+        if after_s > 0:
+            await asyncio.sleep(after_s)
+        usurper = self.primary_election_id
+        if self.primary.is_set() or usurper is None:
+            return  # it left (we are primary again) or nobody is primary
+        if usurper >= _MAX_ELECTION_ID:
+            LOG.error("target %s: cannot outbid election id %d", self.address, usurper)
+            return
+        self._last_fight = asyncio.get_running_loop().time()
+        self.election_id = usurper + 1
+        LOG.warning(
+            "target %s: arbitrating again with election id %d", self.address, self.election_id
+        )
+        try:
+            await self._send(
+                p4r.StreamMessageRequest(
+                    arbitration=p4r.MasterArbitrationUpdate(
+                        device_id=self.device_id, election_id=self._election
+                    )
                 )
-            self.last_error = f"backup: the client with election id {primary_id} is primary"
-            self.primary.clear()
-            self.on_change()
+            )
+        except (ConnectionError, P4ClientError) as err:  # the stream ended: run() reconnects
+            LOG.warning("target %s: arbitration not sent: %s", self.address, err)
 
     def _packet_in(self, packet: p4r.PacketIn) -> PacketIn | None:
         port_id = self.codec.packet_in["ingress_port"]

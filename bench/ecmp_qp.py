@@ -153,7 +153,7 @@ async def on_softswitch(qps: int, uplinks: int) -> list[Spread]:
     with _ports(uplinks + 1) as ports, tempfile.TemporaryDirectory() as tmp:
         address = f"127.0.0.1:{free_port()}"
         argv = [sys.executable, "-m", "softswitch.main", "--device-id", "1", "--grpc-addr", address]
-        argv += ["--log-level", "warning"]
+        argv += ["--log-level", "warning", "--insecure"]
         for port, (sw_if, _) in ports.items():
             argv += ["-i", f"{port}@{sw_if}"]
         log = Path(tmp) / "softswitch.log"

@@ -53,6 +53,11 @@ class Arbiter:
         key = self.primary(role)
         return None if key is None else self._clients[key].election_id
 
+    def election_id(self, client: Hashable) -> int | None:
+        """`client`'s election id; None when it has none or is not connected."""
+        c = self._clients.get(client)
+        return None if c is None else c.election_id
+
     def primaries(self) -> list[Hashable]:
         roles = {c.role for c in self._clients.values()}
         return [p for p in (self.primary(r) for r in roles) if p is not None]

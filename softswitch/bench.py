@@ -213,6 +213,7 @@ SOFTSWITCH = Target(
     (
         *(sys.executable, "-m", "softswitch.main", "--device-id", str(DEVICE_ID)),
         *("--grpc-addr", "{address}", "-i", "1@{if1}", "-i", "2@{if2}", "--log-level", "WARNING"),
+        "--insecure",  # the bench's own raw gRPC client is plaintext
     ),
 )
 

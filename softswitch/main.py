@@ -1,10 +1,12 @@
 """`railfabric-softswitch`: the P4Runtime software target, one process per switch.
 
 Same shape as bmv2's `simple_switch_grpc`: `--device-id N --grpc-addr HOST:PORT -i 1@veth1
--i 2@veth2 [--cpu-port 255] [--port-rate-mbps R]`, plus railfabric's --log-level and --version.
+-i 2@veth2 [--cpu-port 255] [--port-rate-mbps R]`, plus railfabric's --log-level and --version,
+and mutual TLS (`--tls-ca/--tls-cert/--tls-key` with a switch certificate, or `--insecure`).
 Starts with no pipeline; a controller pushes the P4Info with SetForwardingPipelineConfig.
-SIGTERM/SIGINT stop it cleanly. A start it refuses prints one line naming the flag and exits 2
-(bad command line) or 1 (an interface or the address cannot be had).
+SIGTERM/SIGINT stop it cleanly; SIGHUP reads the TLS files again. A start it refuses prints one
+line naming the flag and exits 2 (bad command line or TLS files) or 1 (an interface or the
+address cannot be had).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
-from railfabric import cli, metrics
+from railfabric import cli, metrics, tls
 from softswitch.dataplane import DataPlane, PortError
 from softswitch.egress import TmEgress
 from softswitch.metrics import collector as metrics_collector
@@ -49,10 +51,14 @@ class Options:
     cpu_port: int
     port_rate_mbps: float | None
     metrics: str | None = None
+    # None: plaintext (--insecure).
+    tls_files: tls.TlsFiles | None = None
+    # /metrics over HTTPS with these (--metrics-tls); None: HTTP.
+    metrics_tls: tls.TlsFiles | None = None
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = cli.parser(PROG, "P4Runtime software switch running a model of p4/fabric.p4.")
+    parser = cli.daemon_parser(PROG, "P4Runtime software switch running a model of p4/fabric.p4.")
     # SUPPRESS: no "(default: None)" in --help for a flag that must be given.
     parser.add_argument(
         "--device-id",
@@ -80,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help="serve Prometheus metrics on this address (unset: no metrics)",
     )
+    tls.add_flags(parser, "the switch", metrics=True)
     return parser
 
 
@@ -89,7 +96,7 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> a
     printed = io.StringIO()
     try:
         with contextlib.redirect_stderr(printed):
-            return parser.parse_args(argv)
+            return cli.parse_args(parser, argv)
     except SystemExit as done:
         if not done.code:  # --help and --version print to stdout and end here
             raise
@@ -124,8 +131,25 @@ def parse_options(args: argparse.Namespace) -> Options:
         if ifname in ports.values():
             raise UsageError(f"-i {spec!r}: interface {ifname} given twice")
         ports[number] = ifname
+    try:
+        files = tls.files_from(args)
+        if files is not None and (identity := files.identity()).kind != tls.Kind.SWITCH:
+            raise tls.TlsError(
+                f"--tls-cert {files.cert} names {identity}; a switch serves with its switch "
+                "certificate (railctl pki issue DIR --switch NAME --host ADDRESS)"
+            )
+        metrics_tls = tls.metrics_files(args, files)
+    except tls.TlsError as err:
+        raise UsageError(str(err)) from None
     return Options(
-        args.device_id, args.grpc_addr, ports, args.cpu_port, args.port_rate_mbps, args.metrics
+        args.device_id,
+        args.grpc_addr,
+        ports,
+        args.cpu_port,
+        args.port_rate_mbps,
+        args.metrics,
+        files,
+        metrics_tls,
     )
 
 
@@ -161,8 +185,9 @@ async def run(options: Options, registry: CollectorRegistry | None = None) -> No
     loop = asyncio.get_running_loop()
     switch = Switch(options.device_id, options.ports, options.cpu_port)
     service = P4RuntimeService(switch)
+    server_tls = None if options.tls_files is None else tls.ServerTls(options.tls_files)
     # Bind first: a taken address fails before any interface is opened.
-    server = create_server(service, options.grpc_addr)
+    server = create_server(service, options.grpc_addr, server_tls)
     try:
         dataplane = DataPlane(switch)
     except BaseException:
@@ -175,6 +200,7 @@ async def run(options: Options, registry: CollectorRegistry | None = None) -> No
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, _reload, server_tls)
     await server.start()
     dataplane.start(loop)
     # What start-up built (modules, descriptors, gRPC) lives until exit: frozen, it is out of
@@ -183,10 +209,13 @@ async def run(options: Options, registry: CollectorRegistry | None = None) -> No
     # one inside the bench's 10,000-entry batched write).
     gc.collect()
     gc.freeze()
+    if server_tls is None:
+        tls.warn_insecure("softswitch")
     LOG.info(
-        "device %d serving P4Runtime on %s, ports %s, cpu port %d",
+        "device %d serving P4Runtime on %s (%s), ports %s, cpu port %d",
         options.device_id,
         options.grpc_addr,
+        "plaintext" if server_tls is None else f"mutual TLS as {server_tls.identity}",
         ", ".join(f"{n}@{i}" for n, i in sorted(options.ports.items())),
         options.cpu_port,
     )
@@ -201,6 +230,14 @@ async def run(options: Options, registry: CollectorRegistry | None = None) -> No
         await server.stop(grace=0.5)
 
 
+def _reload(server_tls: tls.ServerTls | None) -> None:
+    """SIGHUP: the TLS files again (bad ones are refused and the old kept, said in the log)."""
+    if server_tls is None:
+        LOG.info("SIGHUP: nothing to reload (plaintext, --insecure)")
+    else:
+        server_tls.reload()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Exit 0 when stopped by a signal, 2 for a bad command line, 1 when it cannot start."""
     try:
@@ -208,21 +245,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = parse_options(args)
     except UsageError as err:
         return _refuse(str(err), 2)
-    cli.setup_logging(args.log_level)
+    cli.setup_logging(args.log_level, args.log_format)
     served: metrics.MetricsServer | None = None
     try:
         check_address(options.grpc_addr)
         registry = None
         if options.metrics:
             # Before the loop: a taken address fails before any interface is opened.
-            registry = metrics.registry()
-            served = metrics.serve(registry, options.metrics)
+            registry = metrics.registry(insecure=options.tls_files is None)
+            served = metrics.serve(registry, options.metrics, options.metrics_tls)
         asyncio.run(run(options, registry))
     except PortError as err:
         spec = next((f"{n}@{i}" for n, i in options.ports.items() if i == err.ifname), "")
         return _refuse(f"-i {spec}: {err}" if spec else str(err), 1)
     except OSError as err:  # BindError, and whatever else the system refused
         return _refuse(str(err), 1)
+    except tls.TlsError as err:  # the files changed since they were checked
+        return _refuse(str(err), 2)
     except KeyboardInterrupt:  # SIGINT before the loop's handler was installed
         return 130
     finally:

@@ -6,6 +6,12 @@ p4.v1.Error in the google.rpc.Status details (overall code UNKNOWN), Read with w
 Set/GetForwardingPipelineConfig, packet-in/out with the P4Info's controller_packet_metadata.
 Beside it: gRPC health and reflection (services.py); undecodable requests are refused
 INVALID_ARGUMENT (requestguard.py).
+
+The primary is a connection, not a number: Write and SetForwardingPipelineConfig are taken
+only over the connection (gRPC peer, and with TLS the certificate's identity) whose
+StreamChannel holds primary for the role, so knowing the primary's election id is not enough.
+With TLS (`railfabric.tls.ServerTls`) every call needs a certificate of the fabric's CA, and
+`access_rules` says which identities may call what.
 """
 
 from __future__ import annotations
@@ -19,13 +25,13 @@ from typing import Any
 import grpc
 from finsy.proto import U128, p4r, p4r_grpc, rpc_status
 
-from railfabric import p4bytes
+from railfabric import p4bytes, tls
 from railfabric.grpcopts import server_options
 from softswitch.arbitration import Arbiter, ArbitrationAnswer
 from softswitch.codes import Code, P4Error
 from softswitch.requestguard import GuardedServer, UndecodableRequest
 from softswitch.schema import SchemaError
-from softswitch.services import Services
+from softswitch.services import HEALTH, REFLECTION_V1, REFLECTION_V1ALPHA, Services
 from softswitch.switch import Switch
 from softswitch.write_report import TRAILER_LIMIT, write_report
 
@@ -42,10 +48,12 @@ _Context = grpc.aio.ServicerContext[Any, Any]
 
 
 class _Stream:
-    """One StreamChannel: the responses waiting to be written to it."""
+    """One StreamChannel: who holds it (gRPC peer, TLS identity) and the responses waiting to
+    be written to it."""
 
-    def __init__(self, peer: str) -> None:
+    def __init__(self, peer: str, identity: tls.Identity | None = None) -> None:
         self.peer = peer
+        self.identity = identity
         self.queue: asyncio.Queue[p4r.StreamMessageResponse | None] = asyncio.Queue(STREAM_QUEUE)
         self.dropped = 0
 
@@ -61,6 +69,9 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
 
     def __init__(self, switch: Switch) -> None:
         self.switch = switch
+        # Served with TLS (set by P4RuntimeServer): streams remember their peer's identity, and
+        # the primary's Writes must carry it.
+        self.secure = False
         self.arbiter = Arbiter(switch.device_id)
         self.streams: set[_Stream] = set()
         self.packet_ins_dropped = 0
@@ -79,17 +90,42 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                 f"device id {device_id} not found (this is {self.switch.device_id})",
             )
 
+    def _identity(self, context: _Context) -> tls.Identity | None:
+        return tls.peer_identity(context) if self.secure else None
+
     async def _check_primary(
         self, context: _Context, role: str, election_id: p4r.Uint128, what: str
     ) -> None:
+        """PERMISSION_DENIED unless the call carries the primary's election id and comes over
+        the connection of the primary's own StreamChannel (only the primary writes)."""
+        key = self.arbiter.primary(role)
         primary = self.arbiter.primary_election_id(role)
         eid = U128.decode(election_id)
-        if primary is None or eid != primary:
+        if key is None or eid != primary:
             await self._abort(
                 context,
                 Code.PERMISSION_DENIED,
                 f"{what}: election id {eid} is not the primary's for role {role!r}"
                 f" (primary: {primary})",
+            )
+        assert isinstance(key, _Stream)
+        peer, identity = context.peer(), self._identity(context)
+        if peer != key.peer or identity != key.identity:
+            caller = peer if identity is None else f"{peer}, {identity}"
+            holder = key.peer if key.identity is None else f"{key.peer}, {key.identity}"
+            LOG.warning(
+                "%s refused: election id %d from %s, which is not the primary's stream (%s)",
+                what,
+                eid,
+                caller,
+                holder,
+            )
+            await self._abort(
+                context,
+                Code.PERMISSION_DENIED,
+                f"{what}: election id {eid} is the primary's for role {role!r}, but this call"
+                f" comes from {caller}, not over the connection of the primary's"
+                f" StreamChannel ({holder}): only the primary client itself may write",
             )
 
     # ---- unary RPCs ---------------------------------------------------------------------
@@ -176,8 +212,13 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             )
             raise AssertionError  # abort raises
         role = _role_name(None, request.role_id, request.role)
-        primary = self.arbiter.primary_election_id(role)
-        if primary is None or U128.decode(request.election_id) != primary:
+        key = self.arbiter.primary(role)
+        if not (
+            isinstance(key, _Stream)
+            and U128.decode(request.election_id) == self.arbiter.election_id(key)
+            and context.peer() == key.peer
+            and (not self.secure or self._identity(context) == key.identity)
+        ):
             await self._check_primary(context, role, request.election_id, "Write")
         if request.atomicity != _CONTINUE_ON_ERROR:
             await self._abort(
@@ -243,7 +284,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
     async def StreamChannel(  # type: ignore[override]
         self, request_iterator: AsyncIterator[p4r.StreamMessageRequest], context: _Context
     ) -> None:
-        stream = _Stream(context.peer())
+        stream = _Stream(context.peer(), self._identity(context))
         self.streams.add(stream)
         failure: list[P4Error] = []
         reader = asyncio.create_task(
@@ -404,18 +445,51 @@ class BindError(OSError):
     """The server cannot listen on the address it was given."""
 
 
+def access_rules(switch: tls.Identity) -> tls.Rules:
+    """Who may call what on the target of `switch` (the identity its certificate names):
+    its own agent (the same switch identity) programs it, arbitrates and reads; operators and
+    readers (railctl, the lab) may only read; health is for any certificate of the fabric."""
+    p4rt = f"/{P4RUNTIME}/"
+    agent: tls.Allowed = frozenset({switch})
+    readers: tls.Allowed = agent | tls.READERS
+    return {
+        f"{p4rt}Write": agent,
+        f"{p4rt}SetForwardingPipelineConfig": agent,
+        f"{p4rt}StreamChannel": agent,
+        f"{p4rt}Read": readers,
+        f"{p4rt}GetForwardingPipelineConfig": readers,
+        f"{p4rt}Capabilities": readers,
+        f"/{HEALTH}/": frozenset(tls.Kind),
+        f"/{REFLECTION_V1ALPHA}/": readers,
+        f"/{REFLECTION_V1}/": readers,
+    }
+
+
 class P4RuntimeServer:
     """The grpc.aio server: P4Runtime, health and reflection, bound exclusively to one address
-    (no SO_REUSEPORT: a second softswitch on the address fails instead of serving beside)."""
+    (no SO_REUSEPORT: a second softswitch on the address fails instead of serving beside).
+    With `server_tls`, mutual TLS and `access_rules` for the identity its certificate names;
+    without, plaintext and no checks (--insecure)."""
 
-    def __init__(self, service: P4RuntimeService, address: str) -> None:
+    def __init__(
+        self, service: P4RuntimeService, address: str, server_tls: tls.ServerTls | None = None
+    ) -> None:
         self.address = address
-        self.grpc = grpc.aio.server(options=server_options())
+        self.tls = server_tls
+        service.secure = server_tls is not None
+        # The guard is an interceptor (a coroutine per call): installed only with TLS, so a
+        # plaintext target's one-update Write pays nothing for it.
+        interceptors = (
+            None
+            if server_tls is None
+            else [tls.RoleGuard(access_rules(server_tls.identity), insecure=False)]
+        )
+        self.grpc = grpc.aio.server(options=server_options(), interceptors=interceptors)
         guarded = GuardedServer(self.grpc)  # every service registers through the guard
         p4r_grpc.add_P4RuntimeServicer_to_server(service, guarded.as_server())
         self.services = Services(guarded, (P4RUNTIME,))
         try:
-            bound = self.grpc.add_insecure_port(address)
+            bound = tls.add_port(self.grpc, address, server_tls)
         except RuntimeError:  # current grpcio raises; older releases returned 0
             bound = 0
         if bound == 0:
@@ -430,6 +504,9 @@ class P4RuntimeServer:
         await self.grpc.stop(grace)
 
 
-def create_server(service: P4RuntimeService, address: str) -> P4RuntimeServer:
-    """A server for `service` bound to `address` (HOST:PORT); raise BindError if it cannot."""
-    return P4RuntimeServer(service, address)
+def create_server(
+    service: P4RuntimeService, address: str, server_tls: tls.ServerTls | None = None
+) -> P4RuntimeServer:
+    """A server for `service` bound to `address` (HOST:PORT), with mutual TLS unless
+    `server_tls` is None; raise BindError if it cannot."""
+    return P4RuntimeServer(service, address, server_tls)

@@ -135,7 +135,7 @@ async def start_softswitch(
     """Start `railfabric-softswitch` as a real process; return its address once it answers."""
     address = f"127.0.0.1:{grpc_port}"
     argv = [sys.executable, "-m", "softswitch.main", "--device-id", str(device_id)]
-    argv += ["--grpc-addr", address, "--log-level", "WARNING", *extra]
+    argv += ["--grpc-addr", address, "--log-level", "WARNING", "--insecure", *extra]
     for port, ifname in switch_ifs.items():
         argv += ["-i", f"{port}@{ifname}"]
     proc = processes.start(argv, env={**os.environ, "PYTHONUNBUFFERED": "1"})

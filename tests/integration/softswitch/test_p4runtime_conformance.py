@@ -8,6 +8,7 @@ is captured at the switch's transmit hook (the packet tests in namespaces cover 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -111,6 +112,36 @@ async def _arbitrate(stub: Any, election_id: int) -> tuple[Any, p4r.StreamMessag
     return stream, reply
 
 
+# A channel with its own connection: gRPC shares one between channels of a process that have
+# the same arguments (its global subchannel pool), and one connection is one client to the
+# server, which binds the primary to its stream's connection.
+OWN_CONNECTION = ("grpc.use_local_subchannel_pool", 1)
+
+
+@contextlib.asynccontextmanager
+async def primary_stub(
+    address: str, election_id: int, channel_options: tuple[tuple[str, Any], ...] = ()
+) -> AsyncIterator[Any]:
+    """A raw stub on a connection of its own whose StreamChannel is primary with
+    `election_id`: its Writes are the primary's."""
+    async with grpc.aio.insecure_channel(
+        address, options=[OWN_CONNECTION, *channel_options]
+    ) as channel:
+        stub: Any = p4r_grpc.P4RuntimeStub(channel)
+        stream, reply = await _arbitrate(stub, election_id)
+        assert reply.arbitration.status.code == grpc.StatusCode.OK.value[0], reply
+        try:
+            yield stub
+        finally:
+            stream.cancel()
+
+
+async def until_primary(sw: fy.Switch) -> None:
+    async with asyncio.timeout(5):
+        while not sw.is_primary:  # noqa: ASYNC110  (finsy updates it from its stream)
+            await asyncio.sleep(0.02)
+
+
 async def test_pipeline_lacking_tables_is_refused(target: Target) -> None:
     p4info = load_p4info(DEFAULT_P4INFO)
     kept = [t for t in p4info.tables if t.preamble.name != p4.ROUTING_V4]
@@ -165,11 +196,8 @@ async def test_write_errors_per_update(target: Target) -> None:
         # INVALID_ARGUMENT: a value wider than the field (port is bit<9>), through raw bytes.
         msg = (+member(5, 1)).encode_update(sw.p4info)
         msg.entity.action_profile_member.action.params[0].value = b"\x02\x00"
-        raw = p4r.WriteRequest(
-            device_id=DEVICE_ID, election_id=U128.encode(sw.election_id), updates=[msg]
-        )
-        async with grpc.aio.insecure_channel(target.address) as channel:
-            stub: Any = p4r_grpc.P4RuntimeStub(channel)
+        raw = p4r.WriteRequest(device_id=DEVICE_ID, election_id=U128.encode(11), updates=[msg])
+        async with primary_stub(target.address, 11) as stub:  # takes primary over from sw
             with pytest.raises(grpc.aio.AioRpcError) as rpc_err:
                 await stub.Write(raw)
             assert rpc_err.value.code() == grpc.StatusCode.UNKNOWN
@@ -177,6 +205,7 @@ async def test_write_errors_per_update(target: Target) -> None:
             with pytest.raises(grpc.aio.AioRpcError) as rpc_err:
                 await stub.Write(raw)
             assert rpc_err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        await until_primary(sw)  # promoted again when the raw client left
         with pytest.raises(fy.P4ClientError) as err:
             await sw.write([msg])
         assert err.value.details[0].canonical_code == fy.GRPCStatusCode.INVALID_ARGUMENT
@@ -257,6 +286,115 @@ async def test_arbitration_primary_backup_and_promotion(target: Target) -> None:
             # finds 20 in use, is refused INVALID_ARGUMENT, and settles as a backup below it.
             await primary.__aenter__()
             assert backup.is_primary and not primary.is_primary
+
+
+def _write(election_id: int, *updates: p4r.Update, role: str = "") -> p4r.WriteRequest:
+    return p4r.WriteRequest(
+        device_id=DEVICE_ID,
+        election_id=U128.encode(election_id),
+        updates=updates,
+        role=role,
+        atomicity=p4r.WriteRequest.CONTINUE_ON_ERROR,
+    )
+
+
+async def test_a_write_not_from_the_primarys_stream_is_permission_denied(
+    target: Target,
+) -> None:
+    """The primary is a connection, not a number: its election id on a call from anywhere
+    else is refused (P4Runtime §6.4: a Write from a client that is not the primary)."""
+    async with fy.Switch("sw", target.address, options(10)) as sw:
+        assert sw.is_primary
+        # The primary's own Write (finsy sends it over the channel of its stream) is taken.
+        await sw.write([+route("10.0.0.0/8", 1)])
+        update = (+route("11.0.0.0/8", 1)).encode_update(sw.p4info)
+        # A client with no stream at all, carrying the primary's election id.
+        async with grpc.aio.insecure_channel(target.address, options=[OWN_CONNECTION]) as ch:
+            stub: Any = p4r_grpc.P4RuntimeStub(ch)
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await stub.Write(_write(10, update))
+            assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            details = err.value.details() or ""
+            assert "election id 10 is the primary's" in details
+            assert "not over the connection of the primary's StreamChannel" in details
+            # Nor may it replace the pipeline with that election id.
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await _set_pipeline(stub, load_p4info(DEFAULT_P4INFO), 10)
+            assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            # A backup stream on that connection changes nothing: still not the primary's.
+            stream, reply = await _arbitrate(stub, 5)
+            assert reply.arbitration.status.code == grpc.StatusCode.ALREADY_EXISTS.value[0]
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await stub.Write(_write(10, update))
+            assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            stream.cancel()
+        entries = await collect(sw, fy.P4TableEntry(p4.ROUTING_V4))
+        assert {e.match["ipv4_dst"] for e in entries} == {(0x0A000000, 8)}
+        await sw.write([+route("11.0.0.0/8", 1)])  # and the primary still writes
+
+
+async def test_a_second_channel_of_the_primarys_process_is_another_client(
+    target: Target,
+) -> None:
+    """Two channels of one process with their own connections: the one whose stream is
+    primary writes; the other, with the same election id, is refused."""
+    async with primary_stub(target.address, 7) as primary:
+        await _set_pipeline(primary, load_p4info(DEFAULT_P4INFO), 7)
+        schema = fy.P4Schema(DEFAULT_P4INFO)
+        first = (+route("10.0.0.0/8", 1)).encode_update(schema)
+        second = (+route("11.0.0.0/8", 1)).encode_update(schema)
+        await primary.Write(_write(7, first))
+        async with grpc.aio.insecure_channel(target.address, options=[OWN_CONNECTION]) as ch:
+            other: Any = p4r_grpc.P4RuntimeStub(ch)
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await other.Write(_write(7, second))
+            assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            # Its own stream with the same election id is refused too (duplicate id).
+            dup = other.StreamChannel()
+            await dup.write(
+                p4r.StreamMessageRequest(
+                    arbitration=p4r.MasterArbitrationUpdate(
+                        device_id=DEVICE_ID, election_id=U128.encode(7)
+                    )
+                )
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await asyncio.wait_for(dup.read(), 5)
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        await primary.Write(_write(7, second))
+    pipeline = target.switch.pipeline
+    assert pipeline is not None
+    assert len(pipeline.state.entries[pipeline.schema.table_ids[p4.ROUTING_V4]]) == 2
+
+
+async def test_the_primary_of_another_role_writes_over_its_own_stream(target: Target) -> None:
+    """Roles are arbitrated apart: a client that is primary for its role writes beside the
+    default role's primary, and only over its own stream's connection."""
+    async with fy.Switch("sw", target.address, options(10)) as sw:
+        update = (+route("12.0.0.0/8", 1)).encode_update(sw.p4info)
+        async with grpc.aio.insecure_channel(target.address, options=[OWN_CONNECTION]) as ch:
+            stub: Any = p4r_grpc.P4RuntimeStub(ch)
+            stream = stub.StreamChannel()
+            await stream.write(
+                p4r.StreamMessageRequest(
+                    arbitration=p4r.MasterArbitrationUpdate(
+                        device_id=DEVICE_ID,
+                        election_id=U128.encode(1),
+                        role=p4r.Role(name="tool"),
+                    )
+                )
+            )
+            reply = await asyncio.wait_for(stream.read(), 5)
+            assert reply.arbitration.status.code == grpc.StatusCode.OK.value[0]
+            await stub.Write(_write(1, update, role="tool"))
+            stream.cancel()
+        with pytest.raises(grpc.aio.AioRpcError) as err:  # its stream is gone
+            async with grpc.aio.insecure_channel(target.address) as ch:
+                await p4r_grpc.P4RuntimeStub(ch).Write(_write(1, update, role="tool"))
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert sw.is_primary
+        entries = await collect(sw, fy.P4TableEntry(p4.ROUTING_V4))
+        assert {e.match["ipv4_dst"] for e in entries} == {(0x0C000000, 8)}
 
 
 async def test_packet_out_and_packet_in(target: Target) -> None:
@@ -493,10 +631,9 @@ async def test_failed_batch_report_fits_a_default_client(target: Target) -> None
         updates.insert(0, (+route("12.0.0.0/8", 1)).encode_update(sw.p4info))  # applied
         updates.insert(1, (+route("11.0.0.0/8", 1)).encode_update(sw.p4info))  # exists
         request = p4r.WriteRequest(
-            device_id=DEVICE_ID, election_id=U128.encode(sw.election_id), updates=updates
+            device_id=DEVICE_ID, election_id=U128.encode(11), updates=updates
         )
-        async with grpc.aio.insecure_channel(target.address) as channel:  # default limits
-            stub: Any = p4r_grpc.P4RuntimeStub(channel)
+        async with primary_stub(target.address, 11) as stub:  # gRPC's default limits
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 await stub.Write(request)
         assert err.value.code() == grpc.StatusCode.UNKNOWN
@@ -536,18 +673,17 @@ async def test_write_past_table_capacity_reports_each_update(target: Target) -> 
     with a 4 MiB metadata limit could read it) and is 3.8 MB: 35-39 bytes an update."""
     async with fy.Switch("sw", target.address, options()) as sw:
         template = (+route("10.0.0.0/32", 1)).encode_update(sw.p4info)
-        request = p4r.WriteRequest(device_id=DEVICE_ID, election_id=U128.encode(sw.election_id))
+        request = p4r.WriteRequest(device_id=DEVICE_ID, election_id=U128.encode(11))
         for i in range(100_000):
             update = request.updates.add()
             update.CopyFrom(template)
             update.entity.table_entry.match[0].lpm.value = (0x0A000000 + i).to_bytes(4, "big")
-        limits = [
+        limits = (
             ("grpc.max_metadata_size", 4 << 20),
             ("grpc.absolute_max_metadata_size", 4 << 20),
             ("grpc.max_send_message_length", 64 << 20),
-        ]
-        async with grpc.aio.insecure_channel(target.address, options=limits) as channel:
-            stub: Any = p4r_grpc.P4RuntimeStub(channel)
+        )
+        async with primary_stub(target.address, 11, limits) as stub:
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 await stub.Write(request, timeout=120)
         assert err.value.code() == grpc.StatusCode.UNKNOWN

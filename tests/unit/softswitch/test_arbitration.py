@@ -28,6 +28,8 @@ def test_primary_backup_and_promotion() -> None:
     answers = {x.client: (x.election_id, x.code) for x in arb.remove("c")}
     assert answers == {"a": (10, Code.OK)}
     assert arb.is_primary("a")
+    # The server checks a Write's election id against its primary client's own.
+    assert (arb.primary(""), arb.election_id("a"), arb.election_id("c")) == ("a", 10, None)
 
 
 def test_duplicate_id_wrong_device_and_roles() -> None:

@@ -1,5 +1,6 @@
 """The installed `railfabric-softswitch` refuses bad starts with one line on stderr that names
-the flag (or interface), no traceback, and exit 2 (bad command line) or 1 (cannot start)."""
+the flag (or interface), no traceback, and exit 2 (bad command line or TLS files) or 1 (cannot
+start)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from railfabric.tls import Kind
+from tests import pki
 
 pytestmark = pytest.mark.unit
 
@@ -37,7 +41,16 @@ def held_address() -> Iterator[str]:
     """A first softswitch serving on a port (as the second one would find it)."""
     address = f"127.0.0.1:{_free_port()}"
     proc = subprocess.Popen(
-        [str(EXE), "--device-id", "1", "--grpc-addr", address, "--log-level", "warning"],
+        [
+            str(EXE),
+            "--device-id",
+            "1",
+            "--grpc-addr",
+            address,
+            "--insecure",
+            "--log-level",
+            "warning",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -84,7 +97,8 @@ def test_bad_start_is_one_clear_line(
 ) -> None:
     held = request.getfixturevalue("held_address") if HELD in argv else ""
     argv = [held if a == HELD else a for a in argv]
-    done = _run(["--device-id", "1", "--grpc-addr", f"127.0.0.1:{_free_port()}", *argv])
+    free = f"127.0.0.1:{_free_port()}"
+    done = _run(["--device-id", "1", "--grpc-addr", free, "--insecure", *argv])
     lines = done.stderr.splitlines()
     assert "Traceback" not in done.stderr
     assert len(lines) == 1, done.stderr
@@ -116,7 +130,38 @@ def test_log_level_is_case_insensitive() -> None:
     # Existing scripts pass WARNING: accepted, so the start gets as far as the interface.
     address = f"127.0.0.1:{_free_port()}"
     done = _run(
-        ["--device-id", "1", "--grpc-addr", address, "--log-level", "WARNING", "-i", "1@nx0"]
-    )
+        ["--device-id", "1", "--grpc-addr", address, "--log-level", "WARNING", "-i", "1@nx0",
+         "--insecure"]
+    )  # fmt: skip
     assert done.returncode == 1
     assert done.stderr.splitlines() == [PREFIX + "-i 1@nx0: interface 'nx0' does not exist"]
+
+
+def _tls_cases() -> list[tuple[list[str], str]]:
+    switch, operator = pki.switch("tor-r1-b1"), pki.operator()
+    return [
+        ([], "TLS needs --tls-ca, --tls-cert, --tls-key (railctl pki issues them); or --insecure"),
+        (["--tls-ca", str(switch.ca)], "TLS needs --tls-cert, --tls-key"),
+        (["--insecure", "--tls-key", str(switch.key)], "--insecure and --tls-key contradict"),
+        (
+            [*pki.flags(switch)[:3], "/nonexistent.crt", *pki.flags(switch)[4:]],
+            "--tls-cert /nonexistent.crt: No such file or directory",
+        ),
+        (
+            [*pki.flags(switch)[:5], str(operator.key)],
+            f"--tls-key {operator.key} is not the key of --tls-cert {switch.cert}",
+        ),
+        (pki.flags(operator), f"--tls-cert {operator.cert} names {Kind.OPERATOR}/tests; a switch"),
+    ]
+
+
+def test_a_start_without_tls_or_with_unusable_tls_is_refused_naming_the_flags() -> None:
+    """TLS or --insecure must be said; files that cannot serve are named, before anything
+    else is opened (the interface here does not exist: it is never reached)."""
+    for argv, needle in _tls_cases():
+        free = f"127.0.0.1:{_free_port()}"
+        done = _run(["--device-id", "1", "--grpc-addr", free, "-i", "1@nx0", *argv])
+        lines = done.stderr.splitlines()
+        assert done.returncode == 2, (argv, done.stderr)
+        assert len(lines) == 1 and lines[0].startswith(PREFIX), done.stderr
+        assert needle in lines[0], (needle, lines[0])

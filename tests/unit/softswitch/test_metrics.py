@@ -116,6 +116,7 @@ def served_softswitch() -> Iterator[int]:
         "--grpc-addr", f"127.0.0.1:{_free_port()}",
         "--metrics", f"127.0.0.1:{port}",
         "--log-level", "warning",
+        "--insecure",
     ]  # fmt: skip
     proc = subprocess.Popen(
         argv,
@@ -147,6 +148,7 @@ def test_the_daemon_serves_metrics_with_the_flag(served_softswitch: int) -> None
     assert value(found, "railfabric_softswitch_pipeline_loaded") == 0
     assert value(found, "railfabric_softswitch_rx_frames_total") == 0
     assert any(name == "railfabric_build_info" for name, _ in found)
+    assert value(found, "railfabric_insecure") == 1  # served with --insecure
     assert value(found, "process_open_fds") is not None
 
 
@@ -157,7 +159,7 @@ def test_a_metrics_address_in_use_is_one_line_and_exit_1() -> None:
         address = f"127.0.0.1:{held.getsockname()[1]}"
         done = subprocess.run(
             [str(EXE), "--device-id", "1", "--grpc-addr", f"127.0.0.1:{_free_port()}",
-             "--metrics", address],
+             "--metrics", address, "--insecure"],
             capture_output=True, text=True, timeout=30, check=False,
         )  # fmt: skip
     assert done.returncode == 1
@@ -168,7 +170,7 @@ def test_a_metrics_address_in_use_is_one_line_and_exit_1() -> None:
 
 def test_a_bad_metrics_address_is_refused_naming_the_flag() -> None:
     done = subprocess.run(
-        [str(EXE), "--device-id", "1", "--metrics", "9100"],
+        [str(EXE), "--device-id", "1", "--metrics", "9100", "--insecure"],
         capture_output=True, text=True, timeout=30, check=False,
     )  # fmt: skip
     assert done.returncode == 2
