@@ -927,6 +927,33 @@ class FabricRouting:
         is_nic, ident = self._resolve(LinkEvent(name, port, up=True))
         return bool((self.nic_live if is_nic else self.link_live)[ident])
 
+    def tor_reach(self, also_down: Iterable[LinkEvent] = ()) -> list[int]:
+        """What-if: per ToR (destination index), the ToRs it reaches valley-free under the
+        live links with the switch-to-switch cables of `also_down` out too, as a bitset of
+        destination indexes. Computed on copies: nothing of this routing changes."""
+        t = self.topo
+        live = bytearray(self.link_live)
+        for ev in also_down:
+            is_nic, ident = self._resolve(ev)
+            if not is_nic:
+                live[ident] = 0
+        order = sorted(range(len(t.names)), key=t.tier.__getitem__)
+        down = [0] * len(t.names)
+        for x in order:
+            bits = self.own_bit[x]
+            for _, lid, c in t.down[x]:
+                if live[lid]:
+                    bits |= down[c]
+            down[x] = bits
+        reach = [0] * len(t.names)
+        for x in reversed(order):
+            bits = down[x]
+            for _, lid, p in t.up[x]:
+                if live[lid]:
+                    bits |= reach[p]
+            reach[x] = bits
+        return [reach[x] for x in t.dest_switch]
+
 
 def _merge(a: SwitchDelta, b: SwitchDelta) -> SwitchDelta:
     return SwitchDelta(

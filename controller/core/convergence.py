@@ -2,7 +2,9 @@
 
 Make before break: when a link returns, the switches at its ends get their deltas first; every
 other switch's delta of that event is held until those ends applied (or a deadline passed), so
-no ToR hands traffic to a spine that does not yet route it back down.
+no ToR hands traffic to a spine that does not yet route it back down. An operator's drain holds
+the other way round: the drained switch's deltas wait until every other switch moved its
+traffic off the link.
 
 Held deltas live in one FIFO per switch, in event order. A switch's deltas leave only from the
 head of its queue, so they can never be reordered; a delta that must go now (a link down) first
@@ -71,6 +73,10 @@ class HeldDeltas:
 
     def hold(self, switch: str, held: Held) -> None:
         self._queues.setdefault(switch, deque()).append(held)
+
+    def peek(self, switch: str) -> list[Held]:
+        """What is queued for `switch`, oldest first, left in place."""
+        return list(self._queues.get(switch, ()))
 
     def take_all(self, switch: str) -> list[Held]:
         """Everything queued for `switch`, oldest first (it must go out before a newer one)."""

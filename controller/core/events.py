@@ -86,3 +86,17 @@ def pushed(
     e = event(wall_ns, K.EVENT_KIND_PUSHED, text, switch=switch, generation=generation)
     e.push.CopyFrom(summary)
     return e
+
+
+def drain(wall_ns: int, d: admin_pb2.LinkDrain, *, undrain: bool = False) -> admin_pb2.Event:
+    """An operator drained `d.link` (or returned it to routing), with who and why."""
+    verb = "returned to routing" if undrain else "drained"
+    text = f"link {d.link} {verb} by {d.who}"
+    if d.reason:
+        text += f": {d.reason}"
+    if d.forced and not undrain:
+        text += " (forced past the what-if check)"
+    kind = K.EVENT_KIND_UNDRAIN if undrain else K.EVENT_KIND_DRAIN
+    e = event(wall_ns, kind, text, switch=d.a.switch_name, port=d.a.port)
+    e.drain.CopyFrom(d)
+    return e

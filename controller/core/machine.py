@@ -2,16 +2,18 @@
 machine (faucet's `datapath_connect(now, ...)` returning messages is the model).
 
 Each input — Hello, Applied, PortStatus, Neighbors, Counters, a session's end, a timer tick,
-an intent reload, the store's health — is a method that takes `now` and returns the effects it
-wants (controller/core/effects.py): the records of the input as one `Persist`, then `Push`es in
-the order they must leave, log lines, and the next `Schedule`. Nothing here reads a clock,
-touches a socket or the store, or writes a log line itself; the daemon's runner does that.
+an intent reload, the store's health, an operator's drain or undrain — is a method that takes
+`now` and returns the effects it wants (controller/core/effects.py): the records of the input
+as one `Persist`, then `Push`es in the order they must leave, log lines, and the next
+`Schedule`. Nothing here reads a clock, touches a socket or the store, or writes a log line
+itself; the daemon's runner does that.
 
 Guarantees the model-based tests (tests/unit/core/test_machine_model.py) check after every step:
 each switch's deltas form a gap-free generation chain on its session (a delta leaves only when
 it starts at the generation the session was last sent, otherwise a full state does), deferred
 deltas leave in event order (convergence.HeldDelta), and at quiescence every switch's desired
-state forwards exactly as a from-scratch computation over the current link states.
+state forwards exactly as a from-scratch computation over the current link states, drained
+links taken out.
 """
 
 from __future__ import annotations
@@ -21,17 +23,27 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from controller.core import drains
 from controller.core import events as ev
 from controller.core.alarms import Alarms
 from controller.core.cabling import MISWIRE, SILENT, CablingCheck, CablingPlan, ServerLldp
 from controller.core.clock import Now
 from controller.core.convergence import DEFER_LIMIT_NS, Convergence, Held, HeldDeltas
+from controller.core.drains import (
+    DrainConflict,
+    DrainError,
+    DrainNotFound,
+    DrainPlan,
+    DrainRefused,
+)
 from controller.core.effects import CloseSession, Effect, Level, Log, Persist, Push, Schedule
 from controller.core.links import DampingParams, LinkState, LinkTracker, Transition
-from controller.core.planner import PlannedLink, Planner
+from controller.core.planner import Isolation, PlannedLink, Planner
 from controller.core.records import (
     AlarmCleared,
     AlarmRecord,
+    DrainCleared,
+    DrainRecord,
     EventRecord,
     LinkRecord,
     Meta,
@@ -48,7 +60,14 @@ from railfabric.delta import DeltaError, apply_delta, delta_size
 from railfabric.digest import state_digest
 from railfabric.v1 import admin_pb2, control_pb2, state_pb2
 
-__all__ = ["DecisionCore", "UnknownSwitch"]
+__all__ = [
+    "DecisionCore",
+    "DrainConflict",
+    "DrainError",
+    "DrainNotFound",
+    "DrainRefused",
+    "UnknownSwitch",
+]
 
 # The routing log is replayed at start-up, so it is kept short: past this many steps, the first
 # moment every link is usable and nothing is in flight, routing restarts from scratch.
@@ -108,6 +127,8 @@ class DecisionCore:
         self.events: deque[admin_pb2.Event] = deque(maxlen=EVENTS_IN_MEMORY)
         self.routing_log: list[RoutingStep] = []
         self.refused: dict[str, int] = {}
+        # Operators' drains by link key, oldest first: kept out of routing until undrained.
+        self.drains: dict[str, DrainRecord] = {}
         self._links: dict[str, PlannedLink] = {}
         self._pending: dict[int, Convergence] = {}
         self._held = HeldDeltas()
@@ -125,6 +146,7 @@ class DecisionCore:
         self.alarms = Alarms(restored.alarms)
         self.events.extend(restored.events)
         self.routing_log = list(restored.routing_log)
+        self.drains = {d.link: d for d in restored.drains}
         topology = _topology_digest(self.planner)
         if restored.meta.get("topology_digest") != topology:
             # Another fabric: its routing history and link states mean nothing here.
@@ -206,6 +228,17 @@ class DecisionCore:
         self.plan = {}
         for link in self._links.values():
             self.plan[link.a], self.plan[link.b] = link.b, link.a
+        for key in [k for k in self.drains if k not in self._links]:
+            gone = self.drains.pop(key)
+            out.records.append(DrainCleared(key))
+            self._event(
+                out,
+                ev.event(
+                    now.wall_ns,
+                    ev.K.EVENT_KIND_UNDRAIN,
+                    f"link {key} is no longer in the intent: its drain by {gone.who} is dropped",
+                ),
+            )
         if carry is not None:
             self.tracker.carry(carry)
         for key, rec in (links or {}).items():
@@ -223,7 +256,7 @@ class DecisionCore:
                 planner.set_link_usable(step.link, step.usable)
                 usable[step.link] = step.usable
         for key, ok in usable.items():
-            if ok != self.tracker.usable(key):
+            if ok != self.routable(key):
                 planner.set_link_usable(key, not ok)
                 self._routing_step(RoutingStep(key, not ok), out)
         self.views = {}
@@ -474,8 +507,24 @@ class DecisionCore:
         return self._finish(out, now)
 
     def _target_alarm(self, v: SwitchView, now: Now, out: _Out) -> None:
+        """`mastership_lost:SW` while another client is the reachable target's primary (it
+        names that client's election id, raised again when another takes over), else
+        `target_unhealthy:SW` for whatever else keeps the agent from the target."""
+        lost_id = f"mastership_lost:{v.name}"
+        usurper = v.mastership_lost_to
+        if usurper is None:
+            self._clear(lost_id, now, out, switch=v.name, why="no other client holds the target")
+        else:
+            text = f"{v.name}: {v.target_problem}"
+            held = self.alarms.active.get(lost_id)
+            if held is not None and held.message != text:
+                self._clear(lost_id, now, out, switch=v.name, why="another client took over")
+            alarm = AlarmRecord(
+                lost_id, "critical", "mastership_lost", v.name, 0, text, now.wall_ns
+            )
+            self._raise(alarm, out)
         alarm_id = f"target_unhealthy:{v.name}"
-        problem = v.target_problem
+        problem = v.target_problem if usurper is None else None
         if problem is None:
             self._clear(alarm_id, now, out, switch=v.name, why="target programmable again")
             return
@@ -552,7 +601,143 @@ class DecisionCore:
             )
         return self._finish(out, now)
 
+    # -- operators' drains (controller/core/drains.py)
+    def plan_drain(self, target: str, *, undrain: bool = False) -> DrainPlan:
+        """What a drain (or undrain) of `target` would change; DrainNotFound names the closest
+        switch or port, DrainConflict says that nothing would (pure)."""
+        name, keys = self._drain_target(target)
+        if undrain:
+            change = [k for k in keys if k in self.drains]
+            if not change:
+                what = f"no link of {name} is" if ":" not in name else f"{name} ({keys[0]}) is not"
+                raise DrainConflict(f"{what} drained")
+        else:
+            change = [k for k in keys if k not in self.drains]
+            if not change:
+                d = self.drains[keys[0]]
+                what = "every link of " + name if len(keys) > 1 else f"{name} ({keys[0]})"
+                raise DrainConflict(
+                    f"{what} is drained already ({drains.drained_text(d)}); "
+                    "undrain it first to drain it again"
+                )
+        unchanged = tuple(k for k in keys if k not in change)
+        return DrainPlan(name, tuple(change), unchanged)
+
+    def drain_isolation(self, links: Iterable[str]) -> Isolation:
+        """What-if: the ToR pairs that reach each other now and would not with `links` out of
+        routing too (pure: computed on copies, routes do not change)."""
+        routed = [k for k in links if self.routable(k)]
+        return self.planner.isolation(routed) if routed else Isolation()
+
+    def drain(self, target: str, who: str, reason: str, force: bool, now: Now) -> list[Effect]:
+        """An operator takes the link `target` names ("SWITCH:PORT") or every link of a switch
+        ("SWITCH") out of routing, make before break: the switches that move traffic off the
+        links first, the upper end of each link (the switch drained) once they applied. Raises
+        DrainNotFound, DrainConflict, or DrainRefused when ToR pairs that have a path now would
+        have none (unless `force`); then nothing changed."""
+        plan = self.plan_drain(target)
+        isolation = self.drain_isolation(plan.links)
+        if isolation and not force:
+            raise DrainRefused(drains.refusal(plan.target, isolation))
+        out = _Out()
+        if isolation:
+            out.log(Level.WARNING, f"forced by {who}: {drains.refusal(plan.target, isolation)}")
+        moved: list[Transition[str]] = []
+        for key in plan.links:
+            d = DrainRecord(key, who, reason, now.wall_ns, plan.target, bool(isolation))
+            self.drains[key] = d
+            out.records.append(d)
+            self._event(out, ev.drain(now.wall_ns, self.drain_message(d)))
+            if self.tracker.usable(key):
+                moved.append(Transition(key, False, self.tracker.state(key)))
+        self._route(moved, now, now.wall_ns, out, planned=self._drained_side(plan))
+        out.log(Level.INFO, f"{plan.target} drained by {who}: {len(plan.links)} links")
+        return self._finish(out, now)
+
+    def undrain(self, target: str, who: str, reason: str, now: Now) -> list[Effect]:
+        """Return the drained links `target` names to routing, make before break (the upper
+        end of each link first, the switches that send through it once it applied); no
+        hold-down. A link whose carrier is not up stays out until it is. Raises
+        DrainNotFound or DrainConflict (nothing named is drained)."""
+        plan = self.plan_drain(target, undrain=True)
+        out = _Out()
+        moved: list[Transition[str]] = []
+        for key in plan.links:
+            was = self.drains.pop(key)
+            out.records.append(DrainCleared(key))
+            back = DrainRecord(key, who, reason, now.wall_ns, plan.target, was.forced)
+            self._event(out, ev.drain(now.wall_ns, self.drain_message(back), undrain=True))
+            if self.tracker.usable(key):
+                moved.append(Transition(key, True, self.tracker.state(key)))
+        self._route(moved, now, now.wall_ns, out, planned=self._drained_side(plan))
+        out.log(Level.INFO, f"{plan.target} undrained by {who}: {len(plan.links)} links")
+        return self._finish(out, now)
+
+    def drain_message(self, d: DrainRecord) -> admin_pb2.LinkDrain:
+        link = self._links[d.link]
+        return admin_pb2.LinkDrain(
+            link=d.link,
+            a=admin_pb2.LinkEnd(switch_name=link.a[0], port=link.a[1]),
+            b=admin_pb2.LinkEnd(switch_name=link.b[0], port=link.b[1]),
+            who=d.who,
+            reason=d.reason,
+            wall_ns=d.wall_ns,
+            target=d.target,
+            forced=d.forced,
+        )
+
+    def _drained_side(self, plan: DrainPlan) -> frozenset[str]:
+        """The switches a drain moves traffic away from: the switch named, or the upper end of
+        the link named (links are planned lower tier first)."""
+        if ":" not in plan.target or plan.target in self.views:
+            return frozenset({plan.target})
+        return frozenset(self._links[k].b[0] for k in (*plan.links, *plan.unchanged))
+
+    def _drain_target(self, target: str) -> tuple[str, list[str]]:
+        """(the target as the core names it, the link keys it names, in port order)."""
+        target = target.strip()
+        if not target:
+            raise DrainError("name a switch (SWITCH) or a switch port (SWITCH:PORT)")
+        switch, port = target, None
+        if target not in self.views:
+            name, sep, number = target.rpartition(":")
+            if sep and number.isdigit() and len(number) <= 4:
+                switch, port = name, int(number)
+        try:
+            v = lookup(self.views, switch)
+        except UnknownSwitch as err:
+            raise DrainNotFound(str(err)) from None
+        linked = [p for p in sorted(v.ports) if self.tracker.link_of((switch, p)) is not None]
+        if port is None:
+            if not linked:
+                raise DrainNotFound(f"{switch} has no switch-to-switch link")
+            return switch, [k for p in linked if (k := self.tracker.link_of((switch, p)))]
+        key = self.tracker.link_of((switch, port))
+        if key is not None:
+            return f"{switch}:{port}", [key]
+        choices = ", ".join(f"{switch}:{p}" for p in linked) or "none"
+        peer = self.cabling.plan.planned((switch, port))
+        if peer is not None and peer.kind == state_pb2.PEER_KIND_HOST:
+            what = f"{switch}:{port} is a server port ({peer.name}/{peer.nic})"
+        else:
+            what = f"{switch} has no switch-to-switch link on port {port}"
+        close = min(linked, key=lambda p: (abs(p - port), p), default=None)
+        hint = f"; did you mean '{switch}:{close}'?" if close is not None else ""
+        raise DrainNotFound(f"{what}; its links are on {choices}{hint}")
+
     # -- queries (the admin API and metrics read these on the event loop)
+    def routable(self, key: str) -> bool:
+        """Routing uses the link: usable as observed, and not drained."""
+        return self.tracker.usable(key) and key not in self.drains
+
+    def unroutable_links(self) -> list[str]:
+        """Links routing avoids: unusable as observed, or drained."""
+        return sorted(set(self.tracker.down_links()) | set(self.drains))
+
+    def held_deltas(self, switch: str) -> list[state_pb2.StateDelta]:
+        """The deltas make-before-break still holds for `switch`, oldest first (read-only)."""
+        return [h.delta for h in self._held.peek(switch)]
+
     def view(self, name: str) -> SwitchView:
         return lookup(self.views, name)
 
@@ -569,7 +754,7 @@ class DecisionCore:
         for hop in reply.hops:
             for port in sorted(self.views[hop.switch_name].ports):
                 key = self.tracker.link_of((hop.switch_name, port))
-                if key is None or self.tracker.usable(key):
+                if key is None or self.routable(key):
                     continue
                 link = self._links[key]
                 peer = link.b if link.a == (hop.switch_name, port) else link.a
@@ -585,6 +770,14 @@ class DecisionCore:
 
     def link_reason(self, key: str) -> str:
         """Why routing does not use the link, for people; empty when it does."""
+        drained = self.drains.get(key)
+        observed = self._observed_reason(key)
+        if drained is None:
+            return observed
+        text = drains.drained_text(drained)
+        return f"{text}; and {observed}" if observed else text
+
+    def _observed_reason(self, key: str) -> str:
         t = self.tracker
         state = t.state(key)
         if state is LinkState.UP:
@@ -624,10 +817,26 @@ class DecisionCore:
         out.records.append(step)
 
     def _route(
-        self, transitions: Iterable[Transition[str]], now: Now, event_wall_ns: int, out: _Out
+        self,
+        transitions: Iterable[Transition[str]],
+        now: Now,
+        event_wall_ns: int,
+        out: _Out,
+        planned: frozenset[str] | None = None,
     ) -> None:
+        """Apply link transitions to routing and send what they change. `planned` marks an
+        operator's drain or undrain: the switches it moves last (drain) or first (undrain)."""
+        shared: dict[str, int] = {}
         for t in transitions:
             link = self._links[t.link]
+            if planned is None and not t.usable:
+                # A link that went away: what its own switches hold back (a drain's removal
+                # waiting for the traffic to move) leaves now; nothing may wait on a dead link.
+                for switch in (link.a[0], link.b[0]):
+                    for h in self._held.take_all(switch):
+                        self._release(switch, h, now, out)
+            if planned is None and t.link in self.drains:
+                continue  # out of routing already, and until it is undrained
             self._routing_step(RoutingStep(t.link, t.usable), out)
             deltas = self.planner.set_link_usable(t.link, t.usable)
             compute_ns = self.planner.last_compute_ns
@@ -643,6 +852,7 @@ class DecisionCore:
                         state=_LINK_STATE[t.state],
                         switches_changed=len(deltas),
                         compute_ns=compute_ns,
+                        drain=planned is not None,
                     ),
                 ),
             )
@@ -656,12 +866,22 @@ class DecisionCore:
                 compute_ns=compute_ns,
             )
             # Make before break: a returning link's own switches first, the rest once those
-            # applied; a link that went away is left by everyone at once.
-            ends = {link.a[0], link.b[0]} if t.usable else set(deltas)
+            # applied; a link that went away is left by everyone at once. A drain moves the
+            # traffic first and takes the drained switch's entries out once that applied; an
+            # undrain readies the drained switch first.
+            if planned is not None:
+                ends = set(planned) if t.usable else set(deltas) - planned
+            else:
+                ends = {link.a[0], link.b[0]} if t.usable else set(deltas)
             for switch, delta in deltas.items():
                 if switch in ends:
                     self._push_now(switch, delta, event_id, now, out)
             gate = dict(conv.waiting)
+            if planned is not None:
+                # The links of one drain (a whole switch) share a gate: no switch's removal
+                # leaves before every link's traffic moved, whatever link came last.
+                shared.update(gate)
+                gate = dict(shared)
             for switch, delta in deltas.items():
                 if switch in ends:
                     continue
@@ -683,7 +903,7 @@ class DecisionCore:
             if not all(self._gate_open(s, g) for s, g in h.gate.items()):
                 out.log(
                     Level.WARNING,
-                    f"{switch}: link-up delta released after waiting "
+                    f"{switch}: make-before-break delta released after waiting "
                     f"{DEFER_LIMIT_NS // 1_000_000} ms for {', '.join(sorted(h.gate))}",
                 )
             self._release(switch, h, now, out)

@@ -3,7 +3,7 @@ and to whom, the planner computes what (STYLE: pure core, thin I/O shell)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -22,6 +22,22 @@ class PlannedLink:
     b: End
     speed_mbps: int
     length_m: float
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """What taking links out of routing would cut (a what-if): ToR pairs that have a path now
+    and would have none, and the server NIC pairs behind them."""
+
+    tor_pairs: int = 0
+    nic_pairs: int = 0
+    # One of those ToR pairs, and a NIC on each of its ToRs ("srv-b1-s1/nic1"; "" when the
+    # ToR has no NIC).
+    example: tuple[str, str] = ("", "")
+    example_nics: tuple[str, str] = ("", "")
+
+    def __bool__(self) -> bool:
+        return self.tor_pairs > 0
 
 
 class Planner(Protocol):
@@ -49,6 +65,11 @@ class Planner(Protocol):
     def set_link_usable(self, key: str, usable: bool) -> Mapping[str, state_pb2.StateDelta]:
         """Take a link out of routing or put it back; the per-switch changes it causes
         (generations unset). Only switches whose state changes appear."""
+        ...
+
+    def isolation(self, unusable: Collection[str]) -> Isolation:
+        """What-if: the ToR pairs that reach each other under the current link set and would
+        not with the links `unusable` out too. Pure: routes do not change."""
         ...
 
     def set_all_unusable(self) -> None:

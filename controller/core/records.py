@@ -87,6 +87,23 @@ class EventRecord:
     event: admin_pb2.Event
 
 
+@dataclass(frozen=True, slots=True)
+class DrainRecord:
+    """An operator's drain of a link: routing avoids it until it is undrained."""
+
+    link: str
+    who: str  # the operator's identity ("operator/alice"), or "insecure"
+    reason: str
+    wall_ns: int
+    target: str  # what the operator named: "tor-r1-b1:3" or "spine-p1-2"
+    forced: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DrainCleared:
+    link: str
+
+
 Record = (
     Meta
     | SwitchGenerations
@@ -97,6 +114,8 @@ Record = (
     | AlarmRecord
     | AlarmCleared
     | EventRecord
+    | DrainRecord
+    | DrainCleared
 )
 
 
@@ -111,6 +130,8 @@ def state_key(record: Record) -> Hashable | None:
         return ("link", record.key)
     if isinstance(record, AlarmRecord | AlarmCleared):
         return ("alarm", record.id)
+    if isinstance(record, DrainRecord | DrainCleared):
+        return ("drain", record.link)
     return None
 
 
@@ -132,3 +153,5 @@ class Restored:
     alarms: list[AlarmRecord] = field(default_factory=list)
     # Most recent events, oldest first.
     events: list[admin_pb2.Event] = field(default_factory=list)
+    # Drained links, oldest drain first.
+    drains: list[DrainRecord] = field(default_factory=list)

@@ -54,6 +54,18 @@ class SwitchView:
         return self.not_converged_reason == ""
 
     @property
+    def mastership_lost_to(self) -> str | None:
+        """The election id of the client that holds the target's primary instead of the
+        agent, while the target is reachable; None when the agent is primary, nobody is, or
+        the agent does not say (an older agent)."""
+        h = self.target_health
+        if h is None or not h.reachable or h.primary or not h.primary_election_id:
+            return None
+        if h.primary_election_id == h.election_id:
+            return None  # the target's answer about the agent itself: not another client
+        return h.primary_election_id
+
+    @property
     def target_problem(self) -> str | None:
         """Why the agent cannot keep the target as desired, or None when it can (or has not
         said: an agent of an older version sends no health)."""
@@ -62,6 +74,13 @@ class SwitchView:
             return None
         if not h.reachable:
             return f"P4 target unreachable: {h.error or 'no P4Runtime stream'}"
+        usurper = self.mastership_lost_to
+        if usurper is not None:
+            mine = f" (the agent's is {h.election_id})" if h.election_id else ""
+            return (
+                f"mastership lost: the P4 target's primary is another client, election id "
+                f"{usurper}{mine}; the agent writes nothing while it is"
+            )
         if not h.primary:
             return f"agent is not the P4 target's primary client: {h.error or 'no arbitration'}"
         if (h.missing or h.unexpected or h.modified) and not h.repaired_wall_ns:
@@ -104,6 +123,12 @@ class SwitchView:
         return dataclasses.replace(self, **observed)
 
 
+def shown_name(name: str) -> str:
+    """A switch name a client sent, cut for an error text or a log line: a name of any length
+    echoed back would not fit gRPC's metadata limit, and the client could not read why."""
+    return repr(name if len(name) <= 64 else name[:64] + "...")
+
+
 def lookup(views: dict[str, SwitchView], name: str) -> SwitchView:
     """The view of `name`, or UnknownSwitch with the closest name."""
     try:
@@ -111,5 +136,4 @@ def lookup(views: dict[str, SwitchView], name: str) -> SwitchView:
     except KeyError:
         close = difflib.get_close_matches(name, list(views), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        shown = name if len(name) <= 64 else name[:64] + "..."
-        raise UnknownSwitch(f"unknown switch {shown!r}{hint}") from None
+        raise UnknownSwitch(f"unknown switch {shown_name(name)}{hint}") from None

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import ipaddress
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 from controller import export
 from controller.core.cabling import ServerLldp
-from controller.core.planner import PlannedLink
+from controller.core.planner import Isolation, PlannedLink
 from controller.fabric import Fabric, Role
 from controller.intent import load_fabric
 from controller.path import Flow, PathError, predict_path
@@ -86,6 +86,34 @@ class CorePlanner:
             name: export.state_delta(self.routing, delta, 0, with_digest=False)
             for name, delta in deltas.items()
         }
+
+    def isolation(self, unusable: Collection[str]) -> Isolation:
+        routing = self.routing
+        topo = routing.topo
+        out = [self._by_key[key] for key in unusable]
+        before = routing.tor_reach()
+        after = routing.tor_reach(LinkEvent(link.a[0], link.a[1], False) for link in out)
+        nics = [[k for k in topo.host_nics[x] if routing.nic_live[k]] for x in topo.dest_switch]
+        tor_pairs = nic_pairs = 0
+        example: tuple[int, int] | None = None
+        for i, (now, then) in enumerate(zip(before, after, strict=True)):
+            lost = (now & ~then) >> (i + 1)  # each unordered pair once
+            j = i
+            while lost:
+                step = (lost & -lost).bit_length()
+                j += step
+                lost >>= step
+                tor_pairs += 1
+                nic_pairs += len(nics[i]) * len(nics[j])
+                if example is None:
+                    example = (i, j)
+        if example is None:
+            return Isolation()
+        names = tuple(topo.names[topo.dest_switch[d]] for d in example)
+        nic_names = tuple(
+            self.fabric.nics[nics[d][0]].full_name if nics[d] else "" for d in example
+        )
+        return Isolation(tor_pairs, nic_pairs, (names[0], names[1]), (nic_names[0], nic_names[1]))
 
     def set_all_unusable(self) -> None:
         self.routing.apply([LinkEvent(link.a[0], link.a[1], False) for link in self._links])

@@ -63,11 +63,15 @@ class Runner:
         self._deadline: int | None = None
         self._rescheduled = asyncio.Event()
 
-    def input(self, decide: Callable[[Now], Sequence[Effect]]) -> None:
-        """Run one input (a core method bound to its arguments, taking `now`)."""
-        self.apply(decide(now()))
+    def input(
+        self, decide: Callable[[Now], Sequence[Effect]]
+    ) -> concurrent.futures.Future[bool] | None:
+        """Run one input (a core method bound to its arguments, taking `now`); what the core
+        raises propagates before any effect is applied. Returns the durability of its records
+        (None when it had none)."""
+        return self.apply(decide(now()))
 
-    def apply(self, effects: Sequence[Effect]) -> None:
+    def apply(self, effects: Sequence[Effect]) -> concurrent.futures.Future[bool] | None:
         durable: concurrent.futures.Future[bool] | None = None
         deliveries: list[Push | CloseSession] = []
         for effect in effects:
@@ -85,6 +89,7 @@ class Runner:
                 self._rescheduled.set()
         if deliveries:
             self._deliveries.put_nowait((durable, deliveries))
+        return durable
 
     async def deliver(self) -> None:
         """Owned task: send each input's pushes once its records are durable, in order."""

@@ -4,7 +4,8 @@ needs so the controller resumes without re-pushing what agents already hold
 
 Kept: meta (topology/intent digests), per-switch generation and digest of desired state and
 applied generation, link states, the ordered link changes routing applied (replaying them over
-the intent rebuilds desired state exactly, group ids included), active alarms and recent events.
+the intent rebuilds desired state exactly, group ids included), operators' drains, active alarms
+and recent events.
 
 The interface is controller.core.records: `commit(records)` writes the records of one input (or
 of several, grouped by the StoreWriter) as ONE transaction, so with WAL and synchronous=FULL an
@@ -33,6 +34,8 @@ from google.protobuf.message import DecodeError
 from controller.core.records import (
     AlarmCleared,
     AlarmRecord,
+    DrainCleared,
+    DrainRecord,
     EventRecord,
     LinkRecord,
     Meta,
@@ -50,7 +53,8 @@ log = logging.getLogger(__name__)
 
 FILE_NAME = "controller.sqlite3"
 # 1: round 1 (no version kept; events as text columns). 2: events carry the serialized Event.
-SCHEMA_VERSION = 2
+# 3: operators' drains.
+SCHEMA_VERSION = 3
 # The store's own meta key; Restored.meta does not include it and commit refuses to write it.
 SCHEMA_KEY = "_store.schema_version"
 # Events kept in the file (older ones are pruned at each commit that adds events) and events
@@ -65,7 +69,7 @@ _SQLITE_NOTADB = 26
 # than blocking the writer thread indefinitely.
 BUSY_TIMEOUT_S = 2.0
 
-# Version-2 schema. The events table keeps round 1's text columns (kind, message) so a migrated
+# Version-3 schema. The events table keeps round 1's text columns (kind, message) so a migrated
 # file and a new one have one shape; the `event` blob is what load() reads back.
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -106,7 +110,16 @@ CREATE TABLE alarms (
     message TEXT NOT NULL,
     raised_wall_ns INTEGER NOT NULL
 );
+CREATE TABLE drains (
+    link TEXT PRIMARY KEY,
+    who TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    wall_ns INTEGER NOT NULL,
+    target TEXT NOT NULL,
+    forced INTEGER NOT NULL
+);
 """
+_DRAINS_TABLE = _SCHEMA[_SCHEMA.index("CREATE TABLE drains") :]
 
 # Columns each table must have: round 1's (a version-1 file has exactly these) ...
 _COLUMNS_V1: dict[str, frozenset[str]] = {
@@ -117,8 +130,9 @@ _COLUMNS_V1: dict[str, frozenset[str]] = {
     "routing_log": frozenset({"id", "link", "usable"}),
     "alarms": frozenset({"id", "severity", "kind", "switch", "port", "message", "raised_wall_ns"}),
 }
-# ... and what version 2 adds.
+# ... and what version 2 adds, and version 3.
 _EVENTS_V2_ADDED = frozenset({"type", "event"})
+_DRAINS_V3 = frozenset({"link", "who", "reason", "wall_ns", "target", "forced"})
 
 _UPSERT_GENERATION = (
     "INSERT INTO switches (name, generation, digest) VALUES (?, ?, ?) "
@@ -137,6 +151,10 @@ _UPSERT_META = "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)"
 _UPSERT_ALARM = (
     "INSERT OR REPLACE INTO alarms (id, severity, kind, switch, port, message, raised_wall_ns) "
     "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+_UPSERT_DRAIN = (
+    "INSERT OR REPLACE INTO drains (link, who, reason, wall_ns, target, forced) "
+    "VALUES (?, ?, ?, ?, ?, ?)"
 )
 _INSERT_EVENT = (
     "INSERT INTO events (wall_ns, type, kind, switch, port, message, generation, event) "
@@ -272,6 +290,13 @@ class SqliteStore:
                 "ORDER BY raised_wall_ns, id"
             )
         ]
+        restored.drains = [
+            DrainRecord(link, who, reason, wall_ns, target, bool(forced))
+            for link, who, reason, wall_ns, target, forced in db.execute(
+                "SELECT link, who, reason, wall_ns, target, forced FROM drains "
+                "ORDER BY wall_ns, link"
+            )
+        ]
         rows = db.execute(
             "SELECT id, wall_ns, kind, switch, port, message, generation, event FROM events "
             "ORDER BY id DESC LIMIT ?",
@@ -341,6 +366,13 @@ class SqliteStore:
                 )
             elif isinstance(r, AlarmCleared):
                 db.execute("DELETE FROM alarms WHERE id = ?", (r.id,))
+            elif isinstance(r, DrainRecord):
+                db.execute(
+                    _UPSERT_DRAIN,
+                    (r.link, r.who, r.reason, r.wall_ns, r.target, int(r.forced)),
+                )
+            elif isinstance(r, DrainCleared):
+                db.execute("DELETE FROM drains WHERE link = ?", (r.link,))
             elif isinstance(r, EventRecord):
                 e = r.event
                 db.execute(
@@ -484,25 +516,32 @@ def _check_schema(db: sqlite3.Connection, name: str) -> None:
                 "state directory"
             )
         if version < SCHEMA_VERSION:
-            _migrate_v1(db, columns["events"])
+            _migrate(db, columns["events"], has_drains="drains" in tables)
             log.info("%s: store migrated from schema %d to %d", name, version, SCHEMA_VERSION)
         elif not _EVENTS_V2_ADDED.issubset(columns["events"]):
             raise StoreCorrupt(name, f"schema {version} but table events lacks its columns")
+        elif "drains" not in tables:
+            raise StoreCorrupt(name, f"schema {version} but table drains is missing")
+        elif not {str(r[1]) for r in db.execute("PRAGMA table_info(drains)")} >= _DRAINS_V3:
+            raise StoreCorrupt(name, f"schema {version} but table drains lacks its columns")
     except sqlite3.Error as exc:
         if _is_corruption(exc):
             raise StoreCorrupt(name, str(exc)) from exc
         raise StoreError(f"{name}: cannot open the controller's store ({exc})") from exc
 
 
-def _migrate_v1(db: sqlite3.Connection, event_columns: set[str]) -> None:
-    """Round 1 -> 2: events gain their type and serialized Event (old rows keep NULL: load()
-    rebuilds them from kind and message, type UNSPECIFIED)."""
+def _migrate(db: sqlite3.Connection, event_columns: set[str], *, has_drains: bool) -> None:
+    """To this version, in one transaction. Round 1 -> 2: events gain their type and
+    serialized Event (old rows keep NULL: load() rebuilds them from kind and message, type
+    UNSPECIFIED). 2 -> 3: the drains table (no drains)."""
     db.execute("BEGIN IMMEDIATE")
     try:
         if "type" not in event_columns:
             db.execute("ALTER TABLE events ADD COLUMN type INTEGER NOT NULL DEFAULT 0")
         if "event" not in event_columns:
             db.execute("ALTER TABLE events ADD COLUMN event BLOB")
+        if not has_drains:
+            db.execute(_DRAINS_TABLE)
         db.execute(_UPSERT_META, (SCHEMA_KEY, str(SCHEMA_VERSION)))
         db.execute("COMMIT")
     except BaseException:

@@ -102,6 +102,9 @@ class _EventKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_EventKind.V
     """The agent's periodic read-back found the target's tables changed behind its back."""
     EVENT_KIND_SESSION_GRACE_ENDED: _EventKind.ValueType  # 16
     """A switch stayed without a session past the grace period: its links are unobserved."""
+    EVENT_KIND_DRAIN: _EventKind.ValueType  # 17
+    """An operator drained a link, or returned it to routing (detail: drain)."""
+    EVENT_KIND_UNDRAIN: _EventKind.ValueType  # 18
 
 class EventKind(_EventKind, metaclass=_EventKindEnumTypeWrapper):
     """What happened. Figures travel in the typed detail of each kind, never in `message`."""
@@ -131,6 +134,9 @@ EVENT_KIND_TARGET_DIVERGED: EventKind.ValueType  # 15
 """The agent's periodic read-back found the target's tables changed behind its back."""
 EVENT_KIND_SESSION_GRACE_ENDED: EventKind.ValueType  # 16
 """A switch stayed without a session past the grace period: its links are unobserved."""
+EVENT_KIND_DRAIN: EventKind.ValueType  # 17
+"""An operator drained a link, or returned it to routing (detail: drain)."""
+EVENT_KIND_UNDRAIN: EventKind.ValueType  # 18
 Global___EventKind: _TypeAlias = EventKind  # noqa: Y015
 
 class _Severity:
@@ -274,6 +280,7 @@ class LinkInfo(_message.Message):
     SINCE_WALL_NS_FIELD_NUMBER: _builtins.int
     FLAPS_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    DRAIN_FIELD_NUMBER: _builtins.int
     speed_mbps: _builtins.int
     length_m: _builtins.float
     state: Global___LinkState.ValueType
@@ -281,13 +288,19 @@ class LinkInfo(_message.Message):
     """Unix ns of the last state change."""
     flaps: _builtins.int
     reason: _builtins.str
-    """Why routing does not use the link, for people ("spine-1 has never reported port 3");
-    empty when it is usable.
+    """Why routing does not use the link, for people ("spine-1 has never reported port 3",
+    "drained by operator/alice at ...: optic swap"); empty when it is usable.
     """
     @_builtins.property
     def a(self) -> Global___LinkEnd: ...
     @_builtins.property
     def b(self) -> Global___LinkEnd: ...
+    @_builtins.property
+    def drain(self) -> Global___LinkDrain:
+        """The operator's drain that keeps the link out of routing; absent when not drained. `state`
+        stays what the agents observe.
+        """
+
     def __init__(
         self,
         *,
@@ -299,10 +312,11 @@ class LinkInfo(_message.Message):
         since_wall_ns: _builtins.int = ...,
         flaps: _builtins.int = ...,
         reason: _builtins.str = ...,
+        drain: Global___LinkDrain | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["a", b"a", "b", b"b"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["a", b"a", "b", b"b", "drain", b"drain"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["a", b"a", "b", b"b", "flaps", b"flaps", "length_m", b"length_m", "reason", b"reason", "since_wall_ns", b"since_wall_ns", "speed_mbps", b"speed_mbps", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["a", b"a", "b", b"b", "drain", b"drain", "flaps", b"flaps", "length_m", b"length_m", "reason", b"reason", "since_wall_ns", b"since_wall_ns", "speed_mbps", b"speed_mbps", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -359,7 +373,7 @@ class ListLinksRequest(_message.Message):
 
     ONLY_DOWN_FIELD_NUMBER: _builtins.int
     only_down: _builtins.bool
-    """Only links that are not up."""
+    """Only links routing does not use: not up, or drained."""
     def __init__(
         self,
         *,
@@ -589,6 +603,7 @@ class LinkChange(_message.Message):
     STATE_FIELD_NUMBER: _builtins.int
     SWITCHES_CHANGED_FIELD_NUMBER: _builtins.int
     COMPUTE_NS_FIELD_NUMBER: _builtins.int
+    DRAIN_FIELD_NUMBER: _builtins.int
     link: _builtins.str
     """The link's key, "a:port-b:port"."""
     usable: _builtins.bool
@@ -596,6 +611,8 @@ class LinkChange(_message.Message):
     switches_changed: _builtins.int
     """Switches whose desired state the change altered, and the routing computation time."""
     compute_ns: _builtins.int
+    drain: _builtins.bool
+    """An operator's drain or undrain moved the link, not its carrier."""
     @_builtins.property
     def a(self) -> Global___LinkEnd: ...
     @_builtins.property
@@ -610,10 +627,11 @@ class LinkChange(_message.Message):
         state: Global___LinkState.ValueType = ...,
         switches_changed: _builtins.int = ...,
         compute_ns: _builtins.int = ...,
+        drain: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["a", b"a", "b", b"b"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["a", b"a", "b", b"b", "compute_ns", b"compute_ns", "link", b"link", "state", b"state", "switches_changed", b"switches_changed", "usable", b"usable"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["a", b"a", "b", b"b", "compute_ns", b"compute_ns", "drain", b"drain", "link", b"link", "state", b"state", "switches_changed", b"switches_changed", "usable", b"usable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -712,6 +730,7 @@ class Event(_message.Message):
     LINK_CHANGE_FIELD_NUMBER: _builtins.int
     CONVERGENCE_FIELD_NUMBER: _builtins.int
     PUSH_FIELD_NUMBER: _builtins.int
+    DRAIN_FIELD_NUMBER: _builtins.int
     wall_ns: _builtins.int
     kind: _builtins.str
     """The type's name in lower case without its prefix ("port_down", "converged", ...), for
@@ -732,6 +751,8 @@ class Event(_message.Message):
     def convergence(self) -> Global___ConvergenceFigures: ...
     @_builtins.property
     def push(self) -> Global___PushSummary: ...
+    @_builtins.property
+    def drain(self) -> Global___LinkDrain: ...
     def __init__(
         self,
         *,
@@ -746,12 +767,13 @@ class Event(_message.Message):
         link_change: Global___LinkChange | None = ...,
         convergence: Global___ConvergenceFigures | None = ...,
         push: Global___PushSummary | None = ...,
+        drain: Global___LinkDrain | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["convergence", b"convergence", "detail", b"detail", "link_change", b"link_change", "port_change", b"port_change", "push", b"push"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["convergence", b"convergence", "detail", b"detail", "drain", b"drain", "link_change", b"link_change", "port_change", b"port_change", "push", b"push"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["convergence", b"convergence", "detail", b"detail", "generation", b"generation", "kind", b"kind", "link_change", b"link_change", "message", b"message", "port", b"port", "port_change", b"port_change", "push", b"push", "switch_name", b"switch_name", "type", b"type", "wall_ns", b"wall_ns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["convergence", b"convergence", "detail", b"detail", "drain", b"drain", "generation", b"generation", "kind", b"kind", "link_change", b"link_change", "message", b"message", "port", b"port", "port_change", b"port_change", "push", b"push", "switch_name", b"switch_name", "type", b"type", "wall_ns", b"wall_ns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_detail: _TypeAlias = _typing.Literal["port_change", "link_change", "convergence", "push"]  # noqa: Y015
+    _WhichOneofReturnType_detail: _TypeAlias = _typing.Literal["port_change", "link_change", "convergence", "push", "drain"]  # noqa: Y015
     _WhichOneofArgType_detail: _TypeAlias = _typing.Literal["detail", b"detail"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_detail) -> _WhichOneofReturnType_detail | None: ...
 
@@ -1329,3 +1351,369 @@ class GetTablesRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetTablesRequest: _TypeAlias = GetTablesRequest  # noqa: Y015
+
+@_typing.final
+class LinkDrain(_message.Message):
+    """An operator's drain of one link."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINK_FIELD_NUMBER: _builtins.int
+    A_FIELD_NUMBER: _builtins.int
+    B_FIELD_NUMBER: _builtins.int
+    WHO_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    WALL_NS_FIELD_NUMBER: _builtins.int
+    TARGET_FIELD_NUMBER: _builtins.int
+    FORCED_FIELD_NUMBER: _builtins.int
+    link: _builtins.str
+    """The link's key, "a:port-b:port"."""
+    who: _builtins.str
+    """Who: the identity of the operator's certificate ("operator/alice"), or "insecure" on a
+    plaintext controller (--insecure).
+    """
+    reason: _builtins.str
+    """Why, as the operator said it; may be empty."""
+    wall_ns: _builtins.int
+    """Unix ns of the drain (of the undrain, in an undrain event)."""
+    target: _builtins.str
+    """What the operator named: "tor-r1-b1:3" or "spine-p1-2"."""
+    forced: _builtins.bool
+    """Drained with `force` past the what-if check."""
+    @_builtins.property
+    def a(self) -> Global___LinkEnd: ...
+    @_builtins.property
+    def b(self) -> Global___LinkEnd: ...
+    def __init__(
+        self,
+        *,
+        link: _builtins.str = ...,
+        a: Global___LinkEnd | None = ...,
+        b: Global___LinkEnd | None = ...,
+        who: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        wall_ns: _builtins.int = ...,
+        target: _builtins.str = ...,
+        forced: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["a", b"a", "b", b"b"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["a", b"a", "b", b"b", "forced", b"forced", "link", b"link", "reason", b"reason", "target", b"target", "wall_ns", b"wall_ns", "who", b"who"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LinkDrain: _TypeAlias = LinkDrain  # noqa: Y015
+
+@_typing.final
+class DrainRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TARGET_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    FORCE_FIELD_NUMBER: _builtins.int
+    target: _builtins.str
+    """"SWITCH:PORT" (the switch-to-switch cable on that port) or "SWITCH" (every one of its
+    switch-to-switch links).
+    """
+    reason: _builtins.str
+    force: _builtins.bool
+    """Drain even when ToR pairs (or server NIC pairs reachable now) would lose their last path."""
+    def __init__(
+        self,
+        *,
+        target: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        force: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["force", b"force", "reason", b"reason", "target", b"target"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DrainRequest: _TypeAlias = DrainRequest  # noqa: Y015
+
+@_typing.final
+class UndrainRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TARGET_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    target: _builtins.str
+    reason: _builtins.str
+    def __init__(
+        self,
+        *,
+        target: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "target", b"target"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UndrainRequest: _TypeAlias = UndrainRequest  # noqa: Y015
+
+@_typing.final
+class DrainResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINKS_FIELD_NUMBER: _builtins.int
+    UNCHANGED_FIELD_NUMBER: _builtins.int
+    SWITCHES_CHANGED_FIELD_NUMBER: _builtins.int
+    switches_changed: _builtins.int
+    """Switches whose desired state changed."""
+    @_builtins.property
+    def links(self) -> _containers.RepeatedCompositeFieldContainer[Global___LinkDrain]:
+        """The links this call drained (or returned to routing)."""
+
+    @_builtins.property
+    def unchanged(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Links of the target left as they were: already drained (Drain), not drained (Undrain)."""
+
+    def __init__(
+        self,
+        *,
+        links: _abc.Iterable[Global___LinkDrain] | None = ...,
+        unchanged: _abc.Iterable[_builtins.str] | None = ...,
+        switches_changed: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["links", b"links", "switches_changed", b"switches_changed", "unchanged", b"unchanged"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DrainResponse: _TypeAlias = DrainResponse  # noqa: Y015
+
+@_typing.final
+class ListDrainsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListDrainsRequest: _TypeAlias = ListDrainsRequest  # noqa: Y015
+
+@_typing.final
+class ListDrainsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DRAINS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def drains(self) -> _containers.RepeatedCompositeFieldContainer[Global___LinkDrain]: ...
+    def __init__(
+        self,
+        *,
+        drains: _abc.Iterable[Global___LinkDrain] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["drains", b"drains"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListDrainsResponse: _TypeAlias = ListDrainsResponse  # noqa: Y015
+
+@_typing.final
+class DiffIntentRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    YAML_FIELD_NUMBER: _builtins.int
+    FILE_NAME_FIELD_NUMBER: _builtins.int
+    yaml: _builtins.str
+    """The intent file's text (either form)."""
+    file_name: _builtins.str
+    """The name errors give the file ("fabric.yaml")."""
+    def __init__(
+        self,
+        *,
+        yaml: _builtins.str = ...,
+        file_name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["file_name", b"file_name", "yaml", b"yaml"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DiffIntentRequest: _TypeAlias = DiffIntentRequest  # noqa: Y015
+
+@_typing.final
+class RouteChange(_message.Message):
+    """One route of one switch that an intent change adds, removes or points elsewhere."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PREFIX_FIELD_NUMBER: _builtins.int
+    OLD_PORTS_FIELD_NUMBER: _builtins.int
+    NEW_PORTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def prefix(self) -> _state_pb2.Ipv4Prefix: ...
+    @_builtins.property
+    def old_ports(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Egress ports of the route now and with the new intent, ascending; [] when absent."""
+
+    @_builtins.property
+    def new_ports(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        prefix: _state_pb2.Ipv4Prefix | None = ...,
+        old_ports: _abc.Iterable[_builtins.int] | None = ...,
+        new_ports: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["prefix", b"prefix"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["new_ports", b"new_ports", "old_ports", b"old_ports", "prefix", b"prefix"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RouteChange: _TypeAlias = RouteChange  # noqa: Y015
+
+@_typing.final
+class SwitchDiff(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SWITCH_NAME_FIELD_NUMBER: _builtins.int
+    ADDED_FIELD_NUMBER: _builtins.int
+    REMOVED_FIELD_NUMBER: _builtins.int
+    CHANGED_FIELD_NUMBER: _builtins.int
+    switch_name: _builtins.str
+    @_builtins.property
+    def added(self) -> _containers.RepeatedCompositeFieldContainer[Global___RouteChange]: ...
+    @_builtins.property
+    def removed(self) -> _containers.RepeatedCompositeFieldContainer[Global___RouteChange]: ...
+    @_builtins.property
+    def changed(self) -> _containers.RepeatedCompositeFieldContainer[Global___RouteChange]: ...
+    def __init__(
+        self,
+        *,
+        switch_name: _builtins.str = ...,
+        added: _abc.Iterable[Global___RouteChange] | None = ...,
+        removed: _abc.Iterable[Global___RouteChange] | None = ...,
+        changed: _abc.Iterable[Global___RouteChange] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["added", b"added", "changed", b"changed", "removed", b"removed", "switch_name", b"switch_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SwitchDiff: _TypeAlias = SwitchDiff  # noqa: Y015
+
+@_typing.final
+class DiffIntentResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FABRIC_NAME_FIELD_NUMBER: _builtins.int
+    SWITCHES_ADDED_FIELD_NUMBER: _builtins.int
+    SWITCHES_REMOVED_FIELD_NUMBER: _builtins.int
+    LINKS_ADDED_FIELD_NUMBER: _builtins.int
+    LINKS_REMOVED_FIELD_NUMBER: _builtins.int
+    SWITCHES_FIELD_NUMBER: _builtins.int
+    ROUTES_INSTALLED_FIELD_NUMBER: _builtins.int
+    ROUTES_ADDED_FIELD_NUMBER: _builtins.int
+    ROUTES_WITHDRAWN_FIELD_NUMBER: _builtins.int
+    ROUTES_CHANGED_FIELD_NUMBER: _builtins.int
+    fabric_name: _builtins.str
+    routes_installed: _builtins.int
+    """Routes installed now, summed over switches, and the routes the new intent would add,
+    withdraw (remove; a removed switch's included) and point elsewhere.
+    """
+    routes_added: _builtins.int
+    routes_withdrawn: _builtins.int
+    routes_changed: _builtins.int
+    @_builtins.property
+    def switches_added(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def switches_removed(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def links_added(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Link keys ("a:port-b:port")."""
+
+    @_builtins.property
+    def links_removed(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def switches(self) -> _containers.RepeatedCompositeFieldContainer[Global___SwitchDiff]:
+        """Switches whose routes differ, by name (a switch added or removed has every route added
+        or removed). Routes are compared as egress port sets under today's link states and drains.
+        """
+
+    def __init__(
+        self,
+        *,
+        fabric_name: _builtins.str = ...,
+        switches_added: _abc.Iterable[_builtins.str] | None = ...,
+        switches_removed: _abc.Iterable[_builtins.str] | None = ...,
+        links_added: _abc.Iterable[_builtins.str] | None = ...,
+        links_removed: _abc.Iterable[_builtins.str] | None = ...,
+        switches: _abc.Iterable[Global___SwitchDiff] | None = ...,
+        routes_installed: _builtins.int = ...,
+        routes_added: _builtins.int = ...,
+        routes_withdrawn: _builtins.int = ...,
+        routes_changed: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fabric_name", b"fabric_name", "links_added", b"links_added", "links_removed", b"links_removed", "routes_added", b"routes_added", "routes_changed", b"routes_changed", "routes_installed", b"routes_installed", "routes_withdrawn", b"routes_withdrawn", "switches", b"switches", "switches_added", b"switches_added", "switches_removed", b"switches_removed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DiffIntentResponse: _TypeAlias = DiffIntentResponse  # noqa: Y015
+
+@_typing.final
+class ReloadIntentRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FORCE_FIELD_NUMBER: _builtins.int
+    force: _builtins.bool
+    """Reload even when it would withdraw more than --reload-max-withdraw of the routes."""
+    def __init__(
+        self,
+        *,
+        force: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["force", b"force"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReloadIntentRequest: _TypeAlias = ReloadIntentRequest  # noqa: Y015
+
+@_typing.final
+class ReloadIntentResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FABRIC_NAME_FIELD_NUMBER: _builtins.int
+    DIFF_FIELD_NUMBER: _builtins.int
+    FORCED_FIELD_NUMBER: _builtins.int
+    fabric_name: _builtins.str
+    forced: _builtins.bool
+    """The guard was skipped (`force`) although the reload withdraws more than it allows."""
+    @_builtins.property
+    def diff(self) -> Global___DiffIntentResponse:
+        """What the reload changed."""
+
+    def __init__(
+        self,
+        *,
+        fabric_name: _builtins.str = ...,
+        diff: Global___DiffIntentResponse | None = ...,
+        forced: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["diff", b"diff"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["diff", b"diff", "fabric_name", b"fabric_name", "forced", b"forced"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReloadIntentResponse: _TypeAlias = ReloadIntentResponse  # noqa: Y015

@@ -92,6 +92,31 @@ class FabricAdminStub:
                 request_serializer=railfabric_dot_v1_dot_admin__pb2.GetTablesRequest.SerializeToString,
                 response_deserializer=railfabric_dot_v1_dot_control__pb2.TablesReport.FromString,
                 _registered_method=True)
+        self.Drain = channel.unary_unary(
+                '/railfabric.v1.FabricAdmin/Drain',
+                request_serializer=railfabric_dot_v1_dot_admin__pb2.DrainRequest.SerializeToString,
+                response_deserializer=railfabric_dot_v1_dot_admin__pb2.DrainResponse.FromString,
+                _registered_method=True)
+        self.Undrain = channel.unary_unary(
+                '/railfabric.v1.FabricAdmin/Undrain',
+                request_serializer=railfabric_dot_v1_dot_admin__pb2.UndrainRequest.SerializeToString,
+                response_deserializer=railfabric_dot_v1_dot_admin__pb2.DrainResponse.FromString,
+                _registered_method=True)
+        self.ListDrains = channel.unary_unary(
+                '/railfabric.v1.FabricAdmin/ListDrains',
+                request_serializer=railfabric_dot_v1_dot_admin__pb2.ListDrainsRequest.SerializeToString,
+                response_deserializer=railfabric_dot_v1_dot_admin__pb2.ListDrainsResponse.FromString,
+                _registered_method=True)
+        self.DiffIntent = channel.unary_unary(
+                '/railfabric.v1.FabricAdmin/DiffIntent',
+                request_serializer=railfabric_dot_v1_dot_admin__pb2.DiffIntentRequest.SerializeToString,
+                response_deserializer=railfabric_dot_v1_dot_admin__pb2.DiffIntentResponse.FromString,
+                _registered_method=True)
+        self.ReloadIntent = channel.unary_unary(
+                '/railfabric.v1.FabricAdmin/ReloadIntent',
+                request_serializer=railfabric_dot_v1_dot_admin__pb2.ReloadIntentRequest.SerializeToString,
+                response_deserializer=railfabric_dot_v1_dot_admin__pb2.ReloadIntentResponse.FromString,
+                _registered_method=True)
 
 
 class FabricAdminServicer:
@@ -177,6 +202,49 @@ class FabricAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Drain(self, request, context):
+        """Take a link ("SWITCH:PORT", the cable on that port) or every switch-to-switch link of a
+        switch ("SWITCH") out of routing for an operator, make before break; kept across restarts.
+        NOT_FOUND names the closest switch or port; ALREADY_EXISTS when every link named is
+        drained already; FAILED_PRECONDITION names a ToR pair that would lose its last path
+        (unless `force`). Operator role.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Undrain(self, request, context):
+        """Return drained links to routing (make before break, no hold-down). FAILED_PRECONDITION
+        when no link named is drained. Operator role.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListDrains(self, request, context):
+        """The drained links, oldest drain first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DiffIntent(self, request, context):
+        """What an intent file would change against the running intent, planned as a reload would
+        plan it and applied to nothing. INVALID_ARGUMENT with the loader's `file:line: field: what`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReloadIntent(self, request, context):
+        """Reload the intent from the controller's --fabric file, as SIGHUP does. Refused with
+        FAILED_PRECONDITION when it would withdraw more than --reload-max-withdraw of the installed
+        routes, unless `force`; INVALID_ARGUMENT when the file does not load. Operator role.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FabricAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -234,6 +302,31 @@ def add_FabricAdminServicer_to_server(servicer, server):
                     servicer.GetTables,
                     request_deserializer=railfabric_dot_v1_dot_admin__pb2.GetTablesRequest.FromString,
                     response_serializer=railfabric_dot_v1_dot_control__pb2.TablesReport.SerializeToString,
+            ),
+            'Drain': grpc.unary_unary_rpc_method_handler(
+                    servicer.Drain,
+                    request_deserializer=railfabric_dot_v1_dot_admin__pb2.DrainRequest.FromString,
+                    response_serializer=railfabric_dot_v1_dot_admin__pb2.DrainResponse.SerializeToString,
+            ),
+            'Undrain': grpc.unary_unary_rpc_method_handler(
+                    servicer.Undrain,
+                    request_deserializer=railfabric_dot_v1_dot_admin__pb2.UndrainRequest.FromString,
+                    response_serializer=railfabric_dot_v1_dot_admin__pb2.DrainResponse.SerializeToString,
+            ),
+            'ListDrains': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDrains,
+                    request_deserializer=railfabric_dot_v1_dot_admin__pb2.ListDrainsRequest.FromString,
+                    response_serializer=railfabric_dot_v1_dot_admin__pb2.ListDrainsResponse.SerializeToString,
+            ),
+            'DiffIntent': grpc.unary_unary_rpc_method_handler(
+                    servicer.DiffIntent,
+                    request_deserializer=railfabric_dot_v1_dot_admin__pb2.DiffIntentRequest.FromString,
+                    response_serializer=railfabric_dot_v1_dot_admin__pb2.DiffIntentResponse.SerializeToString,
+            ),
+            'ReloadIntent': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReloadIntent,
+                    request_deserializer=railfabric_dot_v1_dot_admin__pb2.ReloadIntentRequest.FromString,
+                    response_serializer=railfabric_dot_v1_dot_admin__pb2.ReloadIntentResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -534,6 +627,141 @@ class FabricAdmin:
             '/railfabric.v1.FabricAdmin/GetTables',
             railfabric_dot_v1_dot_admin__pb2.GetTablesRequest.SerializeToString,
             railfabric_dot_v1_dot_control__pb2.TablesReport.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Drain(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/railfabric.v1.FabricAdmin/Drain',
+            railfabric_dot_v1_dot_admin__pb2.DrainRequest.SerializeToString,
+            railfabric_dot_v1_dot_admin__pb2.DrainResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Undrain(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/railfabric.v1.FabricAdmin/Undrain',
+            railfabric_dot_v1_dot_admin__pb2.UndrainRequest.SerializeToString,
+            railfabric_dot_v1_dot_admin__pb2.DrainResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDrains(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/railfabric.v1.FabricAdmin/ListDrains',
+            railfabric_dot_v1_dot_admin__pb2.ListDrainsRequest.SerializeToString,
+            railfabric_dot_v1_dot_admin__pb2.ListDrainsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DiffIntent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/railfabric.v1.FabricAdmin/DiffIntent',
+            railfabric_dot_v1_dot_admin__pb2.DiffIntentRequest.SerializeToString,
+            railfabric_dot_v1_dot_admin__pb2.DiffIntentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReloadIntent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/railfabric.v1.FabricAdmin/ReloadIntent',
+            railfabric_dot_v1_dot_admin__pb2.ReloadIntentRequest.SerializeToString,
+            railfabric_dot_v1_dot_admin__pb2.ReloadIntentResponse.FromString,
             options,
             channel_credentials,
             insecure,

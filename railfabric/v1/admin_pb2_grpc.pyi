@@ -62,6 +62,28 @@ class FabricAdminStub:
     wants there (`railctl tables`). UNAVAILABLE when the switch has no session; DEADLINE_EXCEEDED
     when the agent does not answer in time.
     """
+    Drain: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DrainRequest, _admin_pb2.DrainResponse]
+    """Take a link ("SWITCH:PORT", the cable on that port) or every switch-to-switch link of a
+    switch ("SWITCH") out of routing for an operator, make before break; kept across restarts.
+    NOT_FOUND names the closest switch or port; ALREADY_EXISTS when every link named is
+    drained already; FAILED_PRECONDITION names a ToR pair that would lose its last path
+    (unless `force`). Operator role.
+    """
+    Undrain: _grpc.UnaryUnaryMultiCallable[_admin_pb2.UndrainRequest, _admin_pb2.DrainResponse]
+    """Return drained links to routing (make before break, no hold-down). FAILED_PRECONDITION
+    when no link named is drained. Operator role.
+    """
+    ListDrains: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListDrainsRequest, _admin_pb2.ListDrainsResponse]
+    """The drained links, oldest drain first."""
+    DiffIntent: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DiffIntentRequest, _admin_pb2.DiffIntentResponse]
+    """What an intent file would change against the running intent, planned as a reload would
+    plan it and applied to nothing. INVALID_ARGUMENT with the loader's `file:line: field: what`.
+    """
+    ReloadIntent: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ReloadIntentRequest, _admin_pb2.ReloadIntentResponse]
+    """Reload the intent from the controller's --fabric file, as SIGHUP does. Refused with
+    FAILED_PRECONDITION when it would withdraw more than --reload-max-withdraw of the installed
+    routes, unless `force`; INVALID_ARGUMENT when the file does not load. Operator role.
+    """
 
 @_typing.type_check_only
 class FabricAdminAsyncStub(FabricAdminStub):
@@ -92,6 +114,28 @@ class FabricAdminAsyncStub(FabricAdminStub):
     """What the switch's target holds, read back through its agent now, against what the agent
     wants there (`railctl tables`). UNAVAILABLE when the switch has no session; DEADLINE_EXCEEDED
     when the agent does not answer in time.
+    """
+    Drain: _aio.UnaryUnaryMultiCallable[_admin_pb2.DrainRequest, _admin_pb2.DrainResponse]  # type: ignore[assignment]
+    """Take a link ("SWITCH:PORT", the cable on that port) or every switch-to-switch link of a
+    switch ("SWITCH") out of routing for an operator, make before break; kept across restarts.
+    NOT_FOUND names the closest switch or port; ALREADY_EXISTS when every link named is
+    drained already; FAILED_PRECONDITION names a ToR pair that would lose its last path
+    (unless `force`). Operator role.
+    """
+    Undrain: _aio.UnaryUnaryMultiCallable[_admin_pb2.UndrainRequest, _admin_pb2.DrainResponse]  # type: ignore[assignment]
+    """Return drained links to routing (make before break, no hold-down). FAILED_PRECONDITION
+    when no link named is drained. Operator role.
+    """
+    ListDrains: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListDrainsRequest, _admin_pb2.ListDrainsResponse]  # type: ignore[assignment]
+    """The drained links, oldest drain first."""
+    DiffIntent: _aio.UnaryUnaryMultiCallable[_admin_pb2.DiffIntentRequest, _admin_pb2.DiffIntentResponse]  # type: ignore[assignment]
+    """What an intent file would change against the running intent, planned as a reload would
+    plan it and applied to nothing. INVALID_ARGUMENT with the loader's `file:line: field: what`.
+    """
+    ReloadIntent: _aio.UnaryUnaryMultiCallable[_admin_pb2.ReloadIntentRequest, _admin_pb2.ReloadIntentResponse]  # type: ignore[assignment]
+    """Reload the intent from the controller's --fabric file, as SIGHUP does. Refused with
+    FAILED_PRECONDITION when it would withdraw more than --reload-max-withdraw of the installed
+    routes, unless `force`; INVALID_ARGUMENT when the file does not load. Operator role.
     """
 
 class FabricAdminServicer(metaclass=_abc_1.ABCMeta):
@@ -186,6 +230,58 @@ class FabricAdminServicer(metaclass=_abc_1.ABCMeta):
         """What the switch's target holds, read back through its agent now, against what the agent
         wants there (`railctl tables`). UNAVAILABLE when the switch has no session; DEADLINE_EXCEEDED
         when the agent does not answer in time.
+        """
+
+    @_abc_1.abstractmethod
+    def Drain(
+        self,
+        request: _admin_pb2.DrainRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DrainResponse, _abc.Awaitable[_admin_pb2.DrainResponse]]:
+        """Take a link ("SWITCH:PORT", the cable on that port) or every switch-to-switch link of a
+        switch ("SWITCH") out of routing for an operator, make before break; kept across restarts.
+        NOT_FOUND names the closest switch or port; ALREADY_EXISTS when every link named is
+        drained already; FAILED_PRECONDITION names a ToR pair that would lose its last path
+        (unless `force`). Operator role.
+        """
+
+    @_abc_1.abstractmethod
+    def Undrain(
+        self,
+        request: _admin_pb2.UndrainRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DrainResponse, _abc.Awaitable[_admin_pb2.DrainResponse]]:
+        """Return drained links to routing (make before break, no hold-down). FAILED_PRECONDITION
+        when no link named is drained. Operator role.
+        """
+
+    @_abc_1.abstractmethod
+    def ListDrains(
+        self,
+        request: _admin_pb2.ListDrainsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ListDrainsResponse, _abc.Awaitable[_admin_pb2.ListDrainsResponse]]:
+        """The drained links, oldest drain first."""
+
+    @_abc_1.abstractmethod
+    def DiffIntent(
+        self,
+        request: _admin_pb2.DiffIntentRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DiffIntentResponse, _abc.Awaitable[_admin_pb2.DiffIntentResponse]]:
+        """What an intent file would change against the running intent, planned as a reload would
+        plan it and applied to nothing. INVALID_ARGUMENT with the loader's `file:line: field: what`.
+        """
+
+    @_abc_1.abstractmethod
+    def ReloadIntent(
+        self,
+        request: _admin_pb2.ReloadIntentRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ReloadIntentResponse, _abc.Awaitable[_admin_pb2.ReloadIntentResponse]]:
+        """Reload the intent from the controller's --fabric file, as SIGHUP does. Refused with
+        FAILED_PRECONDITION when it would withdraw more than --reload-max-withdraw of the installed
+        routes, unless `force`; INVALID_ARGUMENT when the file does not load. Operator role.
         """
 
 def add_FabricAdminServicer_to_server(servicer: FabricAdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

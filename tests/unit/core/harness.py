@@ -9,7 +9,7 @@ restart resumes from exactly what the core asked to persist.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,9 +17,11 @@ from controller import export
 from controller.core.clock import Now
 from controller.core.effects import Effect, Level, Log, Persist, Push, Schedule
 from controller.core.links import DampingParams
-from controller.core.machine import DecisionCore
+from controller.core.machine import DecisionCore, DrainError, DrainRefused
 from controller.daemon.core_planner import CorePlanner, load_planner
 from controller.daemon.store import SqliteStore
+from controller.fabric import Fabric
+from controller.intent import load_fabric
 from railfabric.delta import apply_delta
 from railfabric.v1 import control_pb2, state_pb2
 
@@ -28,6 +30,9 @@ LAB = ROOT / "examples" / "lab-2rail.yaml"
 S = 1_000_000_000
 
 Forwarding = dict[tuple[int, int], frozenset[int]]
+# Fresh forwarding per fabric and set of links routing avoids: most steps change none, and
+# examples meet the same sets again.
+_FRESH_ROUTES: dict[tuple[Path, frozenset[str]], dict[str, Forwarding]] = {}
 
 
 def forwarding(state: state_pb2.DesiredState) -> Forwarding:
@@ -76,6 +81,7 @@ class Agent:
 class Harness:
     def __init__(self, fabric: Path = LAB, hold_down_s: float = 2.0) -> None:
         self.fabric = fabric
+        self._loaded: Fabric | None = None  # the intent, parsed once for fresh computations
         self.damping = DampingParams(hold_down_ns=int(hold_down_s * S))
         self.store = SqliteStore.open(":memory:")
         self.now = Now(mono_ns=1_000 * S, wall_ns=1_700_000_000 * S)
@@ -97,8 +103,11 @@ class Harness:
         return core
 
     def restart_controller(self) -> None:
-        """The controller process dies and starts again from its store; sessions drop."""
+        """The controller process dies and starts again from its store; sessions drop. Drains
+        survive it."""
+        drained = dict(self.core.drains)
         self.core = self._start()
+        assert self.core.drains == drained, "drains differ after a restart"
         for agent in self.agents.values():
             agent.connected = False
             agent.drop_inbox()
@@ -200,6 +209,50 @@ class Harness:
         self.report(link.a)
         self.report(link.b)
 
+    # -- operators
+    def drain(self, target: str, force: bool = False, who: str = "operator/tests") -> bool:
+        """An operator drains `target`; False when the core refused (nothing changed then).
+        A drain the what-if check lets through cuts no ToR pair, and one it refuses does, as
+        a from-scratch computation sees it."""
+        drained = dict(self.core.drains)
+        before = self.tor_reachability()
+        try:
+            plan = self.core.plan_drain(target)
+            self.run(self.core.drain(target, who, "model", force, self.now))
+        except DrainRefused:
+            assert self.core.drains == drained
+            after = self.tor_reachability(plan.links)
+            assert before - after, f"{target}: refused, but no ToR pair loses its path"
+            return False
+        except DrainError:
+            assert self.core.drains == drained
+            return False
+        if not force:
+            cut = before - self.tor_reachability()
+            assert not cut, f"{target}: drained, but ToR pairs lost their path: {sorted(cut)}"
+        return True
+
+    def undrain(self, target: str) -> bool:
+        drained = dict(self.core.drains)
+        try:
+            self.run(self.core.undrain(target, "operator/tests", "model", self.now))
+        except DrainError:
+            assert self.core.drains == drained
+            return False
+        return True
+
+    def tor_reachability(self, also_out: Collection[str] = ()) -> set[tuple[str, str]]:
+        """(ToR, ToR) pairs where the first has a route to the second's prefix in a
+        from-scratch computation over the links routing avoids (and `also_out`)."""
+        routing = self._fresh_planner(also_out).routing
+        tors = {s.name: s.prefix for s in routing.topo.fabric.switches if s.prefix is not None}
+        return {
+            (x, y)
+            for x in tors
+            for y, prefix in tors.items()
+            if x != y and routing.next_hops_by_prefix(x).get(prefix)
+        }
+
     def reload(self, fabric: Path | None = None) -> None:
         """SIGHUP with the same file (or another one)."""
         self.run(self.core.reload(load_planner(fabric or self.fabric), self.now))
@@ -214,6 +267,53 @@ class Harness:
                         f"{name} group {g.id} uses port {nh.port} of {key}, which is "
                         f"{tracker.state(key).value}"
                     )
+
+    def decided_state(self, name: str) -> state_pb2.DesiredState:
+        """The switch's state with the deltas make-before-break still holds applied: what the
+        core decided for it."""
+        state = self.core.views[name].state
+        for held in self.core.held_deltas(name):
+            delta = state_pb2.StateDelta()
+            delta.CopyFrom(held)
+            delta.from_generation, delta.to_generation = state.generation, state.generation + 1
+            state = apply_delta(state, delta)
+        return state
+
+    def check_no_route_over_drained_links(self) -> None:
+        """No decided state uses a drained link (a drain's removal may still be held back
+        while the traffic moves: make before break); at quiescence, no state at all."""
+        tracker, drains = self.core.tracker, self.core.drains
+        if not drains:
+            return
+        for name in self.core.views:
+            state = self.decided_state(name)
+            if self.core.quiescent():
+                assert state is self.core.views[name].state
+            for g in state.groups:
+                for nh in g.next_hops:
+                    key = tracker.link_of((name, nh.port))
+                    assert key not in drains, f"{name} group {g.id} uses drained {key}"
+
+    def check_decided_routes_match_a_fresh_computation(self) -> None:
+        """What the core decided for every switch (its state, and what make-before-break
+        still holds back) forwards as a from-scratch computation over the links routing avoids
+        now, drained ones included: only the delivery may lag, never the decision."""
+        key = (self.fabric, frozenset(self.core.unroutable_links()))
+        fresh = _FRESH_ROUTES.get(key)
+        if fresh is None:
+            if len(_FRESH_ROUTES) > 10_000:
+                _FRESH_ROUTES.clear()
+            routing = self._fresh_planner().routing
+            fresh = _FRESH_ROUTES[key] = {
+                name: {
+                    (prefix.address, prefix.length): frozenset(ports)
+                    for prefix, ports in routing.next_hops_by_prefix(name).items()
+                }
+                for name in self.core.views
+            }
+        for name in self.core.views:
+            decided = forwarding(self.decided_state(name))
+            assert decided == fresh[name], f"{name}: decided routes differ"
 
     def check_acked_hold_what_the_controller_believes(self) -> None:
         for name, agent in self.agents.items():
@@ -261,10 +361,20 @@ class Harness:
         raise AssertionError("the core did not settle")
 
     # -- the from-scratch truth
-    def fresh_forwarding(self) -> dict[str, Forwarding]:
-        planner = load_planner(self.fabric)
-        for key in self.core.tracker.down_links():
+    def _fresh_planner(self, also_out: Collection[str] = ()) -> CorePlanner:
+        """The intent computed from scratch over the links routing avoids (unusable or
+        drained), and `also_out`."""
+        if self._loaded is None:
+            self._loaded = load_fabric(self.fabric)
+        planner = CorePlanner(self._loaded)
+        for key in sorted(set(self.core.unroutable_links()) | set(also_out)):
             planner.set_link_usable(key, False)
+        return planner
+
+    def fresh_forwarding(self, also_out: Collection[str] = ()) -> dict[str, Forwarding]:
+        """Every switch's forwarding computed from scratch over the links routing avoids
+        (unusable or drained), and `also_out`."""
+        planner = self._fresh_planner(also_out)
         return {
             name: forwarding(export.desired_state(planner.routing, name))
             for name in self.core.views

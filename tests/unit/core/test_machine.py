@@ -522,6 +522,72 @@ def test_an_unreachable_target_makes_the_switch_not_converged_with_the_reason() 
     assert v.converged
 
 
+def test_a_taken_target_raises_mastership_lost_naming_the_new_primary() -> None:
+    """Another client took the target's primary from the agent: `mastership_lost:SW`, not
+    `target_unhealthy`, naming that client's election id; raised again when yet another
+    client holds it; cleared when the agent is primary again. Not converged meanwhile."""
+    h = connected()
+    name = "tor-r1-b1"
+    v = h.core.views[name]
+    ok = control_pb2.TargetHealth(
+        reachable=True,
+        primary=True,
+        last_read_back_wall_ns=1,
+        primary_election_id="10",
+        election_id="10",
+    )
+    h.run(h.core.target_health(name, ok, h.now))
+    assert v.converged and not h.core.alarms.active
+    taken = control_pb2.TargetHealth(
+        reachable=True,
+        primary=False,
+        error="backup: the client with election id 20 is primary",
+        last_read_back_wall_ns=1,
+        primary_election_id="20",
+        election_id="10",
+    )
+    h.run(h.core.target_health(name, taken, h.now))
+    (alarm,) = h.core.alarms.active.values()
+    assert (alarm.id, alarm.kind, alarm.severity) == (
+        f"mastership_lost:{name}",
+        "mastership_lost",
+        "critical",
+    )
+    assert "election id 20" in alarm.message and "the agent's is 10" in alarm.message
+    assert not v.converged and "mastership lost" in v.not_converged_reason
+    h.run(h.core.target_health(name, taken, h.now))  # the same report again: nothing new
+    assert len(events_of(h, admin_pb2.EVENT_KIND_ALARM_RAISED)) == 1
+    taken.primary_election_id = "30"
+    h.run(h.core.target_health(name, taken, h.now))
+    (alarm,) = h.core.alarms.active.values()
+    assert "election id 30" in alarm.message
+    assert len(events_of(h, admin_pb2.EVENT_KIND_ALARM_RAISED)) == 2
+    h.run(h.core.target_health(name, ok, h.now))
+    assert v.converged and not h.core.alarms.active
+
+
+def test_mastership_lost_is_only_for_a_reachable_target_held_by_another_client() -> None:
+    h = connected()
+    name = "tor-r1-b1"
+    v = h.core.views[name]
+    cases = [
+        # unreachable: target_unhealthy, whatever the last primary was
+        (control_pb2.TargetHealth(reachable=False, primary_election_id="20"), "target_unhealthy"),
+        # nobody is primary (no answer naming one yet)
+        (control_pb2.TargetHealth(reachable=True, election_id="10"), "target_unhealthy"),
+        # an older agent that does not say who is primary
+        (control_pb2.TargetHealth(reachable=True, error="backup: ..."), "target_unhealthy"),
+        (
+            control_pb2.TargetHealth(reachable=True, primary_election_id="20", election_id="10"),
+            "mastership_lost",
+        ),
+    ]
+    for health, kind in cases:
+        h.run(h.core.target_health(name, health, h.now))
+        assert [a.kind for a in h.core.alarms.active.values()] == [kind], health
+        assert not v.converged
+
+
 def test_path_shows_the_hops_routing_avoids_with_the_reason() -> None:
     h = Harness()
     h.hello("tor-r1-b1")

@@ -1,10 +1,16 @@
 """Model-based tests of the decision core: random interleavings of link cuts and returns
 (reported by either end, late, or not at all), flaps inside the hold-down, several links at
 once, acks late or never, agents leaving and saying Hello again, controller restarts from the
-store, and intent reloads. After every step: no exception and no error logged, every queued
-message extends its agent's chain, no switch routes over a link that is not usable, acked
-agents hold what the controller believes. At the end, once everything settled: every switch
-forwards exactly as a from-scratch computation over the same link states, and holds it.
+store, intent reloads, and operators draining and undraining links and whole switches (forced
+or not). After every step: no exception and no error logged, every queued message extends its
+agent's chain, no switch routes over a link that is not usable, no decided state routes over
+a drained link (make before break may still hold the drained switch's removal back), what the
+core decided for every switch forwards as a from-scratch computation over the links routing
+avoids (drained ones included), drains survive restarts, a drain the what-if check lets
+through cuts no ToR pair and one it refuses does, acked agents hold what the controller
+believes. At the end, once everything settled: every switch forwards exactly as a
+from-scratch computation over the same link states with the drained links taken out, and
+holds it.
 
 Sizes: the `ci` hypothesis profile (default) runs 2,000 examples of 50 steps; `make
 test-deep` sets HYPOTHESIS_PROFILE=deep for more.
@@ -120,6 +126,36 @@ class CoreModel(RuleBasedStateMachine):
         tracker = self.h.core.tracker
         for key in self.links:
             assert not (tracker.usable(key) and tracker.unobserved_ends(key)), key
+
+    # -- operators
+    @rule(data=st.data(), force=st.booleans())
+    def drain_a_link(self, data: st.DataObject, force: bool) -> None:
+        switch, port = data.draw(st.sampled_from(self.ends))
+        self.h.drain(f"{switch}:{port}", force)
+
+    @rule(data=st.data(), force=st.booleans())
+    def drain_a_switch(self, data: st.DataObject, force: bool) -> None:
+        self.h.drain(data.draw(st.sampled_from(self.switches)), force)
+
+    @precondition(lambda self: bool(self.h.core.drains))
+    @rule(data=st.data())
+    def undrain_a_link(self, data: st.DataObject) -> None:
+        d = self.h.core.drains[data.draw(st.sampled_from(sorted(self.h.core.drains)))]
+        link = self.h.core.planned_link(d.link)
+        end = data.draw(st.sampled_from([link.a, link.b]))
+        assert self.h.undrain(f"{end[0]}:{end[1]}")
+
+    @rule(data=st.data())
+    def undrain_a_switch(self, data: st.DataObject) -> None:
+        self.h.undrain(data.draw(st.sampled_from(self.switches)))
+
+    @invariant()
+    def no_route_over_a_drained_link(self) -> None:
+        self.h.check_no_route_over_drained_links()
+
+    @invariant()
+    def decided_routes_are_a_fresh_computation_without_the_drained_links(self) -> None:
+        self.h.check_decided_routes_match_a_fresh_computation()
 
     # -- the controller
     @precondition(lambda self: self.h.transactions < 10_000)

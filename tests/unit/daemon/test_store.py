@@ -17,6 +17,8 @@ import pytest
 from controller.core.records import (
     AlarmCleared,
     AlarmRecord,
+    DrainCleared,
+    DrainRecord,
     EventRecord,
     LinkRecord,
     Meta,
@@ -275,6 +277,52 @@ def test_a_round1_store_is_migrated_and_keeps_everything(tmp_path: Path) -> None
     db.close()
     assert {"type", "event"} <= columns
     assert reopen(path).events == [old, event(1).event]  # opens again without migrating
+
+
+def test_drains_are_kept_oldest_first_and_cleared(tmp_path: Path) -> None:
+    path = tmp_path / FILE_NAME
+    store = SqliteStore.open(path)
+    other = "tor-r1-b1:66--spine-p1-r1-2:1"
+    store.commit(
+        [
+            DrainRecord(other, "operator/bob", "", 20, "tor-r1-b1", True),
+            DrainRecord(LINK, "operator/alice", "optic swap", 10, "tor-r1-b1:65", False),
+        ]
+    )
+    store.close()
+    assert reopen(path).drains == [
+        DrainRecord(LINK, "operator/alice", "optic swap", 10, "tor-r1-b1:65", False),
+        DrainRecord(other, "operator/bob", "", 20, "tor-r1-b1", True),
+    ]
+    store = SqliteStore.open(path)
+    store.commit([DrainCleared(other)])
+    store.close()
+    assert [d.link for d in reopen(path).drains] == [LINK]
+
+
+def test_a_version2_store_gains_the_drains_table(tmp_path: Path) -> None:
+    path = tmp_path / FILE_NAME
+    store = SqliteStore.open(path)
+    store.commit([event(1)])
+    store.close()
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("DROP TABLE drains")
+    db.execute("UPDATE meta SET value = '2' WHERE key = ?", (SCHEMA_KEY,))
+    db.close()
+    store = SqliteStore.open(path)
+    assert store.load().drains == [] and store.load().events == [event(1).event]
+    store.commit([DrainRecord(LINK, "insecure", "", 1, "tor-r1-b1:65", False)])
+    store.close()
+    assert len(reopen(path).drains) == 1
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT value FROM meta WHERE key = ?", (SCHEMA_KEY,)).fetchone() == ("3",)
+    db.close()
+    # A version-3 file without it is not a store this controller wrote.
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("DROP TABLE drains")
+    db.close()
+    with pytest.raises(StoreCorrupt, match="table drains is missing"):
+        SqliteStore.open(path)
 
 
 def test_a_store_of_a_newer_controller_is_refused_without_touching_it(tmp_path: Path) -> None:
