@@ -1,4 +1,4 @@
-"""`railfabric-agent`: the switch agent daemon (ARCHITECTURE §1, §7).
+"""`railfabric-agent`: the switch agent daemon (docs/architecture.md §1, §7).
 
 One asyncio process. Long-lived state (the writer's desired/installed state, port and LLDP
 state) lives in `Agent`; the tasks that feed it run in one TaskGroup: a failing task cancels
@@ -23,13 +23,13 @@ from agent.codec import Codec, P4InfoMismatch
 from agent.counters import PortCounterReader
 from agent.lldp import NeighborChange, NeighborTable, build_lldp
 from agent.metrics import AgentMetrics
-from agent.p4client import P4Target, PacketIn
+from agent.p4client import ON_DEMOTED, P4Target, PacketIn
 from agent.ports import PortEvent, PortMonitor, parse_port_map
 from agent.session import ControllerSession
 from agent.tables import report as tables_report
 from agent.translate import Pipeline, repair
 from agent.writer import TARGET_LOST, Writer, server_ports
-from railfabric import __version__, cli
+from railfabric import __version__, cli, tls
 from railfabric.metrics import MetricsError
 from railfabric.p4format import EntityFormatter
 from railfabric.p4info import DEFAULT_P4INFO, load_p4info
@@ -67,7 +67,7 @@ def _interval(value: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = cli.parser(
+    parser = cli.daemon_parser(
         "railfabric-agent",
         "Switch agent: programs a P4Runtime target from the controller's state.",
     )
@@ -84,6 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--election-id", type=int, default=1, help="P4Runtime election id (higher wins)"
+    )
+    parser.add_argument(
+        "--on-demoted",
+        choices=ON_DEMOTED,
+        default="stand_down",
+        help="when another P4Runtime client takes primary: stand_down (keep the stream, write "
+        "nothing, raise mastership_lost) or fight (take it back with a higher election id)",
     )
     parser.add_argument(
         "--target-kind",
@@ -113,7 +120,35 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help="serve Prometheus metrics on this address (unset: no metrics)",
     )
+    tls.add_flags(parser, "this switch", metrics=True)
+    parser.add_argument(
+        "--target-insecure",
+        action="store_true",
+        help="reach the P4Runtime target in plaintext (a target without TLS); the controller "
+        "is still reached with TLS",
+    )
     return parser
+
+
+def tls_of(args: argparse.Namespace) -> tuple[tls.TlsFiles | None, tls.TlsFiles | None]:
+    """(to the controller, to the target) from the flags: the switch's own identity for both,
+    None where plaintext was asked for. TlsError names the flag or file that is wrong."""
+    files = tls.files_from(args)
+    if files is None:
+        tls.warn_insecure("the agent")
+        return None, None
+    identity = files.identity()
+    if identity != tls.Identity(tls.Kind.SWITCH, args.switch):
+        raise tls.TlsError(
+            f"--tls-cert {files.cert} names {identity}, not switch/{args.switch}; issue this "
+            f"switch's own with 'railctl pki issue DIR --switch {args.switch}'"
+        )
+    if args.target_insecure:
+        LOG.warning(
+            "the P4Runtime target %s is reached in plaintext (--target-insecure)", args.target
+        )
+        return files, None
+    return files, files
 
 
 class Agent:
@@ -130,17 +165,27 @@ class Agent:
         self.counters_interval = args.counters_interval
         self.verify_interval = args.verify_interval
         self.metrics_address: str | None = args.metrics
-        self.metrics = AgentMetrics(self.switch)
+        to_controller, to_target = tls_of(args)
+        self.metrics_tls = tls.metrics_files(args, to_controller)
+        self.metrics = AgentMetrics(self.switch, insecure=to_controller is None)
         # The last counter read (every --counters-interval), which metrics show.
         self.last_counters: control_pb2.Counters | None = None
 
         self.monitor = PortMonitor(self.port_map, args.netns)
         self.target = P4Target(
-            args.target, args.device_id, args.election_id, self.codec, device_config=device_config
+            args.target,
+            args.device_id,
+            args.election_id,
+            self.codec,
+            device_config=device_config,
+            tls=to_target,
+            on_demoted=args.on_demoted,
         )
         # What PortCounters holds for this kind of target (drop reasons, queue occupancy).
         self.port_counters = PortCounterReader(self.codec, self.target_kind, self.port_map)
-        self.session = ControllerSession(args.controller, self.hello, self._from_controller)
+        self.session = ControllerSession(
+            args.controller, self.hello, self._from_controller, tls_files=to_controller
+        )
         self.writer = Writer(
             self.target,
             self.codec,
@@ -199,6 +244,10 @@ class Agent:
             repaired_wall_ns=rb.repaired_wall_ns,
             verify_interval_s=math.ceil(self.verify_interval),
             wall_ns=time.time_ns(),
+            primary_election_id=(
+                "" if t.primary_election_id is None else str(t.primary_election_id)
+            ),
+            election_id=str(t.election_id),
         )
 
     def _health_changed(self) -> None:
@@ -395,10 +444,17 @@ async def _serve(agent: Agent) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, main.cancel)
+    # `systemctl reload` (kill -HUP): nothing to read now, as the certificates are read at each
+    # connection; unhandled, SIGHUP would end the agent.
+    loop.add_signal_handler(
+        signal.SIGHUP, LOG.info, "SIGHUP: TLS files are read again at the next connection"
+    )
     served = None
     if agent.metrics_address:
         agent.metrics.watch(loop, agent)
-        served = agent.metrics.serve(agent.metrics_address)
+        served = agent.metrics.serve(agent.metrics_address, agent.metrics_tls)
+    # After everything that can refuse the start: a refused start is one line.
+    LOG.info("running, P4Info from %s", agent.codec.origin)
     try:
         with contextlib.suppress(asyncio.CancelledError):
             await agent.run()
@@ -407,21 +463,23 @@ async def _serve(agent: Agent) -> None:
             served.close()
 
 
-def _setup_logging(level: str, switch: str) -> None:
-    """railfabric's one logging setup, each line naming the switch (labs and hosts run many
-    agents side by side)."""
-    cli.setup_logging(level)
+def _setup_logging(level: str, log_format: str, switch: str) -> None:
+    """railfabric's one logging setup, each text line naming the switch (labs and hosts run
+    many agents side by side); json lines have the fields every daemon's have."""
+    cli.setup_logging(level, log_format)
+    if log_format == "json":
+        return
     tagged = logging.Formatter(cli.LOG_FORMAT.replace("%(name)s", f"{switch} %(name)s", 1))
     for handler in logging.getLogger().handlers:
         handler.setFormatter(tagged)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    _setup_logging(args.log_level, args.switch)
+    args = cli.parse_args(build_parser(), argv)
+    _setup_logging(args.log_level, args.log_format, args.switch)
     try:
         agent = Agent(args)
-    except (P4InfoMismatch, ValueError, OSError) as err:
+    except (P4InfoMismatch, ValueError, OSError, tls.TlsError) as err:
         print(f"railfabric-agent: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

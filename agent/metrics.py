@@ -23,6 +23,7 @@ from prometheus_client.metrics_core import Metric
 
 from agent.writer import RepairRecord
 from railfabric import metrics
+from railfabric.tls import TlsFiles
 from railfabric.v1 import control_pb2, state_pb2
 
 if TYPE_CHECKING:
@@ -215,8 +216,8 @@ def _ports(snap: Snapshot) -> Iterator[Metric]:
 
 
 class AgentMetrics:
-    def __init__(self, switch: str) -> None:
-        self.registry = metrics.registry()
+    def __init__(self, switch: str, *, insecure: bool = False) -> None:
+        self.registry = metrics.registry(insecure=insecure)
         self._repairs = Histogram(
             "railfabric_agent_local_repair_seconds",
             "Carrier loss seen to the local repair's Write committed (monotonic clock)",
@@ -233,6 +234,6 @@ class AgentMetrics:
         """Scrapes snapshot `agent` on `loop` (the caller's thread is prometheus_client's)."""
         self.registry.register(metrics.Scraped(loop, lambda: snapshot(agent), render))
 
-    def serve(self, address: str) -> metrics.MetricsServer:
+    def serve(self, address: str, tls: TlsFiles | None = None) -> metrics.MetricsServer:
         """Serve on `address`; railfabric.metrics.MetricsError says why it cannot."""
-        return metrics.serve(self.registry, address)
+        return metrics.serve(self.registry, address, tls)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from railfabric import tls
 from railfabric.grpcopts import channel_options
 from railfabric.v1 import control_pb2, control_pb2_grpc
 
@@ -97,7 +98,10 @@ class ControllerSession:
         connect_timeout_s: float = 2.0,
         refused_backoff: Backoff = REFUSED_BACKOFF,
         refusal_log_s: float = REFUSAL_LOG_S,
+        tls_files: tls.TlsFiles | None = None,
     ) -> None:
+        # Read at every connection: certificates rotated on disk are used from the next one.
+        self.tls_files = tls_files
         self.connect_timeout_s = connect_timeout_s
         self._refused_backoff = refused_backoff
         self._refusal_log_s = refusal_log_s
@@ -149,6 +153,8 @@ class ControllerSession:
                 refused = err.code() in REFUSALS
             except TimeoutError:
                 self.last_error = f"not reachable within {self.connect_timeout_s} s"
+            except tls.TlsError as err:  # certificate files changed under us: said, retried
+                self.last_error = str(err)
             finally:
                 self.connected.clear()
                 self._outbox = None
@@ -193,7 +199,8 @@ class ControllerSession:
 
     async def _one_session(self) -> None:
         outbox: asyncio.Queue[control_pb2.AgentMessage] = asyncio.Queue(self._outbox_size)
-        async with grpc.aio.insecure_channel(self.address, options=_CHANNEL_OPTIONS) as channel:
+        channel = tls.aio_channel(self.address, self.tls_files, _CHANNEL_OPTIONS)
+        async with channel:
             stub = control_pb2_grpc.FabricControlStub(channel)
             async with asyncio.timeout(self.connect_timeout_s):
                 await channel.channel_ready()

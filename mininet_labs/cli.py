@@ -35,7 +35,6 @@ from mininet.cli import CLI
 from controller.fabric import ipv4_str
 from mininet_labs.lab import Lab
 from mininet_labs.netlinks import LabError
-from mininet_labs.processes import BIN
 from mininet_labs.report import Table, render
 from mininet_labs.scenarios import SCENARIOS, Budget
 from mininet_labs.topology import Cable
@@ -175,7 +174,7 @@ class FabricCLI(CLI):  # type: ignore[misc]  # mininet is untyped
     # -- the controller and the targets ---------------------------------------------------
 
     def _railctl(self, args: Sequence[str]) -> None:
-        argv = [str(BIN / "railctl"), "--controller", self.lab.controller_addr, *args]
+        argv = self.lab.railctl_argv(*args)
         done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
         self._say(done.stdout + done.stderr)
 

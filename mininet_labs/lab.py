@@ -28,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agent.metrics import PORT_COUNTERS
 from controller.fabric import Fabric, LldpIntent
 from controller.intent import load_fabric, to_explicit_yaml
-from mininet_labs import lldpd
+from mininet_labs import certs, lldpd
 from mininet_labs.clean import clean
 from mininet_labs.netlinks import PREFIX, LabError, Names, new_tag
 from mininet_labs.network import build_network
@@ -217,6 +217,8 @@ class Lab:
         for done in lldpd.guard_foreign_lldpd(self.topology.root_interfaces()):
             self.progress(done)
         self.run_dir.mkdir(parents=True)
+        # Every channel of the lab is mutual TLS, with certificates made for this run.
+        self.certs = certs.LabCerts(self.run_dir / "pki")
         self._write_fabric()
         if not self.target.completes_partial_checksums and shutil.which("ethtool") is None:
             raise LabError(
@@ -231,7 +233,7 @@ class Lab:
         self.net = build_network(self)
         self.progress(f"starting the controller and {len(self.fabric.switches)} switches")
         self.net.start()
-        channel = grpc.insecure_channel(self.controller_addr)
+        channel = self.certs.sync_channel(self.controller_addr)
         self._channels.append(channel)
         self._admin = admin_pb2_grpc.FabricAdminStub(channel)
         self.wait_converged(timeout_s=60)
@@ -257,6 +259,7 @@ class Lab:
                 "--state-dir", str(self.run_dir / "state"),
                 "--hold-down-s", f"{o.hold_down_s:g}",
                 "--damping-half-life-s", f"{o.damping_half_life_s:g}",
+                *certs.flags(self.certs.controller()),
             ],
         )  # fmt: skip
         assert controller.log is not None
@@ -275,7 +278,9 @@ class Lab:
         self.thrift_port[name] = free_port()
         self._switches[name] = self.processes.start(
             f"switch-{name}",
-            self.target.argv(self.device_id(name), addr, ports, self.thrift_port[name]),
+            self.target.argv(
+                self.device_id(name), addr, ports, self.thrift_port[name], self.certs.switch(name)
+            ),
             nice=DATA_PLANE_NICE,
         )
         self.switch_addr[name] = addr
@@ -300,6 +305,7 @@ class Lab:
                     "--lldp-interval", f"{o.lldp_interval_s:g}",
                     "--counters-interval", f"{AGENT_COUNTERS_INTERVAL_S:g}",
                     "--metrics", self.agent_metrics.setdefault(name, f"127.0.0.1:{free_port()}"),
+                    *certs.flags(self.certs.switch(name)),
                     *self.target.agent_args(),
                 ],
             )  # fmt: skip
@@ -371,6 +377,11 @@ class Lab:
         if self._admin is None:
             raise LabError("the lab is not running")
         return self._admin
+
+    def railctl_argv(self, *args: str) -> list[str]:
+        """A railctl command line against the lab's controller, as the lab's operator."""
+        identity = certs.flags(self.certs.operator())
+        return [str(BIN / "railctl"), "--controller", self.controller_addr, *identity, *args]
 
     def wait_converged(self, timeout_s: float) -> None:
         """Every agent connected and applied its state, every link up."""
@@ -501,7 +512,8 @@ class Lab:
     def _p4_stub(self, switch: str) -> p4r_grpc.P4RuntimeStub:
         stub = self._p4.get(switch)
         if stub is None:
-            channel = grpc.insecure_channel(self.switch_addr[switch])
+            # The lab reads as its operator, never as the switch's agent.
+            channel = self.certs.sync_channel(self.switch_addr[switch])
             self._channels.append(channel)
             stub = self._p4[switch] = p4r_grpc.P4RuntimeStub(channel)
         return stub

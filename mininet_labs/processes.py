@@ -32,8 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, ClassVar, Protocol
 
+from mininet_labs import certs
 from mininet_labs.netlinks import LabError
 from mininet_labs.traffic import LOSSLESS_PRIORITY
+from railfabric.tls import TlsFiles
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parent.parent
@@ -195,9 +197,16 @@ class SwitchTarget(Protocol):
         """The target and the rates the lab gives it, for the report."""
 
     def argv(
-        self, device_id: int, grpc_addr: str, ports: dict[int, str], thrift_port: int
+        self,
+        device_id: int,
+        grpc_addr: str,
+        ports: dict[int, str],
+        thrift_port: int,
+        tls: TlsFiles | None,
     ) -> list[str]:
-        """The switch's command line (`thrift_port`: a free port, for targets that use one)."""
+        """The switch's command line (`thrift_port`: a free port, for targets that use one;
+        `tls`: the switch's identity, which its P4Runtime server presents and demands of its
+        clients; None serves plaintext)."""
 
     def agent_args(self) -> list[str]: ...
 
@@ -224,10 +233,16 @@ class Softswitch:
         return f"softswitch, ports at {self.port_rate_mbps:g} Mb/s"
 
     def argv(
-        self, device_id: int, grpc_addr: str, ports: dict[int, str], thrift_port: int
+        self,
+        device_id: int,
+        grpc_addr: str,
+        ports: dict[int, str],
+        thrift_port: int,
+        tls: TlsFiles | None,
     ) -> list[str]:
         argv = [str(BIN / "railfabric-softswitch"), "--device-id", str(device_id)]
         argv += ["--grpc-addr", grpc_addr, "--cpu-port", str(CPU_PORT)]
+        argv += certs.flags(tls)
         argv += ["--port-rate-mbps", f"{self.port_rate_mbps:g}"]
         for port, ifname in ports.items():
             argv += ["-i", f"{port}@{ifname}"]
@@ -251,7 +266,17 @@ _TARGET_OPTIONS = "Target specific options:"
 _OPTION_LINE = re.compile(r"^  (?:-[A-Za-z] \[ )?--([A-Za-z0-9][A-Za-z0-9-]*)", re.M)
 # What the lab's command line uses, before and after `--`.
 _NEEDED_BEFORE = ("interface", "device-id", "no-p4")
-_NEEDED_AFTER = ("grpc-server-addr", "cpu-port", "priority-queues")
+_NEEDED_AFTER = (
+    "grpc-server-addr",
+    "cpu-port",
+    "priority-queues",
+    # The lab's P4Runtime is mutual TLS, as every railfabric channel.
+    "grpc-server-ssl",
+    "grpc-server-cacert",
+    "grpc-server-cert",
+    "grpc-server-key",
+    "grpc-server-with-client-auth",
+)
 
 
 @dataclass(frozen=True)
@@ -287,9 +312,13 @@ class Bmv2Build:
         grpc_addr: str,
         ports: dict[int, str],
         thrift_port: int,
+        *,
+        tls: TlsFiles | None = None,
     ) -> list[str]:
         """`binary`'s command line: no program (the agent pushes it), bmv2's options before
-        `--`, the target's after it; `--thrift-port` only when this build has Thrift."""
+        `--`, the target's after it; `--thrift-port` only when this build has Thrift. With
+        `tls`, bmv2's gRPC server demands a client certificate signed by the CA: bmv2 checks
+        only the CA, not which switch a certificate names (SECURITY.md)."""
         argv = [binary, "--device-id", str(device_id)]
         if self.thrift:
             # Distinct per switch, like device ids: several switches run on one machine.
@@ -298,6 +327,11 @@ class Bmv2Build:
             argv += ["-i", f"{port}@{ifname}"]
         argv += ["--no-p4", "--", "--grpc-server-addr", grpc_addr]
         argv += ["--cpu-port", str(CPU_PORT), "--priority-queues", str(BMV2_PRIORITY_QUEUES)]
+        if tls is not None:
+            # simple_switch_grpc's own options (targets/simple_switch_grpc/main.cpp).
+            argv += ["--grpc-server-ssl", "--grpc-server-with-client-auth"]
+            argv += ["--grpc-server-cacert", str(tls.ca)]
+            argv += ["--grpc-server-cert", str(tls.cert), "--grpc-server-key", str(tls.key)]
         return argv
 
 
@@ -381,9 +415,14 @@ class Bmv2:
         )
 
     def argv(
-        self, device_id: int, grpc_addr: str, ports: dict[int, str], thrift_port: int
+        self,
+        device_id: int,
+        grpc_addr: str,
+        ports: dict[int, str],
+        thrift_port: int,
+        tls: TlsFiles | None,
     ) -> list[str]:
-        return self.options().argv(BMV2_BINARY, device_id, grpc_addr, ports, thrift_port)
+        return self.options().argv(BMV2_BINARY, device_id, grpc_addr, ports, thrift_port, tls=tls)
 
     def agent_args(self) -> list[str]:
         return ["--target-kind", "bmv2", "--device-config", str(BMV2_JSON)]

@@ -15,11 +15,12 @@ import errno
 import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
     CollectorRegistry,
+    Gauge,
     Info,
     PlatformCollector,
     ProcessCollector,
@@ -31,6 +32,7 @@ from prometheus_client.registry import Collector
 
 from railfabric import __version__
 from railfabric.cli import host_port
+from railfabric.tls import TlsFiles
 
 SCRAPE_TIMEOUT_S = 5.0
 
@@ -41,8 +43,9 @@ class MetricsError(OSError):
     """`--metrics` cannot be served; the message names the flag, the address and why."""
 
 
-def registry() -> CollectorRegistry:
-    """A daemon's registry: process_* (CPU, memory, fds), python_info, railfabric_build_info."""
+def registry(*, insecure: bool = False) -> CollectorRegistry:
+    """A daemon's registry: process_* (CPU, memory, fds), python_info, railfabric_build_info,
+    and railfabric_insecure (1 when it serves or connects in plaintext: --insecure)."""
     # The text format has no creation times; prometheus_client would add a *_created gauge
     # beside every counter and histogram. (A process-wide setting: every daemon wants it.)
     disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -52,6 +55,11 @@ def registry() -> CollectorRegistry:
     Info("railfabric_build", "The railfabric version this daemon runs", registry=reg).info(
         {"version": __version__}
     )
+    Gauge(
+        "railfabric_insecure",
+        "1 when this daemon runs in plaintext (--insecure): no peer is authenticated",
+        registry=reg,
+    ).set(1 if insecure else 0)
     return reg
 
 
@@ -109,12 +117,21 @@ class MetricsServer:
         self._thread.join()
 
 
-def serve(reg: CollectorRegistry, address: str) -> MetricsServer:
-    """Serve `reg` on `address` (HOST:PORT, as `railfabric.cli.address` checked it); raise
-    MetricsError saying why it cannot be bound."""
+def serve(reg: CollectorRegistry, address: str, tls: TlsFiles | None = None) -> MetricsServer:
+    """Serve `reg` on `address` (HOST:PORT, as `railfabric.cli.address` checked it), over
+    HTTPS with `tls` (the daemon's certificate; scrapers must present one of the same CA);
+    raise MetricsError saying why it cannot be bound."""
     host, port = host_port(address)
+    https: dict[str, Any] = {}
+    if tls is not None:
+        https = {
+            "certfile": str(tls.cert),
+            "keyfile": str(tls.key),
+            "client_cafile": str(tls.ca),
+            "client_auth_required": True,
+        }
     try:
-        server, thread = start_http_server(port, addr=host.strip("[]"), registry=reg)
+        server, thread = start_http_server(port, addr=host.strip("[]"), registry=reg, **https)
     except OSError as err:
         if err.errno == errno.EADDRINUSE:
             why = "address in use"

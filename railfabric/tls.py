@@ -138,8 +138,9 @@ def _read(path: Path, flag: str) -> bytes:
         raise TlsError(f"{flag} {path}: {err.strerror or err}") from None
 
 
-def add_flags(parser: argparse.ArgumentParser, role: str) -> None:
-    """--tls-ca/--tls-cert/--tls-key/--insecure, worded for `role` (e.g. "the controller")."""
+def add_flags(parser: argparse.ArgumentParser, role: str, *, metrics: bool = False) -> None:
+    """--tls-ca/--tls-cert/--tls-key/--insecure, worded for `role` (e.g. "the controller");
+    with `metrics`, also --metrics-tls for a daemon that serves /metrics."""
     group = parser.add_argument_group("security (mutual TLS; plaintext only with --insecure)")
     group.add_argument("--tls-ca", type=Path, metavar="FILE", help="the fabric CA (PEM)")
     group.add_argument("--tls-cert", type=Path, metavar="FILE", help=f"{role}'s certificate (PEM)")
@@ -149,6 +150,13 @@ def add_flags(parser: argparse.ArgumentParser, role: str) -> None:
         action="store_true",
         help="plaintext, no identities: anyone who reaches the port is trusted (tests only)",
     )
+    if metrics:
+        group.add_argument(
+            "--metrics-tls",
+            action="store_true",
+            help="serve /metrics over HTTPS with this daemon's certificate, to scrapers that "
+            "present a certificate of the fabric's CA (unset: plaintext HTTP, read-only)",
+        )
 
 
 def files_from(args: argparse.Namespace) -> TlsFiles | None:
@@ -175,6 +183,15 @@ def files_from(args: argparse.Namespace) -> TlsFiles | None:
         )
     files = TlsFiles(args.tls_ca, args.tls_cert, args.tls_key)
     files.read()  # refuse bad files at start, with the file's name
+    return files
+
+
+def metrics_files(args: argparse.Namespace, files: TlsFiles | None) -> TlsFiles | None:
+    """The files /metrics is served with: `files` with --metrics-tls, else None (HTTP)."""
+    if not getattr(args, "metrics_tls", False):
+        return None
+    if files is None:
+        raise TlsError("--metrics-tls needs the daemon's TLS files; it cannot go with --insecure")
     return files
 
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -17,6 +19,7 @@ from controller.cli.output import dumps, to_json
 from controller.cli.output import table as _table
 from controller.cli.output import when as _when
 from controller.fabric import ipv4_str, mac_str
+from railfabric import tls
 from railfabric.grpcopts import channel_options
 from railfabric.v1 import admin_pb2, admin_pb2_grpc
 
@@ -77,17 +80,24 @@ def _render_topology(t: admin_pb2.Topology) -> list[str]:
     return out
 
 
+def _link_state(link: admin_pb2.LinkInfo) -> str:
+    """The observed state, marked when an operator drained the link: "drained (up)"."""
+    state = _enum(link.state, admin_pb2.LinkState, "LINK_STATE_")
+    return f"drained ({state})" if link.HasField("drain") else state
+
+
 def _render_links(r: admin_pb2.ListLinksResponse) -> list[str]:
     return _table(
-        ["a", "b", "speed", "state", "since", "flaps"],
+        ["a", "b", "speed", "state", "since", "flaps", "why not routed"],
         [
             [
                 f"{link.a.switch_name}:{link.a.port}",
                 f"{link.b.switch_name}:{link.b.port}",
                 f"{link.speed_mbps // 1000}G",
-                _enum(link.state, admin_pb2.LinkState, "LINK_STATE_"),
+                _link_state(link),
                 _when(link.since_wall_ns),
                 link.flaps,
+                link.reason or "-",
             ]
             for link in r.links
         ],
@@ -249,7 +259,9 @@ def _no_args(p: argparse.ArgumentParser) -> None:
 
 
 def _links_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--down", action="store_true", help="only links that are not up")
+    p.add_argument(
+        "--down", action="store_true", help="only links routing does not use (not up, or drained)"
+    )
 
 
 def _routes_args(p: argparse.ArgumentParser) -> None:
@@ -286,18 +298,48 @@ def _exit_code(reply: Message) -> int:
     return 0
 
 
+# Where railctl finds its TLS files when the flags do not say: as etcdctl does, an operator's
+# shell sets its identity once, not on every command. --insecure ignores them.
+TLS_ENV = {"tls_ca": "RAILCTL_TLS_CA", "tls_cert": "RAILCTL_TLS_CERT", "tls_key": "RAILCTL_TLS_KEY"}
+
+
+def tls_files(args: argparse.Namespace) -> tls.TlsFiles | None:
+    """The operator's TLS files from the flags, else from TLS_ENV; None with --insecure."""
+    if not args.insecure:
+        for dest, var in TLS_ENV.items():
+            if getattr(args, dest) is None and (value := os.environ.get(var)):
+                setattr(args, dest, Path(value))
+    return tls.files_from(args)
+
+
 def ask_controller(query: Query, args: argparse.Namespace) -> Message | None:
     """The controller's answer to `query`, or None once the gRPC error is printed."""
 
+    try:
+        files = tls_files(args)
+    except tls.TlsError as err:
+        print(f"railctl {args.command}: {err}", file=sys.stderr)
+        return None
+
     async def ask() -> Message:
-        async with grpc.aio.insecure_channel(args.controller, options=_CHANNEL_OPTIONS) as channel:
+        async with tls.aio_channel(args.controller, files, _CHANNEL_OPTIONS) as channel:
             return await query(admin_pb2_grpc.FabricAdminStub(channel), args)
 
     try:
         return asyncio.run(ask())
     except grpc.aio.AioRpcError as err:
+        hint = ""
+        if err.code() == grpc.StatusCode.UNAVAILABLE:
+            # A TLS mismatch looks like a dead controller; say what else it may be.
+            hint = (
+                " (plaintext was asked for with --insecure: a controller serving TLS closes "
+                "such connections)"
+                if files is None
+                else " (or the TLS handshake failed: check that --tls-ca is the CA that signed "
+                "the controller's certificate and --tls-cert is signed by the controller's CA)"
+            )
         print(
-            f"railctl {args.command}: {args.controller}: {err.code().name}: {err.details()}",
+            f"railctl {args.command}: {args.controller}: {err.code().name}: {err.details()}{hint}",
             file=sys.stderr,
         )
         return None

@@ -24,11 +24,13 @@ from typing import Any
 
 from controller.cli.admin_commands import ADMIN_COMMANDS, int_in, path_json, run_path
 from controller.cli.lldp_commands import LLDP_COMMANDS
+from controller.cli.operator_commands import OPERATOR_COMMANDS
 from controller.cli.output import dumps
+from controller.cli.pki_commands import PKI_COMMANDS
 from controller.cli.port_commands import PORT_COMMANDS
 from controller.fabric import Fabric, Role, ipv4_str, parse_ipv4
 from controller.intent import IntentError, load_fabric, to_explicit, to_explicit_yaml
-from railfabric import cli, ecmp
+from railfabric import cli, ecmp, tls
 
 
 @dataclass(frozen=True)
@@ -193,7 +195,14 @@ COMMANDS: list[Command] = [
 
 def all_commands() -> list[Command]:
     return COMMANDS + [
-        Command(*entry) for entry in [*ADMIN_COMMANDS, *PORT_COMMANDS, *LLDP_COMMANDS]
+        Command(*entry)
+        for entry in [
+            *ADMIN_COMMANDS,
+            *PORT_COMMANDS,
+            *LLDP_COMMANDS,
+            *OPERATOR_COMMANDS,
+            *PKI_COMMANDS,
+        ]
     ]
 
 
@@ -219,6 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print JSON instead of tables (docs/railctl-json.md); also after the command",
     )
+    tls.add_flags(parser, "the operator")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for cmd in all_commands():
         p = sub.add_parser(

@@ -1,16 +1,24 @@
-"""FabricAdmin: the operator API behind railctl (ARCHITECTURE §4)."""
+"""FabricAdmin: the operator API behind railctl (docs/architecture.md §4)."""
 
 from __future__ import annotations
+
+import asyncio
+from functools import partial
 
 import grpc
 
 from controller.core.clock import Now
+from controller.core.drains import DrainConflict, DrainError, DrainNotFound, DrainRefused
 from controller.core.machine import DecisionCore, link_state_message
+from controller.core.records import DrainRecord
 from controller.core.switches import SwitchView, UnknownSwitch
 from controller.daemon.interfaces import UnknownPort, interfaces
 from controller.daemon.lldp import lldp_ports
-from controller.daemon.runner import now
+from controller.daemon.reloads import IntentInvalid, Reloader, TooManyWithdrawn
+from controller.daemon.runner import Runner, now
 from controller.daemon.service import Sessions, TablesUnavailable
+from controller.yamlnodes import IntentError
+from railfabric import tls
 from railfabric.v1 import admin_pb2, admin_pb2_grpc, control_pb2, state_pb2
 
 _Ctx = grpc.aio.ServicerContext[object, object]
@@ -23,6 +31,13 @@ _SEVERITY = {
 PFC_STORM_PAUSES = 1000
 # How long GetTables waits for the agent's read-back (less when the caller's deadline is sooner).
 TABLES_DEADLINE_S = 5.0
+# Who a drain names on a plaintext controller (--insecure): nobody is known.
+INSECURE_WHO = "insecure"
+_DRAIN_STATUS = {
+    DrainNotFound: grpc.StatusCode.NOT_FOUND,
+    DrainConflict: grpc.StatusCode.ALREADY_EXISTS,
+    DrainRefused: grpc.StatusCode.FAILED_PRECONDITION,
+}
 
 
 def links(core: DecisionCore, only_down: bool, at: Now) -> list[admin_pb2.LinkInfo]:
@@ -31,7 +46,7 @@ def links(core: DecisionCore, only_down: bool, at: Now) -> list[admin_pb2.LinkIn
     tracker = core.tracker
     out = []
     for link in core.links():
-        if only_down and tracker.usable(link.key):
+        if only_down and core.routable(link.key):
             continue
         out.append(
             admin_pb2.LinkInfo(
@@ -44,14 +59,29 @@ def links(core: DecisionCore, only_down: bool, at: Now) -> list[admin_pb2.LinkIn
                 since_wall_ns=at.wall_of(since) if (since := tracker.since_ns(link.key)) else 0,
                 flaps=tracker.flaps(link.key),
                 reason=core.link_reason(link.key),
+                drain=core.drain_message(d) if (d := core.drains.get(link.key)) else None,
             )
         )
     return out
 
 
 class AdminService(admin_pb2_grpc.FabricAdminServicer):
-    def __init__(self, core: DecisionCore, sessions: Sessions | None = None) -> None:
+    def __init__(
+        self,
+        core: DecisionCore,
+        sessions: Sessions | None = None,
+        *,
+        insecure: bool = False,
+        runner: Runner | None = None,
+        reloader: Reloader | None = None,
+    ) -> None:
         self.fabric = core
+        # Where the inputs of operator actions go (drains), and intent reloads; without them
+        # (a read-only service) those calls are UNIMPLEMENTED.
+        self.runner = runner
+        self.reloader = reloader
+        # Plaintext (--insecure) is a finding of its own in every diagnosis.
+        self.insecure = insecure
         # The agents' sessions, for the requests that go to an agent (GetTables).
         self.sessions = sessions if sessions is not None else Sessions()
 
@@ -151,7 +181,9 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
     async def Diagnose(
         self, request: admin_pb2.DiagnoseRequest, context: _Ctx
     ) -> admin_pb2.DiagnoseResponse:
-        return diagnose(self.fabric, self._links(only_down=True), self._alarms())
+        return diagnose(
+            self.fabric, self._links(only_down=True), self._alarms(), insecure=self.insecure
+        )
 
     async def ListInterfaces(
         self, request: admin_pb2.ListInterfacesRequest, context: _Ctx
@@ -169,6 +201,94 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
             return admin_pb2.ListLldpResponse(ports=lldp_ports(self.fabric, request.switch_name))
         except UnknownSwitch as err:
             await context.abort(grpc.StatusCode.NOT_FOUND, str(err))
+
+    def _who(self, context: _Ctx) -> str:
+        """The operator the call comes from, as drains and logs name it."""
+        if self.insecure:
+            return INSECURE_WHO
+        identity = tls.peer_identity(context)
+        return str(identity) if identity is not None else "unknown"
+
+    async def _drain(
+        self, context: _Ctx, target: str, reason: str, force: bool, *, undrain: bool
+    ) -> admin_pb2.DrainResponse:
+        """Run a drain or undrain input; its refusals become status codes."""
+        core, runner = self.fabric, self.runner
+        if runner is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this service is read-only")
+        who = self._who(context)
+        before = {n: (v.state.generation, len(core.held_deltas(n))) for n, v in core.views.items()}
+        try:
+            # The plan and the input run on the loop with nothing in between: one view.
+            plan = core.plan_drain(target, undrain=undrain)
+            if undrain:
+                durable = runner.input(partial(core.undrain, target, who, reason))
+            else:
+                durable = runner.input(partial(core.drain, target, who, reason, force))
+        except DrainError as err:
+            code = _DRAIN_STATUS.get(type(err), grpc.StatusCode.INVALID_ARGUMENT)
+            if undrain and isinstance(err, DrainConflict):
+                code = grpc.StatusCode.FAILED_PRECONDITION  # nothing named is drained
+            await context.abort(code, str(err))
+        changed = sum(
+            before.get(n) != (v.state.generation, len(core.held_deltas(n)))
+            for n, v in core.views.items()
+        )
+        if durable is not None:
+            # Answered once kept: a controller that stops now still has the drain. (False:
+            # the store is unavailable, its alarm says so, and it is written once it is back.)
+            await asyncio.wrap_future(durable)
+        at = now().wall_ns
+        done = [
+            DrainRecord(k, who, reason, at, plan.target, False) if undrain else core.drains[k]
+            for k in plan.links
+        ]
+        links = [core.drain_message(d) for d in done]
+        return admin_pb2.DrainResponse(
+            links=links, unchanged=plan.unchanged, switches_changed=changed
+        )
+
+    async def Drain(
+        self, request: admin_pb2.DrainRequest, context: _Ctx
+    ) -> admin_pb2.DrainResponse:
+        return await self._drain(
+            context, request.target, request.reason, request.force, undrain=False
+        )
+
+    async def Undrain(
+        self, request: admin_pb2.UndrainRequest, context: _Ctx
+    ) -> admin_pb2.DrainResponse:
+        return await self._drain(context, request.target, request.reason, False, undrain=True)
+
+    async def ListDrains(
+        self, request: admin_pb2.ListDrainsRequest, context: _Ctx
+    ) -> admin_pb2.ListDrainsResponse:
+        core = self.fabric
+        return admin_pb2.ListDrainsResponse(
+            drains=[core.drain_message(d) for d in core.drains.values()]
+        )
+
+    async def DiffIntent(
+        self, request: admin_pb2.DiffIntentRequest, context: _Ctx
+    ) -> admin_pb2.DiffIntentResponse:
+        if self.reloader is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this service cannot reload")
+        try:
+            return await self.reloader.diff(request.yaml, request.file_name or "<request>")
+        except IntentError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+
+    async def ReloadIntent(
+        self, request: admin_pb2.ReloadIntentRequest, context: _Ctx
+    ) -> admin_pb2.ReloadIntentResponse:
+        if self.reloader is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this service cannot reload")
+        try:
+            return await self.reloader.reload(force=request.force, who=self._who(context))
+        except IntentInvalid as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        except TooManyWithdrawn as err:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
 
     async def GetTables(
         self, request: admin_pb2.GetTablesRequest, context: _Ctx
@@ -194,12 +314,40 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
 
 
 def diagnose(
-    fabric: DecisionCore, down: list[admin_pb2.LinkInfo], alarms: list[admin_pb2.Alarm]
+    fabric: DecisionCore,
+    down: list[admin_pb2.LinkInfo],
+    alarms: list[admin_pb2.Alarm],
+    *,
+    insecure: bool = False,
 ) -> admin_pb2.DiagnoseResponse:
     """Everything an operator should look at, each with its switch and port."""
     findings: list[admin_pb2.Finding] = []
     crit, warn = admin_pb2.SEVERITY_CRITICAL, admin_pb2.SEVERITY_WARNING
+    if insecure:
+        findings.append(
+            admin_pb2.Finding(
+                severity=warn,
+                kind="insecure",
+                message="the controller runs in plaintext (--insecure): any process that "
+                "reaches its port can speak for any switch and read the whole fabric",
+            )
+        )
     for link in down:
+        if link.HasField("drain"):
+            # An operator's decision, not a fault: informational, whatever its carrier does.
+            d = link.drain
+            findings.append(
+                admin_pb2.Finding(
+                    severity=admin_pb2.SEVERITY_INFO,
+                    kind="drained",
+                    switch_name=link.a.switch_name,
+                    port=link.a.port,
+                    message=f"link {link.a.switch_name}:{link.a.port} - {link.b.switch_name}:"
+                    f"{link.b.port} is {link.reason}; routes avoid it until "
+                    f"`railctl undrain {d.target}`",
+                )
+            )
+            continue
         findings.append(
             admin_pb2.Finding(
                 severity=crit,

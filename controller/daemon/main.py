@@ -1,4 +1,4 @@
-"""`railfabric-controller`: the controller daemon (ARCHITECTURE §1, §4, §7).
+"""`railfabric-controller`: the controller daemon (docs/architecture.md §1, §4, §7).
 
 One asyncio process around the decision core (controller/core/): the gRPC server
 (FabricControl for agents, FabricAdmin for railctl, health and reflection), the effect runner
@@ -30,15 +30,18 @@ from grpc_reflection.v1alpha import reflection
 
 from controller.core.links import DampingParams
 from controller.core.machine import SESSION_GRACE_NS, DecisionCore
+from controller.daemon import store_url
 from controller.daemon.admin import AdminService
-from controller.daemon.core_planner import CorePlanner, load_planner
+from controller.daemon.core_planner import load_planner
 from controller.daemon.metrics import Metrics, snapshot
+from controller.daemon.reloads import DEFAULT_MAX_WITHDRAW, Reloader
 from controller.daemon.runner import Runner, now
 from controller.daemon.service import ControlService, Sessions
-from controller.daemon.store import SqliteStore, StoreError
+from controller.daemon.store import FILE_NAME, StoreError
+from controller.daemon.store_url import MEMORY, StoreUrl
 from controller.daemon.store_writer import StoreWriter
 from controller.yamlnodes import IntentError
-from railfabric import cli
+from railfabric import cli, tls
 from railfabric.grpcopts import server_options
 from railfabric.metrics import MetricsError
 from railfabric.v1 import admin_pb2, admin_pb2_grpc, control_pb2, control_pb2_grpc
@@ -65,6 +68,16 @@ def _seconds(value: str) -> float:
     return seconds
 
 
+def _fraction(value: str) -> float:
+    try:
+        share = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not 0 <= share <= 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected a share between 0 and 1")
+    return share
+
+
 def _penalty(value: str) -> float:
     try:
         penalty = float(value)
@@ -76,7 +89,7 @@ def _penalty(value: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = cli.parser(
+    parser = cli.daemon_parser(
         "railfabric-controller",
         "Fabric controller: computes routes and QoS and streams them to agents.",
     )
@@ -98,9 +111,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="gRPC address for agents and railctl",
     )
     parser.add_argument(
+        "--store",
+        type=store_url.parse,
+        default=store_url.DEFAULT,
+        metavar="URL",
+        help=f"where the state is kept: sqlite:///ABSOLUTE/PATH (a file, its directory "
+        f"created) or {MEMORY} (lost at exit)",
+    )
+    parser.add_argument(
         "--state-dir",
         type=Path,
-        help="directory of the embedded state store (unset: in memory, lost at exit)",
+        metavar="DIR",
+        help=f"same as --store sqlite:///DIR/{FILE_NAME} (the older flag)",
     )
     parser.add_argument(
         "--metrics",
@@ -139,7 +161,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="a switch without an agent session keeps its links as last observed this long "
         "(a controller restart or an agent reconnect changes no route); then routes avoid it",
     )
+    parser.add_argument(
+        "--reload-max-withdraw",
+        type=_fraction,
+        default=DEFAULT_MAX_WITHDRAW,
+        metavar="SHARE",
+        help="a reload (SIGHUP, railctl reload) that would withdraw more than this share of "
+        "the installed routes is refused; railctl reload --force applies it (1: never refused)",
+    )
+    tls.add_flags(parser, "the controller", metrics=True)
     return parser
+
+
+def store_of(args: argparse.Namespace) -> StoreUrl:
+    """--store, or --state-dir as its alias; both given is refused."""
+    if args.state_dir is None:
+        store: StoreUrl = args.store
+        return store
+    if args.store is not store_url.DEFAULT:
+        raise Fatal(
+            f"--store {args.store} and --state-dir {args.state_dir}: give one "
+            f"(--state-dir DIR is --store sqlite:///DIR/{FILE_NAME})",
+            2,
+        )
+    return store_url.from_state_dir(args.state_dir)
 
 
 def _damping(args: argparse.Namespace) -> DampingParams:
@@ -181,12 +226,12 @@ def _bind_error(host: str, port: int) -> str | None:
     return failures[0] if failures and len(failures) == len(infos) else None
 
 
-def _listen(server: grpc.aio.Server, address: str) -> None:
+def _listen(server: grpc.aio.Server, address: str, server_tls: tls.ServerTls | None) -> None:
     host, port = cli.host_port(address)
     why = _bind_error(host, port)
     if why is None:
         try:
-            server.add_insecure_port(address)
+            tls.add_port(server, address, server_tls)
             return
         except RuntimeError:  # lost a race for the port, or gRPC refused the address
             why = _bind_error(host, port) or "gRPC cannot bind it"
@@ -256,30 +301,75 @@ class _CapDetails(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         )
 
 
-async def serve(args: argparse.Namespace) -> int:
-    core = DecisionCore(load_planner(args.fabric), _damping(args), int(args.session_grace_s * 1e9))
-    # Bound first: a second controller on the address stops here, before it opens the store.
-    server = grpc.aio.server(options=server_options(), interceptors=[_CapDetails()])
+def _server_tls(args: argparse.Namespace) -> tls.ServerTls | None:
+    """The controller's TLS from its flags (None: --insecure, said loudly); Fatal(2) names
+    the flag or file that is wrong."""
     try:
-        _listen(server, args.listen)
-        return await _serve(args, core, server)
+        files = tls.files_from(args)
+        tls.metrics_files(args, files)  # refused here, before anything is bound
+        if files is None:
+            tls.warn_insecure("the controller")
+            return None
+        server_tls = tls.ServerTls(files)
+    except tls.TlsError as err:
+        raise Fatal(str(err), 2) from None
+    if server_tls.identity.kind != tls.Kind.CONTROLLER:
+        raise Fatal(
+            f"--tls-cert {files.cert} names {server_tls.identity}; the controller needs a "
+            "controller certificate (railctl pki issue DIR --controller HOST)",
+            2,
+        )
+    return server_tls
+
+
+def access_rules() -> tls.Rules:
+    """Who may call what on the controller: agents (switch identities) the Session, readers
+    and operators the admin API and reflection, anyone with a certificate health."""
+    control = control_pb2.DESCRIPTOR.services_by_name["FabricControl"].full_name
+    admin = admin_pb2.DESCRIPTOR.services_by_name["FabricAdmin"].full_name
+    return {
+        f"/{control}/": frozenset({tls.Kind.SWITCH}),
+        f"/{admin}/": tls.READERS,
+        # What changes the fabric is the operator's.
+        f"/{admin}/Drain": tls.OPERATORS,
+        f"/{admin}/Undrain": tls.OPERATORS,
+        f"/{admin}/ReloadIntent": tls.OPERATORS,
+        "/grpc.reflection.v1alpha.ServerReflection/": tls.READERS,
+        "/grpc.reflection.v1.ServerReflection/": tls.READERS,
+        f"/{health.SERVICE_NAME}/": frozenset(tls.Kind),
+    }
+
+
+async def serve(args: argparse.Namespace) -> int:
+    server_tls = _server_tls(args)
+    core = DecisionCore(load_planner(args.fabric), _damping(args), int(args.session_grace_s * 1e9))
+    guard = tls.RoleGuard(access_rules(), insecure=server_tls is None)
+    # Bound first: a second controller on the address stops here, before it opens the store.
+    server = grpc.aio.server(options=server_options(), interceptors=[guard, _CapDetails()])
+    try:
+        _listen(server, args.listen, server_tls)
+        return await _serve(args, core, server, server_tls)
     finally:
         # Also when startup failed: an aio server left to the garbage collector after the
         # loop closed prints "Exception ignored in Server.__del__".
         await server.stop(None)
 
 
-async def _serve(args: argparse.Namespace, core: DecisionCore, server: grpc.aio.Server) -> int:
+async def _serve(
+    args: argparse.Namespace,
+    core: DecisionCore,
+    server: grpc.aio.Server,
+    server_tls: tls.ServerTls | None,
+) -> int:
+    where = store_of(args)
     try:
-        store = (
-            SqliteStore.in_dir(args.state_dir) if args.state_dir else SqliteStore.open(":memory:")
-        )
+        store = where.open()
     except OSError as err:  # StoreError says what to do itself
-        raise Fatal(f"--state-dir {args.state_dir}: {err.strerror or err}") from None
+        raise Fatal(f"{where.given_as}: {err.strerror or err}") from None
     restored = store.load()
     loop = asyncio.get_running_loop()
     sessions = Sessions()
-    metrics = Metrics()
+    metrics = Metrics(insecure=server_tls is None)
     startup = core.start(restored, now())
 
     runner: Runner | None = None
@@ -298,14 +388,23 @@ async def _serve(args: argparse.Namespace, core: DecisionCore, server: grpc.aio.
         metrics.watch(loop, lambda: snapshot(core, len(sessions.by_switch), writer.stats.available))
         if args.metrics:
             try:
-                metrics.serve(args.metrics)
+                metrics.serve(
+                    args.metrics,
+                    tls.metrics_files(args, None if server_tls is None else server_tls.files),
+                )
             except MetricsError as err:
                 raise Fatal(str(err)) from None
 
         control_pb2_grpc.add_FabricControlServicer_to_server(
-            ControlService(runner, sessions), server
+            ControlService(runner, sessions, secure=server_tls is not None), server
         )
-        admin_pb2_grpc.add_FabricAdminServicer_to_server(AdminService(core, sessions), server)
+        reloader = Reloader(args.fabric, runner, server_tls, args.reload_max_withdraw)
+        admin_pb2_grpc.add_FabricAdminServicer_to_server(
+            AdminService(
+                core, sessions, insecure=server_tls is None, runner=runner, reloader=reloader
+            ),
+            server,
+        )
         health_servicer = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         services = (
@@ -323,7 +422,7 @@ async def _serve(args: argparse.Namespace, core: DecisionCore, server: grpc.aio.
             tasks = [
                 tg.create_task(runner.timers(), name="core-timers"),
                 tg.create_task(runner.deliver(), name="push-delivery"),
-                tg.create_task(_reloads(args.fabric, runner, reload), name="reload"),
+                tg.create_task(reloader.on_signals(reload), name="reload"),
             ]
             await server.start()
             for name in ("", *services[:2]):
@@ -335,6 +434,14 @@ async def _serve(args: argparse.Namespace, core: DecisionCore, server: grpc.aio.
                 len(core.planner.links()),
                 args.listen,
             )
+            if where.path is None:
+                log.warning(
+                    "state kept in memory (--store %s), lost at exit: a restart re-pushes "
+                    "every switch; give --store sqlite:///PATH to keep it",
+                    MEMORY,
+                )
+            else:
+                log.info("state kept in %s", where.path)
             await stop.wait()
             # In order: stop accepting and end sessions (their ends are inputs too), hand
             # out what is queued, then stop the tasks; the store is drained last.
@@ -364,48 +471,11 @@ async def _serve(args: argparse.Namespace, core: DecisionCore, server: grpc.aio.
     return 0
 
 
-async def _reloads(path: Path, runner: Runner, wake: asyncio.Event) -> None:
-    """SIGHUP: load the intent again. Whatever the path holds (nothing, a directory, binary,
-    a huge file, another fabric, a file the planner fails on), the reload is either taken or
-    refused with an `intent_refused` event and an ERROR line, and the controller keeps serving
-    the intent it has: a reload never ends the daemon."""
-    core = runner.core
-
-    def prepare(serving: str) -> CorePlanner:  # on a worker thread
-        planner = load_planner(path)
-        if planner.fabric_name != serving:
-            # Another fabric's switches, links and routing log mean nothing to this one.
-            raise IntentError(
-                str(path),
-                0,
-                "name",
-                f"the file is fabric {planner.fabric_name!r} but this controller serves "
-                f"{serving!r}; restart the controller to serve another fabric",
-            )
-        # core.reload builds every switch's state on the loop; building each once here first
-        # turns a planner that fails into a refusal instead of an exception half-way through
-        # core.reload (which would end the daemon with the core half-changed).
-        for info in planner.switches():
-            planner.full_state(info.name)
-        return planner
-
-    while True:
-        await wake.wait()
-        wake.clear()
-        try:
-            planner = await asyncio.to_thread(prepare, core.planner.fabric_name)
-        except Exception as err:  # whatever the file does, the daemon keeps serving
-            reason = str(err) if isinstance(err, IntentError) else f"{path}: {err!r}"
-            runner.input(partial(core.intent_refused, reason))
-            continue
-        runner.input(partial(core.reload, planner))
-        log.info("reloaded %s", path)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    cli.setup_logging(args.log_level)
+    args = cli.parse_args(build_parser(), argv)
+    cli.setup_logging(args.log_level, args.log_format)
     try:
+        store_of(args)  # --store with --state-dir: refused before anything starts
         return asyncio.run(serve(args))
     except Fatal as err:
         message, code = str(err), err.code

@@ -20,6 +20,7 @@ from prometheus_client.metrics_core import Metric
 from controller.core.links import LinkState
 from controller.core.machine import DecisionCore
 from railfabric import metrics
+from railfabric.tls import TlsFiles
 from railfabric.v1 import admin_pb2
 
 
@@ -33,6 +34,8 @@ class Snapshot:
     alarms: dict[tuple[str, str], int]
     store_available: bool
     refused: dict[str, int]
+    # Links an operator drained.
+    drained: int = 0
 
 
 def snapshot(core: DecisionCore, sessions: int, store_available: bool) -> Snapshot:
@@ -49,6 +52,7 @@ def snapshot(core: DecisionCore, sessions: int, store_available: bool) -> Snapsh
         alarms=dict(Counter((a.kind, a.severity) for a in core.alarms.active.values())),
         store_available=store_available,
         refused=dict(core.refused),
+        drained=len(core.drains),
     )
 
 
@@ -76,6 +80,11 @@ def render(snap: Snapshot) -> Iterator[Metric]:
     for state, n in sorted(snap.links_by_state.items()):
         links.add_metric([state], n)
     yield links
+    yield GaugeMetricFamily(
+        "railfabric_drained_links",
+        "Links an operator drained (routes avoid them whatever their state)",
+        value=snap.drained,
+    )
     alarms = GaugeMetricFamily(
         "railfabric_alarms",
         "Active alarms by kind and severity (0 once a kind seen since start-up cleared)",
@@ -100,8 +109,8 @@ def render(snap: Snapshot) -> Iterator[Metric]:
 
 
 class Metrics:
-    def __init__(self) -> None:
-        self.registry = metrics.registry()
+    def __init__(self, *, insecure: bool = False) -> None:
+        self.registry = metrics.registry(insecure=insecure)
         self.convergence = Histogram(
             "railfabric_convergence_seconds",
             "Link event to the last Applied it caused",
@@ -126,6 +135,6 @@ class Metrics:
         if event.type == admin_pb2.EVENT_KIND_CONVERGED:
             self.convergence.observe(event.convergence.event_to_applied_ns / 1e9)
 
-    def serve(self, address: str) -> metrics.MetricsServer:
+    def serve(self, address: str, tls: TlsFiles | None = None) -> metrics.MetricsServer:
         """Serve on `address`; railfabric.metrics.MetricsError says why it cannot."""
-        return metrics.serve(self.registry, address)
+        return metrics.serve(self.registry, address, tls)

@@ -1,4 +1,4 @@
-"""FabricControl: one bidirectional Session stream per agent (ARCHITECTURE §4).
+"""FabricControl: one bidirectional Session stream per agent (docs/architecture.md §4).
 
 Each session has a bounded outbox. A session whose agent cannot keep up (outbox full) is
 closed: the agent reconnects and its Hello brings it back in step with a snapshot, which is
@@ -28,8 +28,9 @@ from functools import partial
 
 import grpc
 
-from controller.core.switches import UnknownSwitch
+from controller.core.switches import UnknownSwitch, shown_name
 from controller.daemon.runner import Runner
+from railfabric import tls
 from railfabric.v1 import control_pb2, control_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -152,10 +153,13 @@ class Sessions:
 class ControlService(control_pb2_grpc.FabricControlServicer):
     """Sessions in, core inputs out: every agent message becomes one `Runner.input`."""
 
-    def __init__(self, runner: Runner, sessions: Sessions) -> None:
+    def __init__(self, runner: Runner, sessions: Sessions, *, secure: bool = False) -> None:
         self.runner = runner
         self.core = runner.core
         self.sessions = sessions
+        # With TLS a session speaks only for the switch its certificate names: everything it
+        # sends (PortStatus, Neighbors, ...) is that switch's, and nobody else's.
+        self.secure = secure
 
     async def Session(
         self, request_iterator: AsyncIterator[control_pb2.AgentMessage], context: _Context
@@ -169,11 +173,24 @@ class ControlService(control_pb2_grpc.FabricControlServicer):
                 f"the first message of a session must be hello, got {first.WhichOneof('msg')}",
             )
         name = first.hello.switch_name
+        peer = context.peer()
+        if self.secure:
+            who = tls.peer_identity(context)
+            if who != tls.Identity(tls.Kind.SWITCH, name):
+                log.warning(
+                    "refused a session from %s (%s) that said hello as %s",
+                    peer,
+                    who,
+                    shown_name(name),
+                )
+                await context.abort(
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    f"this certificate is {who}; it may not speak for switch {shown_name(name)}",
+                )
         try:
             self.core.view(name)
         except UnknownSwitch as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
-        peer = context.peer()
         old = self.sessions.by_switch.get(name)
         if old is not None and self.sessions.fighting(name):
             if not await self._wait_turn(name, old, peer, context):

@@ -11,7 +11,6 @@ import time
 
 from mininet_labs.lab import Lab
 from mininet_labs.netlinks import LabError
-from mininet_labs.processes import BIN
 from mininet_labs.report import Result, Table
 from mininet_labs.scenarios.common import Budget
 from mininet_labs.waiting import wait_for
@@ -58,7 +57,7 @@ def run(lab: Lab, budget: Budget) -> Result:
         diagnose = lab.admin.Diagnose(admin_pb2.DiagnoseRequest())
         findings = [f for f in diagnose.findings if f.kind == "miswire"]
         cli = subprocess.run(
-            [str(BIN / "railctl"), "--controller", lab.controller_addr, "diagnose"],
+            lab.railctl_argv("diagnose"),
             capture_output=True, text=True, timeout=30, check=False,
         )  # fmt: skip
     finally:

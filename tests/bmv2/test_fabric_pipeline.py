@@ -52,7 +52,8 @@ def bmv2_address(
     assert missing == [], f"simple_switch_grpc's --help lists no {', '.join(missing)}"
     grpc_port = free_port()
     log = (tmp_path / "bmv2.log").open("wb")
-    argv = target.argv(41, f"127.0.0.1:{grpc_port}", {1: a1, 2: a2}, thrift_port=free_port())
+    # Plaintext: these tests check the pipeline; the lab runs bmv2 with mutual TLS.
+    argv = target.argv(41, f"127.0.0.1:{grpc_port}", {1: a1, 2: a2}, free_port(), None)
     processes.start(argv, stdout=log, stderr=log)
     _wait_for_port(grpc_port)
     return f"127.0.0.1:{grpc_port}"

@@ -44,7 +44,8 @@ async def test_bmv2_hashes_the_qp_only_when_told(
     switch_ifs, hosts = build_hosts(netns, [1, 2, 3, 4])
     grpc_port = free_port()
     log = (tmp_path / "bmv2.log").open("wb")
-    argv = target.argv(DEVICE_ID, f"127.0.0.1:{grpc_port}", switch_ifs, thrift_port=free_port())
+    # Plaintext: these tests check the pipeline; the lab runs bmv2 with mutual TLS.
+    argv = target.argv(DEVICE_ID, f"127.0.0.1:{grpc_port}", switch_ifs, free_port(), None)
     processes.start(argv, stdout=log, stderr=log)
     _wait_for_port(grpc_port)
     options = fy.SwitchOptions(p4info=DEFAULT_P4INFO, p4blob=built.bmv2_json, device_id=DEVICE_ID)

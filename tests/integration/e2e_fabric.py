@@ -21,6 +21,7 @@ from controller.fabric import Nic, ipv4_str
 from mininet_labs.lab import LAB_PORT, Lab
 from mininet_labs.processes import DIE_WITH_PARENT, Child, wait_listening
 from mininet_labs.traffic import FlowSpec
+from railfabric import tls
 from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from railfabric.v1 import admin_pb2, state_pb2
 
@@ -29,20 +30,27 @@ from railfabric.v1 import admin_pb2, state_pb2
 
 class SwitchReader:
     """Reads every entry the agent owns back from a switch (a wildcard P4Runtime Read, open to
-    any client) and decodes it with the agent's codec."""
+    the lab's operator) and decodes it with the agent's codec."""
 
     def __init__(self, lab: Lab) -> None:
         self.lab = lab
         self.codec = Codec(load_p4info(DEFAULT_P4INFO))
-        self._stubs: dict[str, p4r_grpc.P4RuntimeStub] = {}
+        self._stubs: dict[tuple[str, bool], p4r_grpc.P4RuntimeStub] = {}
         self._channels: list[grpc.Channel] = []
 
-    def stub(self, switch: str) -> p4r_grpc.P4RuntimeStub:
-        stub = self._stubs.get(switch)
+    def stub(self, switch: str, *, as_switch: bool = False) -> p4r_grpc.P4RuntimeStub:
+        """A stub to the switch's target as the lab's operator (who may read), or with
+        `as_switch` as the switch itself (the certificate its agents have, which may write)."""
+        stub = self._stubs.get((switch, as_switch))
         if stub is None:
-            channel = grpc.insecure_channel(self.lab.switch_addr[switch])
+            addr = self.lab.switch_addr[switch]
+            if as_switch:
+                credentials = tls.channel_credentials(self.lab.certs.switch(switch))
+                channel = grpc.secure_channel(addr, credentials)
+            else:
+                channel = self.lab.certs.sync_channel(addr)
             self._channels.append(channel)
-            stub = self._stubs[switch] = p4r_grpc.P4RuntimeStub(channel)
+            stub = self._stubs[(switch, as_switch)] = p4r_grpc.P4RuntimeStub(channel)
         return stub
 
     def device_id(self, switch: str) -> int:

@@ -248,7 +248,8 @@ def test_a_second_agent_with_a_lower_election_id_cannot_write(
                 ),
                 timeout_s=20,
             )
-            # What it would write, written with its election id, is refused by the target.
+            # What it would write, written with its election id (and its certificate, the
+            # switch's: the target's access rules let it write), is refused by the target.
             route = sorted(before.of_type(RouteEntry), key=lambda r: r.key)[0]
             assert isinstance(route, RouteEntry)
             update = p4r.Update(type=p4r.Update.MODIFY)
@@ -262,8 +263,9 @@ def test_a_second_agent_with_a_lower_election_id_cannot_write(
                 atomicity=p4r.WriteRequest.CONTINUE_ON_ERROR,
             )
             with pytest.raises(grpc.RpcError) as refused:
-                reader.stub(switch).Write(request, timeout=5)
+                reader.stub(switch, as_switch=True).Write(request, timeout=5)
             assert refused.value.code() is grpc.StatusCode.PERMISSION_DENIED
+            assert "is not the primary's" in (refused.value.details() or ""), refused.value
             # Long enough for its LLDP and reconcile attempts to have been made.
             time.sleep(2 * lab.options.lldp_interval_s)
         finally:

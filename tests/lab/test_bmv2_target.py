@@ -23,6 +23,7 @@ from mininet_labs.processes import (
     make_target,
     queue_rate_commands,
 )
+from railfabric.tls import TlsFiles
 from tests.lab.bmv2_help import HELP_WITH_THRIFT, HELP_WITHOUT_THRIFT
 
 pytestmark = pytest.mark.unit
@@ -74,6 +75,11 @@ def test_a_description_mentioning_an_option_is_not_an_option() -> None:
         "--grpc-server-addr (after --)",
         "--cpu-port (after --)",
         "--priority-queues (after --)",
+        "--grpc-server-ssl (after --)",
+        "--grpc-server-cacert (after --)",
+        "--grpc-server-cert (after --)",
+        "--grpc-server-key (after --)",
+        "--grpc-server-with-client-auth (after --)",
     ]
 
 
@@ -106,9 +112,24 @@ def options_in(args: list[str]) -> set[str]:
 def test_every_option_is_on_the_side_of_double_dash_its_build_lists_it(
     build: Bmv2Build,
 ) -> None:
-    before, after = split(build.argv("simple_switch_grpc", 7, "127.0.0.1:50001", PORTS, 9091))
+    tls = TlsFiles(Path("/pki/ca.crt"), Path("/pki/sw.crt"), Path("/pki/sw.key"))
+    argv = build.argv("simple_switch_grpc", 7, "127.0.0.1:50001", PORTS, 9091, tls=tls)
+    before, after = split(argv)
     assert options_in(before) <= build.own
     assert options_in(after) <= build.target
+    assert "--grpc-server-with-client-auth" in after
+
+
+def test_tls_options_name_the_switchs_files() -> None:
+    tls = TlsFiles(Path("/pki/ca.crt"), Path("/pki/sw.crt"), Path("/pki/sw.key"))
+    argv = NO_THRIFT_BUILD.argv("simple_switch_grpc", 7, "127.0.0.1:50001", PORTS, 9091, tls=tls)
+    assert argv[-8:] == [
+        "--grpc-server-ssl",
+        "--grpc-server-with-client-auth",
+        "--grpc-server-cacert", "/pki/ca.crt",
+        "--grpc-server-cert", "/pki/sw.crt",
+        "--grpc-server-key", "/pki/sw.key",
+    ]  # fmt: skip
 
 
 def test_thrift_port_only_on_a_build_with_thrift() -> None:
@@ -148,7 +169,7 @@ def test_the_help_is_read_once_per_binary(bin_dir: Path) -> None:
     assert bmv2_build().thrift
     assert calls.read_text() == "--help\n--help\n"
     target = Bmv2()
-    assert target.argv(3, "127.0.0.1:1", PORTS, 4242)[3:5] == ["--thrift-port", "4242"]
+    assert target.argv(3, "127.0.0.1:1", PORTS, 4242, None)[3:5] == ["--thrift-port", "4242"]
 
 
 def test_a_help_that_fails_says_so(bin_dir: Path) -> None:

@@ -18,6 +18,7 @@ import pytest
 from controller.daemon.main import build_parser as controller_parser
 from railfabric import __version__
 from railfabric.p4info import DEFAULT_P4INFO
+from tests import pki
 
 pytestmark = pytest.mark.unit
 
@@ -37,6 +38,9 @@ AGENT = [
     "--p4info", str(DEFAULT_P4INFO),
 ]  # fmt: skip
 ANY_PORT = ["--listen", "127.0.0.1:0"]
+# The controller's certificate: the checks below come after TLS's at start.
+CTL = ["--fabric", LAB, *pki.controller_flags()]
+OPERATOR = pki.flags(pki.operator())
 
 
 def run(script: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -69,10 +73,11 @@ BAD = [
     ("railfabric-controller", ["--fabric", LAB, "--log-level", "loud"], 2, "--log-level"),
     ("railfabric-controller", ["--fabric", LAB, "--hold-down-s", "nan"], 2, "--hold-down-s"),
     ("railfabric-controller", ["--fabric", LAB, "--hold-down-s", "-1"], 2, "--hold-down-s"),
-    ("railfabric-controller", ["--fabric", LAB, "--damping-reuse", "5000"], 2, "reuse"),
-    ("railfabric-controller", ["--fabric", "/nonexistent.yaml"], 2, "/nonexistent.yaml"),
+    ("railfabric-controller", [*CTL, "--damping-reuse", "5000"], 2, "reuse"),
+    ("railfabric-controller", [*CTL, "--fabric", "/nonexistent.yaml"], 2, "/nonexistent.yaml"),
     ("railfabric-controller", [], 2, "--fabric"),
-    ("railfabric-controller", ["--fabric", LAB, *ANY_PORT, "--state-dir", LAB], 1, "--state-dir"),
+    ("railfabric-controller", [*CTL, *ANY_PORT, "--state-dir", LAB], 1, "--state-dir"),
+    ("railfabric-controller", ["--fabric", LAB, *ANY_PORT], 2, "TLS needs --tls-ca"),
     ("railfabric-agent", [*AGENT, "--log-level", "loud"], 2, "--log-level"),
     ("railfabric-agent", [*AGENT, "--lldp-interval", "0"], 2, "--lldp-interval"),
     ("railfabric-agent", [*AGENT, "--counters-interval", "inf"], 2, "--counters-interval"),
@@ -88,7 +93,8 @@ BAD = [
     ("railctl", ["path", "10.0.0.2", "10.0.0.18", "--sport", "1", "--proto", "300"], 2, "--proto"),
     ("railctl", ["path", LAB, "10.0.0.2", "nope", "--sport", "1"], 1, "nope"),
     ("railctl", ["check", "/nonexistent.yaml"], 1, "/nonexistent.yaml"),
-    ("railctl", ["--controller", "127.0.0.1:1", "switches"], 1, "UNAVAILABLE"),
+    ("railctl", ["--controller", "127.0.0.1:1", *OPERATOR, "switches"], 1, "UNAVAILABLE"),
+    ("railctl", ["--controller", "127.0.0.1:1", "switches"], 1, "TLS needs --tls-ca"),
     ("railctl", ["bogus"], 2, "bogus"),
 ]
 
@@ -107,7 +113,7 @@ def test_bad_arguments_get_one_line_and_an_exit_code(
 
 def test_a_controller_address_in_use_is_named() -> None:
     with held_port() as port:
-        done = run("railfabric-controller", "--fabric", LAB, "--listen", f"127.0.0.1:{port}")
+        done = run("railfabric-controller", *CTL, "--listen", f"127.0.0.1:{port}")
     assert_clean(done)
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
@@ -117,8 +123,8 @@ def test_a_controller_address_in_use_is_named() -> None:
 
 def test_a_metrics_address_in_use_is_named_without_server_noise() -> None:
     with held_port() as port:
-        done = run("railfabric-controller", "--fabric", LAB, *ANY_PORT, "--metrics",
-                   f"127.0.0.1:{port}")  # fmt: skip
+        done = run("railfabric-controller", *CTL, *ANY_PORT, "--store", "memory:",
+                   "--metrics", f"127.0.0.1:{port}")  # fmt: skip
     assert_clean(done)
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [

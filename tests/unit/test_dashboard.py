@@ -31,6 +31,7 @@ from softswitch.dataplane import DataPlane
 from softswitch.egress import TmEgress
 from softswitch.metrics import collector
 from softswitch.switch import Switch
+from tests import pki
 from tests.metrics_checks import PROMTOOL, exported
 
 pytestmark = pytest.mark.unit
@@ -125,7 +126,8 @@ async def _exported(p4info: p4i.P4Info) -> dict[str, set[str]]:
     agent = Agent(
         build_parser().parse_args(
             ["--switch", "tor-r1-b1", "--controller", "127.0.0.1:1", "--target", "127.0.0.1:1",
-             "--device-id", "1", "--port-map", "1=eth1", "--p4info", str(DEFAULT_P4INFO)]
+             "--device-id", "1", "--port-map", "1=eth1", "--p4info", str(DEFAULT_P4INFO),
+             *pki.flags(pki.switch("tor-r1-b1"))]
         )
     )  # fmt: skip
     agent.writer.held = state_pb2.DesiredState(

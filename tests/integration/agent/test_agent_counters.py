@@ -20,6 +20,7 @@ from scapy.layers.l2 import Ether
 from railfabric.fabric_counters import PIPELINE_REASONS, DropReason
 from railfabric.p4info import DEFAULT_P4INFO
 from railfabric.v1 import control_pb2
+from tests import pki
 from tests.conftest import Netns, Processes
 from tests.integration.agent.test_agent_softswitch import _controller, _until
 from tests.integration.softswitch.fabric_helpers import Host, build_hosts, start_softswitch
@@ -63,6 +64,8 @@ def start_agent(
             "--election-id", "10",
             "--target-kind", kind,
             "--counters-interval", "0.3",
+            # TLS to the controller; the target is fabric_helpers' plaintext softswitch.
+            *pki.flags(pki.switch("tor-r0-b0")), "--target-insecure",
         ],
         stdout=log,
         stderr=log,

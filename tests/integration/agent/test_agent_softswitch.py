@@ -1,7 +1,8 @@
 """The agent daemon as a process, against a real softswitch process and a small controller
 servicer written here (the real controller daemon is built elsewhere): first programming,
-restart with zero writes, local repair when a cable is pulled, and a lower election id that
-cannot take the switch over."""
+restart with zero writes, local repair when a cable is pulled, a second agent with the same or
+a lower election id that cannot take the switch over, a takeover reported and stood down from,
+and the whole of it over mutual TLS."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -24,9 +26,11 @@ from finsy.proto import p4r, p4r_grpc
 from agent.codec import Codec
 from agent.p4client import P4Target
 from agent.translate import GroupEntry, GroupMember, Op, Pipeline, RouteEntry, Update, translate
+from railfabric import tls
 from railfabric.delta import diff_states
 from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from railfabric.v1 import control_pb2, control_pb2_grpc, state_pb2
+from tests import pki
 from tests.conftest import Netns, Processes, ip
 from tests.unit.agent.samples import tor_state
 
@@ -98,6 +102,9 @@ class Rig:
     controller_addr: str
     softswitch: subprocess.Popen[bytes]
     softswitch_argv: list[str]
+    # The switch's certificate: softswitch serves mutual TLS with it, the agent connects (to
+    # softswitch and to the controller) with it.
+    tls_files: tls.TlsFiles
 
 
 def _wait_listening(addr: str, timeout: float = 20) -> None:
@@ -117,10 +124,13 @@ def _make_rig(
     tmp_path: Path,
     *,
     loop_1_2: bool,
+    switch: str = "tor-r0-b0",
 ) -> Rig:
     """Switch ports 1..3 as root-namespace veths whose peers sit in a "wire" namespace (a
-    pulled cable = the wire end going down), and softswitch serving them. With `loop_1_2`,
-    ports 1 and 2 are instead cabled to each other."""
+    pulled cable = the wire end going down), and softswitch serving them, over mutual TLS
+    with the certificate of `switch`. With `loop_1_2`, ports 1 and 2 are instead cabled to
+    each other."""
+    tls_files = pki.switch(switch)
     wire = netns.add("wire")
     switch_links = {p: f"rf{netns.tag}s{p}" for p in (1, 2, 3)}
     wire_links = {p: f"rf{netns.tag}w{p}" for p in (1, 2, 3)}
@@ -131,6 +141,7 @@ def _make_rig(
         netns.veth(switch_links[port], None, wire_end, wire)
     target = f"127.0.0.1:{free_port()}"
     argv = [str(BIN / "railfabric-softswitch"), "--device-id", "1", "--grpc-addr", target]
+    argv += pki.flags(tls_files)
     for port, name in switch_links.items():
         argv += ["-i", f"{port}@{name}"]
     log = (tmp_path / "softswitch.log").open("wb")
@@ -141,7 +152,15 @@ def _make_rig(
         proc.kill()
         pytest.fail(f"softswitch did not start: {(tmp_path / 'softswitch.log').read_text()}")
     return Rig(
-        netns, wire, switch_links, wire_links, target, f"127.0.0.1:{free_port()}", proc, argv
+        netns,
+        wire,
+        switch_links,
+        wire_links,
+        target,
+        f"127.0.0.1:{free_port()}",
+        proc,
+        argv,
+        tls_files,
     )
 
 
@@ -181,6 +200,7 @@ def _start_agent(
             "--election-id", str(election_id),
             "--lldp-interval", "0.5",
             "--counters-interval", "0.5",
+            *pki.flags(rig.tls_files),
             *extra,
         ],
         stdout=log,
@@ -190,10 +210,11 @@ def _start_agent(
 
 @contextlib.asynccontextmanager
 async def _controller(addr: str, state: state_pb2.DesiredState) -> AsyncIterator[TestController]:
+    """`TestController` serving mutual TLS with the controller's certificate."""
     servicer = TestController(state)
     server = grpc.aio.server()
     control_pb2_grpc.add_FabricControlServicer_to_server(servicer, server)
-    server.add_insecure_port(addr)
+    tls.add_port(server, addr, tls.ServerTls(pki.controller()))
     await server.start()
     try:
         yield servicer
@@ -202,10 +223,11 @@ async def _controller(addr: str, state: state_pb2.DesiredState) -> AsyncIterator
 
 
 @contextlib.asynccontextmanager
-async def _reader(addr: str) -> AsyncIterator[P4Target]:
-    """A second P4Runtime client with a low election id: a backup, which may read."""
+async def _reader(addr: str, tls_files: tls.TlsFiles) -> AsyncIterator[P4Target]:
+    """A second P4Runtime client with a low election id (and `tls_files`, the switch's
+    certificate: only its own may open a stream): a backup, which may read."""
     codec = Codec(load_p4info(DEFAULT_P4INFO))
-    target = P4Target(addr, 1, 1, codec)
+    target = P4Target(addr, 1, 1, codec, tls=tls_files)
 
     async def nothing(*_: object) -> None:
         return None
@@ -244,7 +266,7 @@ async def test_program_restart_with_zero_writes_and_local_repair(
         assert applied.generation == 1 and not applied.errors, applied
         assert applied.digest == state.digest
         want, _ = translate(state)
-        async with _reader(rig.target_addr) as reader:
+        async with _reader(rig.target_addr, rig.tls_files) as reader:
             assert dict((await _read(reader)).entries) == dict(want.entries)
 
         # Restart the agent: it reads the target back and writes nothing.
@@ -260,7 +282,7 @@ async def test_program_restart_with_zero_writes_and_local_repair(
         status = (await ctrl.next("port_status")).port_status
         assert (status.port, status.up, status.groups_repaired) == (1, False, 1)
         assert status.local_repair_wall_ns >= status.wall_ns > 0
-        async with _reader(rig.target_addr) as reader:
+        async with _reader(rig.target_addr, rig.tls_files) as reader:
             group = (await _read(reader)).entries[("group", 1)]
         assert group == GroupEntry(1, (GroupMember(2, 0, 1),))
 
@@ -274,7 +296,7 @@ async def test_program_restart_with_zero_writes_and_local_repair(
         await ctrl.push.put(control_pb2.ControllerMessage(state_delta=diff_states(state, nxt)))
         applied = (await ctrl.next("applied")).applied
         assert applied.generation == 2 and not applied.errors
-        async with _reader(rig.target_addr) as reader:
+        async with _reader(rig.target_addr, rig.tls_files) as reader:
             got = await _read(reader)
         assert got.entries[("group", 1)] == GroupEntry(
             1, (GroupMember(1, 1, 1), GroupMember(2, 2, 1))
@@ -282,27 +304,36 @@ async def test_program_restart_with_zero_writes_and_local_repair(
         assert got.entries[("ecn", 1, 3)] == translate(nxt)[0].entries[("ecn", 1, 3)]
 
 
-async def test_a_lower_election_id_cannot_take_the_switch(
-    rig: Rig, processes: Processes, tmp_path: Path, free_port: Callable[[], int]
+@pytest.mark.parametrize("second_id", [5, 10])
+async def test_the_same_or_a_lower_election_id_cannot_take_the_switch(
+    rig: Rig, processes: Processes, tmp_path: Path, free_port: Callable[[], int], second_id: int
 ) -> None:
     state = tor_state(1)
     async with _controller(rig.controller_addr, state) as ctrl:
         _start_agent(rig, processes, tmp_path, election_id=10)
         assert (await ctrl.next("applied")).applied.generation == 1
+        first = await _health(ctrl, lambda h: h.primary)
         # A second agent for the same switch, told by another controller to remove every
-        # route, connects with a lower election id: it stays a backup and writes nothing.
+        # route, connects with the same election id (refused by the target: its stream ends)
+        # or a lower one (a backup): either way it never becomes primary and writes nothing.
         other = tor_state(1)
         del other.routes[:]
         other.digest = "other"
         second = f"127.0.0.1:{free_port()}"
         async with _controller(second, other) as ctrl2:
-            _start_agent(rig, processes, tmp_path, election_id=5, name="low", controller=second)
+            _start_agent(
+                rig, processes, tmp_path, election_id=second_id, name="second", controller=second
+            )
             await ctrl2.next("hello")
             with pytest.raises(TimeoutError):
                 await ctrl2.next("applied", within_s=3)
-        async with _reader(rig.target_addr) as reader:
+            assert ctrl2.healths and not any(h.primary for h in ctrl2.healths)
+        async with _reader(rig.target_addr, rig.tls_files) as reader:
             got = await _read(reader)
         assert dict(got.entries) == dict(translate(state)[0].entries)
+        assert all(h.primary for h in ctrl.healths[ctrl.healths.index(first) :])
+    log = (tmp_path / "second.log").read_text()
+    assert "primary (election id" not in log, log
 
 
 async def _until(predicate: Callable[[], bool], within_s: float = 20) -> None:
@@ -335,7 +366,7 @@ async def test_lldp_neighbours_counters_and_headless_repair(
 
     # Controller gone: the agent is headless and still repairs locally.
     ip("link", "set", rig.wire_links[3], "down", netns=rig.wire)
-    async with _reader(rig.target_addr) as reader:
+    async with _reader(rig.target_addr, rig.tls_files) as reader:
         async with asyncio.timeout(10):
             repaired = GroupEntry(2, ())
             while (await _read(reader)).entries[("group", 2)] != repaired:  # noqa: ASYNC110
@@ -422,7 +453,7 @@ async def test_a_restarted_target_is_reprogrammed(
         # Everything but hash_config's and pfc_watchdog's defaults, which a fresh target
         # already holds (NoAction; this state has no watchdog timing).
         assert again.updates_written == len(want) - 2
-        async with _reader(rig.target_addr) as reader:
+        async with _reader(rig.target_addr, rig.tls_files) as reader:
             assert dict((await _read(reader)).entries) == dict(want.entries)
 
 
@@ -456,7 +487,7 @@ async def test_a_takeover_is_reported_and_what_it_deleted_is_put_back(
 
         # Another client with a higher election id takes the target and deletes a route.
         codec = Codec(load_p4info(DEFAULT_P4INFO))
-        intruder = P4Target(rig.target_addr, 1, 20, codec)
+        intruder = P4Target(rig.target_addr, 1, 20, codec, tls=rig.tls_files)
         became_primary = asyncio.Event()
 
         async def primary() -> None:
@@ -471,8 +502,13 @@ async def test_a_takeover_is_reported_and_what_it_deleted_is_put_back(
                 await became_primary.wait()
             lost = await _health(ctrl, lambda h: not h.primary, after=ok)
             assert lost.reachable and "20" in lost.error, lost
+            # Who holds the target now, for the controller's mastership_lost alarm.
+            assert (lost.primary_election_id, lost.election_id) == ("20", "10")
             route = next(e for e in want.entries.values() if isinstance(e, RouteEntry))
             assert await intruder.write([codec.encode_update(Update(Op.DELETE, route))]) == []
+            # The agent stands down (the default): it does not outbid the intruder.
+            await asyncio.sleep(1.0)
+            assert intruder.primary.is_set()
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -485,7 +521,7 @@ async def test_a_takeover_is_reported_and_what_it_deleted_is_put_back(
         assert back.primary
         assert (back.missing, back.unexpected, back.modified) == (1, 0, 0)
         assert back.repaired_wall_ns >= back.last_read_back_wall_ns > 0
-        async with _reader(rig.target_addr) as reader:
+        async with _reader(rig.target_addr, rig.tls_files) as reader:
             assert dict((await _read(reader)).entries) == dict(want.entries)
 
 
@@ -493,8 +529,8 @@ async def test_an_entry_deleted_behind_the_agent_is_found_by_the_periodic_read_b
     rig: Rig, processes: Processes, tmp_path: Path
 ) -> None:
     """The agent's read-back runs every --verify-interval, not only at (re)connection: an
-    entry lost while the agent stays primary (here: a write carrying its election id from
-    outside the agent, as a tool on the switch could do) is back within one interval."""
+    entry lost while the agent stays primary (here: deleted by the primary of another
+    P4Runtime role, as a tool on the switch could do) is back within one interval."""
     state = tor_state(1)
     want, _ = translate(state)
     async with _controller(rig.controller_addr, state) as ctrl:
@@ -507,20 +543,55 @@ async def test_an_entry_deleted_behind_the_agent_is_found_by_the_periodic_read_b
         assert first.verify_interval_s == 1
         codec = Codec(load_p4info(DEFAULT_P4INFO))
         route = next(e for e in want.entries.values() if isinstance(e, RouteEntry))
-        async with grpc.aio.insecure_channel(rig.target_addr) as channel:
-            try:
-                await p4r_grpc.P4RuntimeStub(channel).Write(
-                    p4r.WriteRequest(
-                        device_id=1,
-                        election_id=p4r.Uint128(low=10),  # the agent's, without its stream
-                        updates=[codec.encode_update(Update(Op.DELETE, route))],
-                    ),
-                    timeout=5,
+        async with pki.channel(rig.target_addr, rig.tls_files) as channel:
+            stub: Any = p4r_grpc.P4RuntimeStub(channel)
+            stream = stub.StreamChannel()
+            await stream.write(
+                p4r.StreamMessageRequest(
+                    arbitration=p4r.MasterArbitrationUpdate(
+                        device_id=1, election_id=p4r.Uint128(low=1), role=p4r.Role(name="tool")
+                    )
                 )
-            except grpc.aio.AioRpcError as err:
-                pytest.skip(f"the target refuses writes from outside the primary: {err}")
+            )
+            reply = await asyncio.wait_for(stream.read(), 5)
+            assert reply.arbitration.status.code == 0, reply  # primary of its own role
+            await stub.Write(
+                p4r.WriteRequest(
+                    device_id=1,
+                    election_id=p4r.Uint128(low=1),
+                    role="tool",
+                    updates=[codec.encode_update(Update(Op.DELETE, route))],
+                    atomicity=p4r.WriteRequest.CONTINUE_ON_ERROR,
+                ),
+                timeout=5,
+            )
+            stream.cancel()
         found = await _health(ctrl, lambda h: h.missing > 0, within_s=10, after=first)
         assert (found.missing, found.unexpected, found.modified) == (1, 0, 0)
         assert found.repaired_wall_ns > 0
-        async with _reader(rig.target_addr) as reader:
+        # Found by the periodic read-back: the agent never stopped being primary.
+        assert all(h.primary for h in ctrl.healths[ctrl.healths.index(first) :])
+        async with _reader(rig.target_addr, rig.tls_files) as reader:
             assert dict((await _read(reader)).entries) == dict(want.entries)
+
+
+async def test_agent_and_softswitch_over_mutual_tls(
+    netns: Netns, processes: Processes, free_port: Callable[[], int], tmp_path: Path
+) -> None:
+    """softswitch serves mutual TLS with tor-r0-b0's certificate, the agent connects to it
+    (and to the controller) with the same: programmed, and read back by a backup client of
+    the same identity."""
+    own = pki.switch("tor-r0-b0")
+    rig = _make_rig(netns, processes, free_port, tmp_path, loop_1_2=False)
+    assert rig.tls_files == own
+    state = tor_state(1)
+    async with _controller(rig.controller_addr, state) as ctrl:
+        _start_agent(rig, processes, tmp_path)
+        applied = (await ctrl.next("applied")).applied
+        assert applied.generation == 1 and not applied.errors, applied
+        health = await _health(ctrl, lambda h: h.primary)
+        assert (health.primary_election_id, health.election_id) == ("10", "10")
+        async with _reader(rig.target_addr, own) as reader:
+            assert dict((await _read(reader)).entries) == dict(translate(state)[0].entries)
+    log = (tmp_path / "softswitch.log").read_text()
+    assert "mutual TLS as switch/tor-r0-b0" in log, log

@@ -17,11 +17,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import grpc
 import pytest
 
 from railfabric.grpcopts import KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS
 from railfabric.v1 import admin_pb2, admin_pb2_grpc
+from tests import pki
 from tests.conftest import Netns, Processes
 from tests.integration.agent.test_agent_softswitch import Rig, _make_rig, _start_agent
 from tests.integration.controller.test_controller_daemon import CONTROLLER, LAB, start
@@ -37,7 +37,7 @@ RECONNECT_WITHIN_S = 60.0
 
 @pytest.fixture
 def rig(netns: Netns, processes: Processes, free_port: Callable[[], int], tmp_path: Path) -> Rig:
-    return _make_rig(netns, processes, free_port, tmp_path, loop_1_2=False)
+    return _make_rig(netns, processes, free_port, tmp_path, loop_1_2=False, switch=SWITCH)
 
 
 async def _controller(
@@ -45,8 +45,9 @@ async def _controller(
 ) -> tuple[subprocess.Popen[bytes], str, Path]:
     log = tmp_path / "controller.log"
     out = log.open("ab")
+    argv = [CONTROLLER, "--fabric", str(LAB), "--listen", f"127.0.0.1:{port}", "--store", "memory:"]
     proc = processes.start(
-        [CONTROLLER, "--fabric", str(LAB), "--listen", f"127.0.0.1:{port}"],
+        [*argv, *pki.controller_flags()],
         stdout=out,
         stderr=out,
     )
@@ -55,7 +56,7 @@ async def _controller(
 
 
 async def _connected(addr: str) -> bool:
-    async with grpc.aio.insecure_channel(addr) as channel:
+    async with pki.channel(addr) as channel:
         admin = admin_pb2_grpc.FabricAdminStub(channel)
         reply = await admin.ListSwitches(admin_pb2.ListSwitchesRequest(), timeout=5)
     return next(s for s in reply.switches if s.info.name == SWITCH).connected

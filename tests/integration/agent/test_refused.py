@@ -18,6 +18,7 @@ import pytest
 
 from agent.session import REFUSAL_LOG_S, REFUSED_BACKOFF, Backoff, ControllerSession
 from railfabric.v1 import control_pb2
+from tests import pki
 from tests.conftest import Processes
 from tests.integration.controller.test_controller_daemon import start
 
@@ -52,6 +53,8 @@ async def test_a_refused_agent_slows_down_and_reports_once_per_period(
         refused_backoff=Backoff(initial_s=0.05, maximum_s=CAP_S),
         refusal_log_s=LOG_S,
         rng=random.Random(3),
+        # A certificate of the fabric's CA for the switch the controller does not know.
+        tls_files=pki.switch("tor-r1-b9"),
     )
     caplog.set_level(logging.INFO, logger="railfabric.agent.session")
     task = asyncio.create_task(session.run())

@@ -20,6 +20,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from railfabric.delta import apply_delta
 from railfabric.v1 import admin_pb2, admin_pb2_grpc, control_pb2, control_pb2_grpc, state_pb2
+from tests import pki
 from tests.conftest import Processes
 from tests.metrics_checks import promtool_check
 
@@ -41,8 +42,8 @@ async def start(
     addr = f"127.0.0.1:{port}"
     flags = ["--listen", addr, "--state-dir", str(state_dir), "--hold-down-s", "0.2", *extra]
     if launch:
-        processes.start([CONTROLLER, "--fabric", str(LAB), *flags])
-    async with grpc.aio.insecure_channel(addr) as channel:
+        processes.start([CONTROLLER, "--fabric", str(LAB), *pki.controller_flags(), *flags])
+    async with pki.channel(addr) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         deadline = time.monotonic() + 20
         while True:
@@ -59,12 +60,25 @@ async def start(
 class Agent:
     """One agent's side of a Session stream, driven by the test."""
 
-    def __init__(self, channel: grpc.aio.Channel) -> None:
+    def __init__(self, channel: grpc.aio.Channel, *, owns_channel: bool = False) -> None:
         self.outbox: asyncio.Queue[control_pb2.AgentMessage | None] = asyncio.Queue(16)
         self.call = control_pb2_grpc.FabricControlStub(channel).Session(self._requests())
         self.state: state_pb2.DesiredState | None = None
         self._reader: asyncio.Future[None] | None = None
         self._inbox: asyncio.Queue[object] = asyncio.Queue()
+        self._channel = channel if owns_channel else None
+
+    @classmethod
+    def of(cls, address: str, name: str) -> Agent:
+        """An agent of switch `name` on a TLS channel of its own with that switch's
+        certificate (as the real agent has); `close` ends the session and the channel."""
+        return cls(pki.channel(address, pki.switch(name)), owns_channel=True)
+
+    async def close(self) -> None:
+        """End the stream (the agent goes away), and close the channel it owns."""
+        await self.outbox.put(None)
+        if self._channel is not None:
+            await self._channel.close(None)
 
     async def _requests(self) -> AsyncIterator[control_pb2.AgentMessage]:
         while (msg := await self.outbox.get()) is not None:
@@ -127,12 +141,11 @@ class Agent:
         return self.state
 
 
-async def connect_every_switch(
-    channel: grpc.aio.Channel, admin: FabricAdminAsyncStub
-) -> dict[str, Agent]:
-    """One agent per switch of the fabric, every port reported up, every state applied."""
+async def connect_every_switch(address: str, admin: FabricAdminAsyncStub) -> dict[str, Agent]:
+    """One agent per switch of the fabric (each with its switch's certificate, on its own
+    channel: `close` them), every port reported up, every state applied."""
     topo = await admin.GetTopology(admin_pb2.GetTopologyRequest())
-    agents = {sw.name: Agent(channel) for sw in topo.switches}
+    agents = {sw.name: Agent.of(address, sw.name) for sw in topo.switches}
     for name, agent in agents.items():
         await agent.hello_with_every_port(admin, name)
     # Links come up as their second end says Hello, and deltas follow their ends' Applied
@@ -150,12 +163,12 @@ async def test_agents_get_state_failures_push_deltas_and_admin_reports_it(
     processes: Processes, free_port: Callable[[], int], tmp_path: Path
 ) -> None:
     addr = await start(processes, free_port(), tmp_path / "state")
-    async with grpc.aio.insecure_channel(addr) as channel:
+    async with pki.channel(addr) as channel:
         admin = admin_pb2_grpc.FabricAdminStub(channel)
         topo = await admin.GetTopology(admin_pb2.GetTopologyRequest())
         assert topo.fabric_name == "lab-2rail"
         assert len(topo.switches) == 6 and topo.host_nics == 8
-        agents = await connect_every_switch(channel, admin)
+        agents = await connect_every_switch(addr, admin)
         await asyncio.sleep(0.3)
         switches = (await admin.ListSwitches(admin_pb2.ListSwitchesRequest())).switches
         assert all(s.connected and s.converged for s in switches), switches
@@ -188,26 +201,29 @@ async def test_agents_get_state_failures_push_deltas_and_admin_reports_it(
             await admin.PredictPath(admin_pb2.PredictPathRequest(src_ip="nope", dst_ip="x"))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         for agent in agents.values():
-            await agent.outbox.put(None)
+            await agent.close()
 
 
 async def test_unknown_switch_and_a_first_message_that_is_not_hello_are_refused(
     processes: Processes, free_port: Callable[[], int], tmp_path: Path
 ) -> None:
     addr = await start(processes, free_port(), tmp_path / "state")
-    async with grpc.aio.insecure_channel(addr) as channel:
-        agent = Agent(channel)
-        await agent.send(hello=control_pb2.Hello(switch_name="tor-r0-b7"))
-        with pytest.raises(grpc.aio.AioRpcError) as err:
-            await agent.read()
-        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert "unknown switch 'tor-r0-b7'" in (err.value.details() or "")
-        agent = Agent(channel)
-        await agent.send(counters=control_pb2.Counters())
-        with pytest.raises(grpc.aio.AioRpcError) as err:
-            await agent.read()
-        assert "must be hello" in (err.value.details() or "")
-        # The daemon is still serving.
+    # A certificate of the CA for a switch the fabric does not have.
+    agent = Agent.of(addr, "tor-r0-b7")
+    await agent.send(hello=control_pb2.Hello(switch_name="tor-r0-b7"))
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await agent.read()
+    await agent.close()
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "unknown switch 'tor-r0-b7'" in (err.value.details() or "")
+    agent = Agent.of(addr, "tor-r1-b1")
+    await agent.send(counters=control_pb2.Counters())
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await agent.read()
+    await agent.close()
+    assert "must be hello" in (err.value.details() or "")
+    # The daemon is still serving.
+    async with pki.channel(addr) as channel:
         admin = admin_pb2_grpc.FabricAdminStub(channel)
         assert (await admin.ListSwitches(admin_pb2.ListSwitchesRequest())).switches
 
@@ -216,7 +232,7 @@ async def test_reflection_lists_the_services(
     processes: Processes, free_port: Callable[[], int], tmp_path: Path
 ) -> None:
     addr = await start(processes, free_port(), tmp_path / "state")
-    async with grpc.aio.insecure_channel(addr) as channel:
+    async with pki.channel(addr) as channel:
         stub = reflection_pb2_grpc.ServerReflectionStub(channel)
 
         async def ask() -> AsyncIterator[reflection_pb2.ServerReflectionRequest]:
@@ -233,7 +249,7 @@ async def test_restart_resumes_without_resending_what_agents_hold(
 ) -> None:
     port = free_port()
     addr = await start(processes, port, tmp_path / "state")
-    async with grpc.aio.insecure_channel(addr) as channel:
+    async with pki.channel(addr, pki.switch("spine-p1-1")) as channel:
         agent = Agent(channel)
         await agent.send(hello=control_pb2.Hello(switch_name="spine-p1-1"))
         state = (await agent.read()).desired_state
@@ -244,8 +260,8 @@ async def test_restart_resumes_without_resending_what_agents_hold(
         await agent.outbox.put(None)
     processes.kill_all()
     addr = await start(processes, port, tmp_path / "state")
-    async with grpc.aio.insecure_channel(addr) as channel:
-        agent = Agent(channel)
+    async with pki.channel(addr) as channel:
+        agent = Agent.of(addr, "spine-p1-1")
         await agent.send(
             hello=control_pb2.Hello(
                 switch_name="spine-p1-1",
@@ -262,15 +278,15 @@ async def test_restart_resumes_without_resending_what_agents_hold(
         spine = next(s for s in switches if s.info.name == "spine-p1-1")
         assert spine.connected and spine.converged
         assert spine.desired_generation == state.generation
-        await agent.outbox.put(None)
         pending.cancel()
+        await agent.close()
 
 
 def test_a_bad_fabric_file_is_refused_with_file_line_and_field(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(LAB.read_text().replace("rails: 2", "rails: 2\nrialz: 3"))
     done = subprocess.run(
-        [CONTROLLER, "--fabric", str(bad), "--listen", "127.0.0.1:0"],
+        [CONTROLLER, "--fabric", str(bad), "--listen", "127.0.0.1:0", *pki.controller_flags()],
         capture_output=True,
         text=True,
         timeout=60,
@@ -287,7 +303,7 @@ async def test_prometheus_metrics_show_sessions_generations_and_links(
     addr = await start(
         processes, free_port(), tmp_path / "state", "--metrics", f"127.0.0.1:{metrics_port}"
     )
-    async with grpc.aio.insecure_channel(addr) as channel:
+    async with pki.channel(addr, pki.switch("tor-r1-b1")) as channel:
         agent = Agent(channel)
         await agent.send(hello=control_pb2.Hello(switch_name="tor-r1-b1"))
         state = (await agent.read()).desired_state
@@ -321,11 +337,12 @@ async def test_sighup_reloads_the_intent_and_refuses_a_broken_one(
     fabric.write_text(LAB.read_text())
     port = free_port()
     addr = f"127.0.0.1:{port}"
-    proc = processes.start([CONTROLLER, "--fabric", str(fabric), "--listen", addr])
+    argv = [CONTROLLER, "--fabric", str(fabric), "--listen", addr, "--store", "memory:"]
+    proc = processes.start([*argv, *pki.controller_flags()])
     await start(processes, port, tmp_path / "unused", launch=False)
-    async with grpc.aio.insecure_channel(addr) as channel:
+    async with pki.channel(addr) as channel:
         admin = admin_pb2_grpc.FabricAdminStub(channel)
-        agent = Agent(channel)
+        agent = Agent.of(addr, "tor-r1-b1")
         await agent.send(hello=control_pb2.Hello(switch_name="tor-r1-b1"))
         first = (await agent.read()).desired_state
 
@@ -340,7 +357,7 @@ async def test_sighup_reloads_the_intent_and_refuses_a_broken_one(
         second = (await agent.read()).desired_state
         assert second.generation == first.generation + 1
         assert [p.xoff_bytes for p in second.pfc] != [p.xoff_bytes for p in first.pfc]
-        await agent.outbox.put(None)
+        await agent.close()
 
 
 async def _wait_event(admin: FabricAdminAsyncStub, kind: str) -> admin_pb2.Event:

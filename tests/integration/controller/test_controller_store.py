@@ -22,6 +22,7 @@ import pytest
 from controller.daemon.store import FILE_NAME
 from railfabric.delta import apply_delta
 from railfabric.v1 import admin_pb2, admin_pb2_grpc, control_pb2, state_pb2
+from tests import pki
 from tests.conftest import Processes
 from tests.integration.controller.diskfull import fill, tmpfs
 from tests.integration.controller.test_controller_daemon import CONTROLLER, LAB, Agent, start
@@ -51,13 +52,14 @@ def state_tmpfs(tmp_path: Path, processes: Processes) -> Iterator[Path]:
 
 
 class Switch:
-    """A simulated agent for one switch: says Hello, then applies every DesiredState and
-    StateDelta it receives (railfabric.delta) and acks it with Applied(generation, digest)."""
+    """A simulated agent for one switch (its certificate, on a channel of its own; `admin`
+    is an operator's): says Hello, then applies every DesiredState and StateDelta it receives
+    (railfabric.delta) and acks it with Applied(generation, digest)."""
 
-    def __init__(self, name: str, channel: grpc.aio.Channel) -> None:
+    def __init__(self, name: str, address: str, admin: FabricAdminAsyncStub) -> None:
         self.name = name
-        self.admin = admin_pb2_grpc.FabricAdminStub(channel)
-        self.agent = Agent(channel)
+        self.admin = admin
+        self.agent = Agent.of(address, name)
         self.state: state_pb2.DesiredState | None = None
         self.received = 0
         self.stopping = False
@@ -146,6 +148,7 @@ def argv(state_dir: Path, port: int = 0) -> list[str]:
         f"127.0.0.1:{port}",
         "--state-dir",
         str(state_dir),
+        *pki.controller_flags(),
     ]
 
 
@@ -172,13 +175,13 @@ async def test_a_full_disk_loses_no_link_event_and_never_ends_the_daemon(
     with logs[0].open("wb") as log:
         proc = launch(processes, port, state_dir, log)
     addr = await start(processes, port, state_dir, launch=False)
-    async with grpc.aio.insecure_channel(addr) as channel:
+    async with pki.channel(addr) as channel:
         admin = admin_pb2_grpc.FabricAdminStub(channel)
         topo = await admin.GetTopology(admin_pb2.GetTopologyRequest())
         assert {s.name for s in topo.switches} == set(SWITCHES)
         peer = {(lk.a.switch_name, lk.a.port): (lk.b.switch_name, lk.b.port) for lk in topo.links}
         assert peer[(TOR, 3)] == ("spine-p1-1", 1) and peer[(TOR, 4)] == ("spine-p1-2", 1)
-        agents = {name: Switch(name, channel) for name in SWITCHES}
+        agents = {name: Switch(name, addr, admin) for name in SWITCHES}
 
         async def converged() -> bool:
             switches = (await admin.ListSwitches(admin_pb2.ListSwitchesRequest())).switches
@@ -286,7 +289,7 @@ async def test_a_full_disk_loses_no_link_event_and_never_ends_the_daemon(
     with logs[1].open("wb") as log:
         proc = launch(processes, port, state_dir, log)
     addr = await start(processes, port, state_dir, launch=False)
-    async with grpc.aio.insecure_channel(addr) as channel:
+    async with pki.channel(addr) as channel:
         admin = admin_pb2_grpc.FabricAdminStub(channel)
         after = await events(admin)
         links_after = await link_states(admin)
@@ -296,6 +299,7 @@ async def test_a_full_disk_loses_no_link_event_and_never_ends_the_daemon(
         agent.task.cancel()
         with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
             await agent.task
+        await agent.agent.close()
 
     # Every event the first controller reported is in the store, in order (what it recorded
     # while stopping, its agents' sessions ending, comes after).

@@ -14,6 +14,7 @@ import grpc
 import pytest
 
 from railfabric.v1 import admin_pb2, admin_pb2_grpc, control_pb2
+from tests import pki
 from tests.conftest import Processes
 from tests.integration.controller.test_controller_daemon import Agent, start
 
@@ -38,7 +39,7 @@ class Fighter:
 
     async def run(self, addr: str, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            async with grpc.aio.insecure_channel(addr) as channel:
+            async with pki.channel(addr, pki.switch(SWITCH)) as channel:
                 agent = Agent(channel)
                 self.sessions += 1
                 self.states = 0
@@ -87,7 +88,7 @@ async def test_two_agents_for_one_switch_raise_an_alarm_and_stop_fighting(
         asyncio.create_task(first.run(addr, stop_first)),
         asyncio.create_task(second.run(addr, stop_second)),
     ]
-    async with grpc.aio.insecure_channel(addr) as channel:
+    async with pki.channel(addr) as channel:
         admin = admin_pb2_grpc.FabricAdminStub(channel)
 
         async def raised() -> bool:

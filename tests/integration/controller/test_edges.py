@@ -6,6 +6,7 @@ that do not exist."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -14,6 +15,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable
+from dataclasses import astuple
 from pathlib import Path
 
 import grpc
@@ -21,6 +23,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from railfabric.v1 import admin_pb2, admin_pb2_grpc, control_pb2
+from tests import pki
 from tests.conftest import Processes
 from tests.integration.controller.test_controller_daemon import CONTROLLER, LAB, Agent, start
 
@@ -44,7 +47,7 @@ def _launch(
     out = log.open("ab")
     return processes.start(
         [CONTROLLER, "--fabric", str(fabric), "--listen", f"127.0.0.1:{port}",
-         "--hold-down-s", "0.2", *flags],
+         "--hold-down-s", "0.2", *pki.controller_flags(), *flags],
         stdout=out,
         stderr=out,
     )  # fmt: skip
@@ -57,7 +60,7 @@ def _assert_quiet(log: Path) -> None:
 
 
 async def _switches(addr: str) -> list[admin_pb2.SwitchStatus]:
-    async with grpc.aio.insecure_channel(addr) as channel:
+    async with pki.channel(addr) as channel:
         admin = admin_pb2_grpc.FabricAdminStub(channel)
         reply = await admin.ListSwitches(admin_pb2.ListSwitchesRequest(), timeout=10)
         return list(reply.switches)
@@ -85,7 +88,7 @@ async def test_a_second_controller_on_the_address_exits_and_the_first_keeps_serv
         second = await asyncio.to_thread(
             subprocess.run,
             [CONTROLLER, "--fabric", str(LAB), "--listen", addr,
-             "--state-dir", str(tmp_path / "second")],
+             "--state-dir", str(tmp_path / "second"), *pki.controller_flags()],
             capture_output=True,
             text=True,
             timeout=30,
@@ -99,7 +102,7 @@ async def test_a_second_controller_on_the_address_exits_and_the_first_keeps_serv
     ]
     # It stopped before opening a store of its own.
     assert not (tmp_path / "second").exists()
-    async with grpc.aio.insecure_channel(addr) as channel:
+    async with pki.channel(addr) as channel:
         reply = await health_pb2_grpc.HealthStub(channel).Check(
             health_pb2.HealthCheckRequest(service=""), timeout=10
         )
@@ -116,6 +119,7 @@ def _closed_pipe(addr: str, *args: str) -> subprocess.CompletedProcess[str]:
             [RAILCTL, "--controller", addr, *args],
             stdout=write,
             stderr=subprocess.PIPE,
+            env={**os.environ, **pki.railctl_env()},
             text=True,
             timeout=60,
             check=False,
@@ -150,6 +154,7 @@ def test_railctl_into_a_closed_pipe_is_quiet_on_every_output_path(
         f"{RAILCTL} --controller {addr} --json switches | head -1; echo rc=${{PIPESTATUS[0]}}",
         shell=True,
         executable="/bin/bash",
+        env={**os.environ, **pki.railctl_env()},
         capture_output=True,
         text=True,
         timeout=60,
@@ -166,7 +171,7 @@ async def test_sigterm_with_an_agent_connected_records_its_session_down(
     port, state, log = free_port(), tmp_path / "state", tmp_path / "controller.log"
     proc = _launch(processes, log, port, "--state-dir", str(state))
     addr = await start(processes, port, state, launch=False)
-    async with grpc.aio.insecure_channel(addr) as channel:
+    async with pki.channel(addr, pki.switch("tor-r1-b1")) as channel:
         agent = Agent(channel)
         await agent.send(hello=control_pb2.Hello(switch_name="tor-r1-b1"))
         desired = (await agent.read()).desired_state
@@ -184,7 +189,7 @@ async def test_sigterm_with_an_agent_connected_records_its_session_down(
 
     proc = _launch(processes, log, port, "--state-dir", str(state))
     addr = await start(processes, port, state, launch=False)
-    async with grpc.aio.insecure_channel(addr) as channel:
+    async with pki.channel(addr) as channel:
         admin = admin_pb2_grpc.FabricAdminStub(channel)
         events = (await admin.ListEvents(admin_pb2.ListEventsRequest(limit=100))).events
     kinds = [(e.kind, e.switch_name) for e in events]
@@ -198,29 +203,29 @@ async def _converged(addr: str, name: str) -> bool:
     return status.connected and status.converged
 
 
-# A child process with `n` sessions, one per switch, each holding its DesiredState; SIGKILL
-# drops them all at once, with no goodbye on any stream.
+# A child process with a session per switch named in argv (a JSON {name: [ca, cert, key]},
+# the switch's certificate), each holding its DesiredState; SIGKILL drops them all at once,
+# with no goodbye on any stream.
 SESSIONS = r"""
-import asyncio, sys
-import grpc
-from railfabric.v1 import admin_pb2, admin_pb2_grpc, control_pb2
+import asyncio, json, sys
+from pathlib import Path
+from railfabric import tls
+from railfabric.grpcopts import channel_options
+from railfabric.v1 import control_pb2
 from tests.integration.controller.test_controller_daemon import Agent
 
-async def main(addr, n):
-    channels = [grpc.aio.insecure_channel(addr) for _ in range(10)]
-    admin = admin_pb2_grpc.FabricAdminStub(channels[0])
-    names = [s.info.name for s in
-             (await admin.ListSwitches(admin_pb2.ListSwitchesRequest())).switches][:n]
+async def main(addr, certificates):
     agents = []
-    for i, name in enumerate(names):
-        agent = Agent(channels[i % len(channels)])
+    for name, files in certificates.items():
+        channel = tls.aio_channel(addr, tls.TlsFiles(*map(Path, files)), channel_options())
+        agent = Agent(channel, owns_channel=True)
         await agent.send(hello=control_pb2.Hello(switch_name=name))
         agents.append(agent)
     await asyncio.gather(*(agent.read() for agent in agents))
     print(len(agents), flush=True)
     await asyncio.sleep(3600)
 
-asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+asyncio.run(main(sys.argv[1], json.loads(sys.argv[2])))
 """
 
 
@@ -235,10 +240,12 @@ async def test_200_sessions_dropped_at_once_leave_nothing_pending(
         .replace("blocks_per_pod: 2", "blocks_per_pod: 25")
     )
     port, log = free_port(), tmp_path / "controller.log"
-    proc = _launch(processes, log, port, fabric=fabric)
+    proc = _launch(processes, log, port, "--store", "memory:", fabric=fabric)
     addr = await start(processes, port, tmp_path / "unused", launch=False)
+    names = [s.info.name for s in await _switches(addr)][:200]
+    certificates = {name: [str(f) for f in astuple(pki.switch(name))] for name in names}
     client = processes.start(
-        [sys.executable, "-c", SESSIONS, addr, "200"],
+        [sys.executable, "-c", SESSIONS, addr, json.dumps(certificates)],
         stdout=subprocess.PIPE,
         cwd=REPO,
     )
@@ -264,17 +271,21 @@ async def test_error_texts_that_echo_client_input_fit_and_can_be_read(
 ) -> None:
     addr = await start(processes, free_port(), tmp_path / "state")
     long = "x" * 10_000
-    async with grpc.aio.insecure_channel(addr) as channel:
+    # No certificate names such a switch (names are at most 63 characters): the session of
+    # tor-r1-b1's certificate that says Hello with it is refused for speaking for another.
+    async with pki.channel(addr, pki.switch("tor-r1-b1")) as channel:
         for name in (long, "tor-r1-b1" + long, "\x00" * 10_000, "é" * 10_000):
             agent = Agent(channel)
             await agent.send(hello=control_pb2.Hello(switch_name=name))
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 await agent.read()
             await agent.outbox.put(None)
-            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value
+            assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED, err.value
             details = err.value.details() or ""
-            assert details.startswith("unknown switch") and len(details) < 1000, details[:200]
+            assert details.startswith("this certificate is switch/tor-r1-b1"), details[:200]
+            assert len(details) < 1000, details[:200]
 
+    async with pki.channel(addr) as channel:
         admin = admin_pb2_grpc.FabricAdminStub(channel)
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await admin.GetSwitchState(admin_pb2.GetSwitchStateRequest(switch_name=long))
@@ -303,9 +314,9 @@ async def test_applied_for_unsent_generations_and_status_of_missing_ports_are_re
     addr = await start(
         processes, free_port(), tmp_path / "state", "--metrics", f"127.0.0.1:{metrics}"
     )
-    async with grpc.aio.insecure_channel(addr) as channel:
+    async with pki.channel(addr) as channel:
         admin = admin_pb2_grpc.FabricAdminStub(channel)
-        agent = Agent(channel)
+        agent = Agent.of(addr, "tor-r1-b1")
         await agent.send(hello=control_pb2.Hello(switch_name="tor-r1-b1"))
         desired = (await agent.read()).desired_state
         await agent.send(
@@ -342,5 +353,5 @@ async def test_applied_for_unsent_generations_and_status_of_missing_ports_are_re
         pending = asyncio.ensure_future(agent.call.read())
         done, _ = await asyncio.wait({pending}, timeout=1.0)
         assert not done
-        await agent.outbox.put(None)
         pending.cancel()
+        await agent.close()

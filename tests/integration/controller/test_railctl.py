@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import pki
 from tests.conftest import Processes
 from tests.integration.controller.test_controller_daemon import start
 
@@ -23,6 +25,7 @@ def railctl(addr: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [RAILCTL, "--controller", addr, *args],
         capture_output=True,
+        env={**os.environ, **pki.railctl_env()},
         text=True,
         timeout=60,
         check=False,

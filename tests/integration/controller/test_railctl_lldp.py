@@ -12,11 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 
 from agent.lldp import NeighborTable, build_lldp
 from railfabric.v1 import control_pb2
+from tests import pki
 from tests.conftest import Processes
 from tests.integration.controller.test_controller_daemon import Agent, start
 from tests.integration.controller.test_railctl_ports import arailctl, as_json, railctl
@@ -65,7 +65,7 @@ async def test_lldp_lists_every_port_against_the_plan_and_alarms_name_the_wrong_
     processes: Processes, free_port: Callable[[], int], tmp_path: Path
 ) -> None:
     addr = await start(processes, free_port(), tmp_path / "state")
-    async with grpc.aio.insecure_channel(addr) as channel:
+    async with pki.channel(addr, pki.switch("tor-r1-b1")) as channel:
         agent = Agent(channel)
         ports = [control_pb2.PortInfo(port=p, ifname=f"rfa{p}", oper_up=True) for p in range(1, 5)]
         await agent.send(hello=control_pb2.Hello(switch_name="tor-r1-b1", ports=ports))

@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 
 from agent.codec import Codec
@@ -25,6 +24,7 @@ from agent.p4client import P4Target
 from agent.translate import Op, RouteEntry, Update
 from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from railfabric.v1 import control_pb2
+from tests import pki
 from tests.conftest import Netns, Processes
 from tests.integration.agent.test_agent_softswitch import _wait_listening
 from tests.integration.controller.test_controller_daemon import LAB, Agent, start
@@ -38,10 +38,16 @@ STAMP = re.compile(r"\b20\d\d-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC\b")
 T0 = 1_800_000_000_000_000_000
 
 
+def operator_env() -> dict[str, str]:
+    """railctl's environment: this one's, and an operator's certificate."""
+    return {**os.environ, **pki.railctl_env()}
+
+
 def railctl(addr: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [RAILCTL, "--controller", addr, *args],
         capture_output=True,
+        env=operator_env(),
         text=True,
         timeout=60,
         check=False,
@@ -57,6 +63,7 @@ async def arailctl(addr: str, *args: str) -> subprocess.CompletedProcess[str]:
         *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
+        env=operator_env(),
     )
     out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
     assert proc.returncode is not None
@@ -129,7 +136,7 @@ async def test_reported_ports_and_counters_in_interfaces_counters_pfc_and_ecn(
     processes: Processes, free_port: Callable[[], int], tmp_path: Path
 ) -> None:
     addr = await start(processes, free_port(), tmp_path / "state")
-    async with grpc.aio.insecure_channel(addr) as channel:
+    async with pki.channel(addr, pki.switch("tor-r1-b1")) as channel:
         agent = Agent(channel)
         ports = [
             control_pb2.PortInfo(port=1, ifname="rfa1", oper_up=True),
@@ -330,7 +337,7 @@ async def test_tables_round_trip_through_the_agents_session(
     done = await arailctl(addr, "tables", "spine-p1-9")
     assert "NOT_FOUND" in done.stderr and "did you mean" in done.stderr
 
-    async with grpc.aio.insecure_channel(addr) as channel:
+    async with pki.channel(addr, pki.switch("spine-p1-1")) as channel:
         agent = Agent(channel)
         await agent.send(hello=control_pb2.Hello(switch_name="spine-p1-1"))
         state = (await agent.read()).desired_state
@@ -438,6 +445,7 @@ def test_into_head_through_a_real_pipe_is_quiet(
         f"set -o pipefail; {RAILCTL} --controller {addr} {' '.join(args)} | head -1",
         shell=True,
         executable="/bin/bash",
+        env=operator_env(),
         capture_output=True,
         text=True,
         timeout=60,
@@ -450,6 +458,7 @@ def test_into_head_through_a_real_pipe_is_quiet(
         f"{RAILCTL} --controller {addr} {' '.join(args)} | head -1",
         shell=True,
         executable="/bin/bash",
+        env=operator_env(),
         capture_output=True,
         text=True,
         timeout=60,
@@ -464,6 +473,7 @@ def test_into_head_through_a_real_pipe_is_quiet(
             [RAILCTL, "--controller", addr, *args],
             stdout=write,
             stderr=subprocess.PIPE,
+            env=operator_env(),
             text=True,
             timeout=60,
             check=False,
@@ -486,9 +496,11 @@ async def _switch_converged(addr: str, name: str) -> None:
 
 @contextlib.asynccontextmanager
 async def _intruder(addr: str) -> AsyncIterator[P4Target]:
-    """Another P4Runtime client with a higher election id than the agent's: it takes the
-    switch over (the agent, now a backup, cannot repair what this one changes)."""
-    target = P4Target(addr, 1, 1000, Codec(load_p4info(DEFAULT_P4INFO)))
+    """Another P4Runtime client (with the switch's certificate: the softswitch takes writes
+    from no other) with a higher election id than the agent's: it takes the switch over (the
+    agent, now a backup, cannot repair what this one changes)."""
+    codec = Codec(load_p4info(DEFAULT_P4INFO))
+    target = P4Target(addr, 1, 1000, codec, tls=pki.switch("tor-r1-b1"))
 
     async def nothing(*_: object) -> None:
         return None
@@ -514,6 +526,7 @@ async def test_tables_and_counters_through_a_real_agent_and_softswitch(
         netns.veth(name, None, f"rf{netns.tag}w{port}", wire)
     target = f"127.0.0.1:{free_port()}"
     argv = [str(BIN / "railfabric-softswitch"), "--device-id", "1", "--grpc-addr", target]
+    argv += pki.flags(pki.switch("tor-r1-b1"))
     for port, name in switch_links.items():
         argv += ["-i", f"{port}@{name}"]
     log = (tmp_path / "softswitch.log").open("wb")
@@ -531,6 +544,7 @@ async def test_tables_and_counters_through_a_real_agent_and_softswitch(
             "--election-id", "10",
             "--lldp-interval", "0.5",
             "--counters-interval", "0.5",
+            *pki.flags(pki.switch("tor-r1-b1")),
         ],
         stdout=agent_log,
         stderr=agent_log,

@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import grpc
 import pytest
 
 from controller.intent import IntentError, load_fabric
 from railfabric.v1 import admin_pb2, admin_pb2_grpc
+from tests import pki
 from tests.conftest import Processes
 from tests.integration.controller.test_controller_daemon import CONTROLLER, LAB, start
 
@@ -182,13 +182,12 @@ async def test_sighup_with_any_file_never_ends_the_controller(
     port = free_port()
     addr = f"127.0.0.1:{port}"
     log = tmp_path / "controller.log"
+    argv = [CONTROLLER, "--fabric", str(fabric), "--listen", addr, "--store", "memory:"]
     with log.open("wb") as out:
-        proc = processes.start(
-            [CONTROLLER, "--fabric", str(fabric), "--listen", addr], stderr=out, stdout=out
-        )
+        proc = processes.start([*argv, *pki.controller_flags()], stderr=out, stdout=out)
     await start(processes, port, tmp_path / "unused", launch=False)
     refused = 0
-    async with grpc.aio.insecure_channel(addr) as channel:
+    async with pki.channel(addr) as channel:
         daemon = Reloader(proc, admin_pb2_grpc.FabricAdminStub(channel))
         if (startup := await daemon.newest()) is not None:
             daemon.last_ns = startup.wall_ns

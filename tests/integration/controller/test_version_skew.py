@@ -12,10 +12,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import grpc
 import pytest
 
 from railfabric.v1 import admin_pb2, admin_pb2_grpc
+from tests import pki
 from tests.conftest import Processes
 from tests.integration.controller.test_controller_daemon import Agent, start
 
@@ -54,10 +54,10 @@ async def test_an_agent_of_the_previous_release_gets_state_and_deltas(
     addr = await start(processes, free_port(), tmp_path / "state")
     # The rest of the fabric runs this release's agents, so the old agent's links come up
     # (a link is up only when both ends report carrier) and its cut changes routes.
-    channel = grpc.aio.insecure_channel(addr)
+    channel = pki.channel(addr)
     admin = admin_pb2_grpc.FabricAdminStub(channel)
     others = [s.name for s in (await admin.GetTopology(admin_pb2.GetTopologyRequest())).switches]
-    current = {name: Agent(channel) for name in others if name != "tor-r1-b1"}
+    current = {name: Agent.of(addr, name) for name in others if name != "tor-r1-b1"}
     for name, a in current.items():
         await a.hello_with_every_port(admin, name)
     for a in current.values():
@@ -69,6 +69,8 @@ async def test_an_agent_of_the_previous_release_gets_state_and_deltas(
         "tor-r1-b1",
         "4",
         "3",
+        # The certificate is not part of the protocol: the old agent speaks TLS as its switch.
+        *pki.flags(pki.switch("tor-r1-b1")),
         cwd=stubs,
         env={"PYTHONPATH": str(stubs), "PATH": "/usr/bin:/bin"},
         stdin=asyncio.subprocess.PIPE,
@@ -76,7 +78,7 @@ async def test_an_agent_of_the_previous_release_gets_state_and_deltas(
         stderr=asyncio.subprocess.PIPE,
     )
     try:
-        async with grpc.aio.insecure_channel(addr) as channel:
+        async with pki.channel(addr) as channel:
             admin = admin_pb2_grpc.FabricAdminStub(channel)
             deadline = time.monotonic() + 30
             while True:
@@ -91,7 +93,7 @@ async def test_an_agent_of_the_previous_release_gets_state_and_deltas(
     finally:
         raw_out, raw_err = await asyncio.wait_for(agent.communicate(b""), timeout=30)
         for a in current.values():
-            await a.outbox.put(None)
+            await a.close()
         await channel.close(None)
     out, err = raw_out.decode(), raw_err.decode()
     lines = [json.loads(line) for line in out.splitlines()]

@@ -10,6 +10,7 @@ from agent.main import Agent, build_parser, main
 from railfabric import __version__
 from railfabric.p4info import DEFAULT_P4INFO
 from railfabric.v1 import control_pb2, state_pb2
+from tests import pki
 
 pytestmark = pytest.mark.unit
 
@@ -19,6 +20,7 @@ BASE = [
     "--target", "127.0.0.1:9559",
     "--device-id", "3",
     "--p4info", str(DEFAULT_P4INFO),
+    *pki.flags(pki.switch("tor-r0-b0")),
 ]  # fmt: skip
 
 
@@ -35,6 +37,26 @@ def test_bad_arguments_exit_2_naming_the_problem(
     extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main([*BASE, *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("tls", "message"),
+    [
+        ([], "TLS needs --tls-ca, --tls-cert, --tls-key"),
+        (
+            pki.flags(pki.switch("tor-r0-b1")),
+            "names switch/tor-r0-b1, not switch/tor-r0-b0; issue this switch's own",
+        ),
+        (pki.flags(pki.operator()), "names operator/tests, not switch/tor-r0-b0"),
+        (["--insecure", "--metrics-tls"], "--metrics-tls needs the daemon's TLS files"),
+    ],
+)
+def test_an_agent_speaks_only_as_the_switch_its_certificate_names(
+    tls: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = [a for a in BASE if not a.startswith("--tls") and "/railfabric-test-pki-" not in a]
+    assert main([*base, "--port-map", "1=a", *tls]) == 2
     assert message in capsys.readouterr().err
 
 

@@ -21,6 +21,7 @@ from railfabric import __version__
 from railfabric.metrics import MetricsServer
 from railfabric.p4info import DEFAULT_P4INFO
 from railfabric.v1 import control_pb2, state_pb2
+from tests import pki
 from tests.metrics_checks import promtool_check, samples, scrape, value
 from tests.unit.agent.samples import tor_state
 from tests.unit.agent.test_writer import RecordingTarget, _desired, _port
@@ -35,6 +36,7 @@ ARGS = [
     "--device-id", "1",
     "--port-map", "1=eth1,2=eth2,3=eth3",
     "--p4info", str(DEFAULT_P4INFO),
+    *pki.flags(pki.switch(SWITCH)),
 ]  # fmt: skip
 READ_AT_NS = 1_750_000_000_123_000_000
 AGENT_EXE = Path(sys.executable).parent / "railfabric-agent"
