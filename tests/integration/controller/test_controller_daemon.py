@@ -43,6 +43,12 @@ async def start(
     flags = ["--listen", addr, "--state-dir", str(state_dir), "--hold-down-s", "0.2", *extra]
     if launch:
         processes.start([CONTROLLER, "--fabric", str(LAB), *pki.controller_flags(), *flags])
+    await serving(addr)
+    return addr
+
+
+async def serving(addr: str) -> None:
+    """Return once the controller at `addr` answers health SERVING (20 s at most)."""
     async with pki.channel(addr) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         deadline = time.monotonic() + 20
@@ -50,7 +56,7 @@ async def start(
             try:
                 reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
                 assert reply.status == health_pb2.HealthCheckResponse.SERVING
-                return addr
+                return
             except grpc.aio.AioRpcError:
                 if time.monotonic() > deadline:
                     raise

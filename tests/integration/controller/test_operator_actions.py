@@ -11,22 +11,19 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
-import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from controller.intent import load_fabric, to_explicit_yaml
 from railfabric import tls
 from railfabric.v1 import admin_pb2, admin_pb2_grpc, state_pb2
 from tests import pki
 from tests.conftest import Processes
-from tests.integration.controller.test_controller_daemon import CONTROLLER, LAB, Agent
+from tests.integration.controller.test_controller_daemon import CONTROLLER, LAB, Agent, serving
 
 pytestmark = pytest.mark.integration
 
@@ -59,21 +56,6 @@ def launch(
         stdout=(tmp_path / "controller.log").open("ab"),
         stderr=subprocess.STDOUT,
     )
-
-
-async def serving(addr: str) -> None:
-    async with pki.channel(addr) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
-                assert reply.status == health_pb2.HealthCheckResponse.SERVING
-                return
-            except grpc.aio.AioRpcError:
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.1)
 
 
 @asynccontextmanager
