@@ -81,10 +81,14 @@ def _names(names: Sequence[str]) -> str:
     return f" ({', '.join(names[:EXAMPLES])}{f', ... {more} more' if more > 0 else ''})"
 
 
+def _differs(d: admin_pb2.DiffIntentResponse) -> bool:
+    return bool(
+        d.switches_added or d.switches_removed or d.links_added or d.links_removed or d.switches
+    )
+
+
 def render_diff(d: admin_pb2.DiffIntentResponse) -> list[str]:
-    if not (d.switches_added or d.switches_removed or d.links_added or d.links_removed) and not (
-        d.switches
-    ):
+    if not _differs(d):
         return [f"fabric {d.fabric_name}: no change (its routes are the running intent's)"]
     share = d.routes_withdrawn / d.routes_installed if d.routes_installed else 0.0
     out = [
@@ -212,10 +216,12 @@ def _json(reply: Any, args: argparse.Namespace) -> Any:
 
 
 def _run(
-    query: Callable[[Stub, argparse.Namespace], Any], render: Callable[[Any], list[str]]
+    query: Callable[[Stub, argparse.Namespace], Any],
+    render: Callable[[Any], list[str]],
+    exit_code: Callable[[Any], int] = lambda _reply: 0,
 ) -> Callable[[argparse.Namespace], int]:
     return lambda args: run_query_with(
-        query, lambda reply, _args: render(reply), args, json_of=_json, exit_code=lambda _r: 0
+        query, lambda reply, _args: render(reply), args, json_of=_json, exit_code=exit_code
     )
 
 
@@ -225,7 +231,9 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     except (OSError, UnicodeDecodeError) as err:
         print(f"railctl diff: {args.fabric}: {err}", file=sys.stderr)
         return 1
-    return _run(_q_diff, render_diff)(args)
+    # 3 when the file differs from the running intent, as `tables` exits on a difference: a
+    # script can tell "would change routes" from "no change" and from an error (1).
+    return _run(_q_diff, render_diff, lambda d: 3 if _differs(d) else 0)(args)
 
 
 OPERATOR_COMMANDS: list[
@@ -247,7 +255,8 @@ OPERATOR_COMMANDS: list[
     ("drains", "drained links: who, when, why", _no_args, _run(_q_drains, _render_drains)),
     (
         "diff",
-        "what a fabric intent file would change against the running intent (changes nothing)",
+        "what a fabric intent file would change against the running intent (changes nothing; "
+        "exit 3 when it differs)",
         _diff_args,
         _cmd_diff,
     ),

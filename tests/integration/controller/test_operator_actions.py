@@ -238,11 +238,12 @@ async def test_diff_shows_what_an_intent_file_would_change(
     new.write_text(text.replace(SPINE1_CABLES[0], ""))
     async with fabric_of_agents(addr):
         code, out, err = await railctl(addr, "diff", str(new), who=pki.reader())
-        assert code == 0, err
+        assert code == 3, err  # it differs
         assert f"links:    +0, -1 ({KEY})" in out
         assert "spine-p1-1" in out and "-10.0.0.0/29" in out
         assert "~10.0.0.0/29 3,4 -> 4" in out
         code, out, err = await railctl(addr, "--json", "diff", str(new))
+        assert code == 3, err
         reply = json.loads(out)
         assert reply["links_removed"] == [KEY] and reply["routes_withdrawn"] == 1
         spine = next(s for s in reply["switches"] if s["switch_name"] == "spine-p1-1")
