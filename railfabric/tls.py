@@ -279,11 +279,6 @@ def peer_identity(context: Any) -> Identity | None:
     return None
 
 
-def is_tls(context: Any) -> bool:
-    auth: Mapping[str, Collection[bytes]] = context.auth_context()
-    return b"ssl" in auth.get("transport_security_type", ())
-
-
 # Which identities may call a method: by full method name ("/pkg.Service/Method") or by
 # service prefix ("/pkg.Service/"); the longest matching rule wins. A rule holds kinds (any
 # identity of the kind) and identities (that one only, e.g. a switch's own agent).
