@@ -99,6 +99,22 @@ async def test_pipeline_set_and_get(target: Target) -> None:
         assert caps.p4runtime_api_version.startswith("1.")
 
 
+async def _duplicate_id_refused(stub: Any, election_id: int) -> None:
+    """A new StreamChannel arbitrating with an election id another stream holds is ended with
+    INVALID_ARGUMENT (the spec's duplicate election id)."""
+    dup = stub.StreamChannel()
+    await dup.write(
+        p4r.StreamMessageRequest(
+            arbitration=p4r.MasterArbitrationUpdate(
+                device_id=DEVICE_ID, election_id=U128.encode(election_id)
+            )
+        )
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await asyncio.wait_for(dup.read(), 5)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
 async def _arbitrate(stub: Any, election_id: int) -> tuple[Any, p4r.StreamMessageResponse]:
     stream = stub.StreamChannel()
     await stream.write(
@@ -263,17 +279,7 @@ async def test_arbitration_primary_backup_and_promotion(target: Target) -> None:
                 stream, _ = await _arbitrate(stub, 5)  # a backup: answered ALREADY_EXISTS
                 assert _.arbitration.status.code == grpc.StatusCode.ALREADY_EXISTS.value[0]
                 assert U128.decode(_.arbitration.election_id) == 20
-                dup = stub.StreamChannel()
-                await dup.write(
-                    p4r.StreamMessageRequest(
-                        arbitration=p4r.MasterArbitrationUpdate(
-                            device_id=DEVICE_ID, election_id=U128.encode(20)
-                        )
-                    )
-                )
-                with pytest.raises(grpc.aio.AioRpcError) as dup_err:
-                    await asyncio.wait_for(dup.read(), 5)
-                assert dup_err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                await _duplicate_id_refused(stub, 20)
                 stream.cancel()
             await primary.__aexit__(None, None, None)
             for _ in range(100):
@@ -350,17 +356,7 @@ async def test_a_second_channel_of_the_primarys_process_is_another_client(
                 await other.Write(_write(7, second))
             assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
             # Its own stream with the same election id is refused too (duplicate id).
-            dup = other.StreamChannel()
-            await dup.write(
-                p4r.StreamMessageRequest(
-                    arbitration=p4r.MasterArbitrationUpdate(
-                        device_id=DEVICE_ID, election_id=U128.encode(7)
-                    )
-                )
-            )
-            with pytest.raises(grpc.aio.AioRpcError) as err:
-                await asyncio.wait_for(dup.read(), 5)
-            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            await _duplicate_id_refused(other, 7)
         await primary.Write(_write(7, second))
     pipeline = target.switch.pipeline
     assert pipeline is not None
