@@ -7,12 +7,13 @@ applies. QoS objects depend only on the cabling plan, so link events never chang
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from controller import qos
 from controller.fabric import Prefix
 from controller.routing import FabricRouting, Group, Route, SwitchDelta
-from railfabric.digest import state_digest
+from railfabric.digest import Tag, field_sum, state_digest
 from railfabric.ecmp import HashFields
 from railfabric.v1 import state_pb2
 
@@ -72,11 +73,10 @@ def desired_state(
     mac_base = topo.mac_base[x]
     add_port = state.ports.add
     add_neighbor = state.neighbors.add
-    add_ecn = state.ecn.add
-    add_pfc = state.pfc.add
-    per_cable: dict[tuple[int, float], tuple[qos.EcnThresholds, qos.PfcThresholds]] = {}
+    layout: list[tuple[int, int, float]] = []
     for port in topo.ports(x):
         speed, length = topo.port_cable(x, port)
+        layout.append((port, speed, length))
         add_port(port=port, mac=mac_base | port, speed_mbps=speed, cable_length_m=length)
         owner = topo.owner(x, port)
         assert owner is not None
@@ -100,13 +100,37 @@ def desired_state(
                 peer_port=peer_port,
                 peer_mac=topo.mac_base[peer] | peer_port,
             )
-        thresholds = per_cable.get((speed, length))
-        if thresholds is None:
-            thresholds = per_cable[(speed, length)] = (
-                qos.ecn_thresholds(speed, params),
-                qos.pfc_thresholds(speed, length, params),
-            )
-        ecn, pfc = thresholds
+    shared, known = _port_layout_qos(tuple(layout), params)
+    state.ecn.extend(shared.ecn)
+    state.pfc.extend(shared.pfc)
+    state.dscp_map.extend(shared.dscp_map)
+    for group in routing.groups(switch):
+        _add_group(state.groups, group)
+    add_route = state.routes.add
+    for address, length, group_id in routing.route_triples(switch):
+        msg = add_route(group_id=group_id)
+        msg.prefix.address = address
+        msg.prefix.length = length
+    state.pfc_watchdog.detect_ns = params.pfc_watchdog_detect_ns
+    state.pfc_watchdog.restore_ns = params.pfc_watchdog_restore_ns
+    state.ecmp_hash = ECMP_HASH[routing.topo.fabric.ecmp_hash]
+    state.digest = state_digest(state, known)
+    return state
+
+
+@functools.lru_cache(maxsize=256)
+def _port_layout_qos(
+    layout: tuple[tuple[int, int, float], ...], params: qos.QosParams
+) -> tuple[state_pb2.DesiredState, dict[Tag, int]]:
+    """The QoS objects of a switch with these (port, speed, cable length) ports, and their
+    digest sums: thousands of switches share a handful of layouts, so each is built and
+    hashed once (they are most of a switch's objects without routes)."""
+    shared = state_pb2.DesiredState()
+    add_ecn = shared.ecn.add
+    add_pfc = shared.pfc.add
+    for port, speed, length in layout:
+        ecn = qos.ecn_thresholds(speed, params)
+        pfc = qos.pfc_thresholds(speed, length, params)
         for tc in qos.ECN_CLASSES:
             add_ecn(
                 port=port,
@@ -122,21 +146,15 @@ def desired_state(
             xon_bytes=pfc.xon_bytes,
             headroom_bytes=pfc.headroom_bytes,
         )
-    for group in routing.groups(switch):
-        _add_group(state.groups, group)
-    add_route = state.routes.add
-    for address, length, group_id in routing.route_triples(switch):
-        msg = add_route(group_id=group_id)
-        msg.prefix.address = address
-        msg.prefix.length = length
-    add_dscp = state.dscp_map.add
+    add_dscp = shared.dscp_map.add
     for dscp, tc in qos.dscp_map():
         add_dscp(dscp=dscp, traffic_class=int(tc))
-    state.pfc_watchdog.detect_ns = params.pfc_watchdog_detect_ns
-    state.pfc_watchdog.restore_ns = params.pfc_watchdog_restore_ns
-    state.ecmp_hash = ECMP_HASH[routing.topo.fabric.ecmp_hash]
-    state.digest = state_digest(state)
-    return state
+    known: dict[Tag, int] = {
+        "ecn": field_sum("ecn", shared.ecn),
+        "pfc": field_sum("pfc", shared.pfc),
+        "dscp": field_sum("dscp", shared.dscp_map),
+    }
+    return shared, known
 
 
 def state_delta(

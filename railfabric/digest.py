@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Literal, TypeVar, get_args
 
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
@@ -91,20 +91,33 @@ class DigestAccumulator:
         return f"DigestAccumulator({self.hex()!r})"
 
 
-def state_digest(state: state_pb2.DesiredState) -> str:
-    """The digest of `state` ("v2:" + 64 hex), computed from all of its objects."""
-    return f"{_HEADER}{_state_sum(state):064x}"
+def state_digest(state: state_pb2.DesiredState, known: Mapping[Tag, int] | None = None) -> str:
+    """The digest of `state` ("v2:" + 64 hex), computed from all of its objects.
+
+    `known`: the sums (`field_sum`) of some of its repeated fields, by tag, which are then not
+    hashed again: objects many states share (a port layout's QoS) are hashed once. The caller
+    vouches they are the sums of `state`'s fields."""
+    return f"{_HEADER}{_state_sum(state, known or {}):064x}"
 
 
-def _state_sum(state: state_pb2.DesiredState) -> int:
+def field_sum(tag: Tag, items: Iterable[Message]) -> int:
+    """A repeated field's share of a digest, for `state_digest(known=...)`."""
+    return _sum(tag, items) & _MASK
+
+
+def _state_sum(state: state_pb2.DesiredState, known: Mapping[Tag, int]) -> int:
+    def part(tag: Tag, items: Iterable[Message]) -> int:
+        value = known.get(tag)
+        return _sum(tag, items) if value is None else value
+
     total = object_hash("switch", state.switch_name)
-    total += _sum("port", state.ports)
-    total += _sum("neighbor", state.neighbors)
-    total += _sum("group", state.groups)
-    total += _sum("route", state.routes)
-    total += _sum("dscp", state.dscp_map)
-    total += _sum("ecn", state.ecn)
-    total += _sum("pfc", state.pfc)
+    total += part("port", state.ports)
+    total += part("neighbor", state.neighbors)
+    total += part("group", state.groups)
+    total += part("route", state.routes)
+    total += part("dscp", state.dscp_map)
+    total += part("ecn", state.ecn)
+    total += part("pfc", state.pfc)
     if state.HasField("pfc_watchdog"):
         total += object_hash("watchdog", state.pfc_watchdog)
     if state.ecmp_hash:

@@ -91,3 +91,38 @@ def test_delta_for_the_wrong_generation_is_refused() -> None:
     delta = routing.apply([LinkEvent("spine-p1-1", 1, up=False)])["spine-p1-1"]
     with pytest.raises(ValueError, match=r"delta is from generation 5, state is at 3"):
         apply_delta(state, state_delta(routing, delta, 5))
+
+
+def test_shared_qos_objects_digest_as_hashed_one_by_one() -> None:
+    """Every switch's digest equals a digest of all its objects hashed afresh, though the QoS
+    objects of a port layout are built and hashed once for all switches that share it; and
+    every port gets its own cable's thresholds."""
+    fabric = load_fabric(LAB)
+    routing = FabricRouting(fabric)
+    states = [desired_state(routing, sw.name) for sw in fabric.switches]
+    for state in states:
+        assert state.digest == state_digest(state), state.switch_name
+        params = qos.resolve(fabric.qos)
+        for port in state.ports:
+            ecn = qos.ecn_thresholds(port.speed_mbps, params)
+            pfc = qos.pfc_thresholds(port.speed_mbps, port.cable_length_m, params)
+            for tc in qos.ECN_CLASSES:
+                assert (
+                    state_pb2.EcnThreshold(
+                        port=port.port,
+                        traffic_class=int(tc),
+                        kmin_bytes=ecn.kmin_bytes,
+                        kmax_bytes=ecn.kmax_bytes,
+                        pmax_ppm=ecn.pmax_ppm,
+                    )
+                    in state.ecn
+                )
+            assert any(
+                p.port == port.port and p.headroom_bytes == pfc.headroom_bytes for p in state.pfc
+            )
+        assert len(state.ecn) == len(qos.ECN_CLASSES) * len(state.ports)
+        assert len(state.dscp_map) == 64
+    # Host and uplink cables differ in length here, so their PFC headroom differs: the
+    # objects follow each port's own cable.
+    tor = next(s for s in states if s.switch_name.startswith("tor"))
+    assert len({p.headroom_bytes for p in tor.pfc}) > 1
