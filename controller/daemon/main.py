@@ -18,6 +18,7 @@ import math
 import signal
 import socket
 import sys
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -37,6 +38,7 @@ from controller.daemon.metrics import Metrics, snapshot
 from controller.daemon.reloads import DEFAULT_MAX_WITHDRAW, Reloader
 from controller.daemon.runner import Runner, now
 from controller.daemon.service import ControlService, Sessions
+from controller.daemon.startup import StartupGate
 from controller.daemon.store import FILE_NAME, StoreError
 from controller.daemon.store_url import MEMORY, StoreUrl
 from controller.daemon.store_writer import StoreWriter
@@ -86,6 +88,13 @@ def _penalty(value: str) -> float:
     if not math.isfinite(penalty) or penalty <= 0:
         raise argparse.ArgumentTypeError(f"{value!r}: expected a finite number > 0")
     return penalty
+
+
+# The fabric's own services: held while the desired states are computed at start-up.
+FABRIC_SERVICES = (
+    control_pb2.DESCRIPTOR.services_by_name["FabricControl"].full_name,
+    admin_pb2.DESCRIPTOR.services_by_name["FabricAdmin"].full_name,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -344,11 +353,12 @@ async def serve(args: argparse.Namespace) -> int:
     server_tls = _server_tls(args)
     core = DecisionCore(load_planner(args.fabric), _damping(args), int(args.session_grace_s * 1e9))
     guard = tls.RoleGuard(access_rules(), insecure=server_tls is None)
+    gate = StartupGate(FABRIC_SERVICES)
     # Bound first: a second controller on the address stops here, before it opens the store.
-    server = grpc.aio.server(options=server_options(), interceptors=[guard, _CapDetails()])
+    server = grpc.aio.server(options=server_options(), interceptors=[guard, gate, _CapDetails()])
     try:
         _listen(server, args.listen, server_tls)
-        return await _serve(args, core, server, server_tls)
+        return await _serve(args, core, server, server_tls, gate)
     finally:
         # Also when startup failed: an aio server left to the garbage collector after the
         # loop closed prints "Exception ignored in Server.__del__".
@@ -360,6 +370,7 @@ async def _serve(
     core: DecisionCore,
     server: grpc.aio.Server,
     server_tls: tls.ServerTls | None,
+    gate: StartupGate,
 ) -> int:
     where = store_of(args)
     try:
@@ -370,8 +381,6 @@ async def _serve(
     loop = asyncio.get_running_loop()
     sessions = Sessions()
     metrics = Metrics(insecure=server_tls is None)
-    startup = core.start(restored, now())
-
     runner: Runner | None = None
 
     def store_health(available: bool, reason: str) -> None:  # on the writer's thread
@@ -384,16 +393,6 @@ async def _serve(
     writer = StoreWriter(store, on_health=store_health)
     try:
         runner = Runner(core, writer, sessions, metrics.event)
-        runner.apply(startup)
-        metrics.watch(loop, lambda: snapshot(core, len(sessions.by_switch), writer.stats.available))
-        if args.metrics:
-            try:
-                metrics.serve(
-                    args.metrics,
-                    tls.metrics_files(args, None if server_tls is None else server_tls.files),
-                )
-            except MetricsError as err:
-                raise Fatal(str(err)) from None
 
         control_pb2_grpc.add_FabricControlServicer_to_server(
             ControlService(runner, sessions, secure=server_tls is not None), server
@@ -407,33 +406,48 @@ async def _serve(
         )
         health_servicer = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        services = (
-            control_pb2.DESCRIPTOR.services_by_name["FabricControl"].full_name,
-            admin_pb2.DESCRIPTOR.services_by_name["FabricAdmin"].full_name,
-            reflection.SERVICE_NAME,
-            health.SERVICE_NAME,
-        )
+        services = (*FABRIC_SERVICES, reflection.SERVICE_NAME, health.SERVICE_NAME)
         reflection.enable_server_reflection(services, server)
         stop, reload = asyncio.Event(), asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         loop.add_signal_handler(signal.SIGHUP, reload.set)
+        # Listening and SERVING while the core computes every desired state off the loop;
+        # the fabric's calls wait at the gate until it is done (controller.daemon.startup).
+        await server.start()
+        for name in ("", *FABRIC_SERVICES):
+            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info(
+            "serving fabric %s (%d switches, %d links) on %s; computing desired states",
+            core.planner.fabric_name,
+            len(core.planner.switches()),
+            len(core.planner.links()),
+            args.listen,
+        )
+        started = time.monotonic()
+        runner.apply(await asyncio.to_thread(core.start, restored, now()))
+        gate.open()
+        log.info(
+            "desired states of %d switches ready in %.1f s (%d calls waited for them)",
+            len(core.views),
+            time.monotonic() - started,
+            gate.held,
+        )
+        metrics.watch(loop, lambda: snapshot(core, len(sessions.by_switch), writer.stats.available))
+        if args.metrics:
+            try:
+                metrics.serve(
+                    args.metrics,
+                    tls.metrics_files(args, None if server_tls is None else server_tls.files),
+                )
+            except MetricsError as err:
+                raise Fatal(str(err)) from None
         async with asyncio.TaskGroup() as tg:
             tasks = [
                 tg.create_task(runner.timers(), name="core-timers"),
                 tg.create_task(runner.deliver(), name="push-delivery"),
                 tg.create_task(reloader.on_signals(reload), name="reload"),
             ]
-            await server.start()
-            for name in ("", *services[:2]):
-                await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-            log.info(
-                "serving fabric %s (%d switches, %d links) on %s",
-                core.planner.fabric_name,
-                len(core.views),
-                len(core.planner.links()),
-                args.listen,
-            )
             if where.path is None:
                 log.warning(
                     "state kept in memory (--store %s), lost at exit: a restart re-pushes "

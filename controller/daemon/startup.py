@@ -1,0 +1,46 @@
+"""Serving while the desired states are computed.
+
+On a 100k-GPU fabric the decision core needs seconds to compute and digest every switch's
+desired state. The controller listens and says SERVING first, computes them off the event loop
+(`DecisionCore.start` in a thread), and holds each call of the fabric's own services until
+they are ready: an agent's session or a railctl call made meanwhile waits, then runs on the
+complete state. Health and reflection answer at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Collection
+
+import grpc
+
+
+class StartupGate(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+    """Holds calls of `services` (full names) until `open()`. A held call is bounded by its
+    own deadline (gRPC ends it with DEADLINE_EXCEEDED) and by the client going away."""
+
+    def __init__(self, services: Collection[str]) -> None:
+        self._services = frozenset(services)
+        self._ready = asyncio.Event()
+        self.held = 0  # calls that waited, for the start-up log line
+
+    def open(self) -> None:
+        self._ready.set()
+
+    @property
+    def is_open(self) -> bool:
+        return self._ready.is_set()
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],  # type: ignore[type-arg]
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:  # type: ignore[type-arg]
+        if not self._ready.is_set() and self._gated(handler_call_details.method):
+            self.held += 1
+            await self._ready.wait()
+        return await continuation(handler_call_details)
+
+    def _gated(self, method: str | None) -> bool:
+        # "/package.Service/Method"
+        return method is not None and method.lstrip("/").split("/", 1)[0] in self._services
