@@ -279,8 +279,10 @@ class FabricRouting:
         fabric: Fabric,
         down: Iterable[LinkEvent] = (),
         max_group_size: int | None = None,
+        topo: _Topo | None = None,
     ) -> None:
-        self.topo = t = _Topo(fabric)
+        # `topo`: the same fabric compiled before (it is immutable), to skip compiling again.
+        self.topo = t = topo if topo is not None and topo.fabric is fabric else _Topo(fabric)
         self.max_group_size = max_group_size or fabric.max_ecmp_group_size
         n = len(t.names)
         self.link_live = bytearray(b"\x01" * len(t.link_ends))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from controller.core import drains
@@ -251,14 +251,18 @@ class DecisionCore:
         usable = dict.fromkeys(self._links, self._baseline_usable)
         if not self._baseline_usable:
             planner.set_all_unusable()
-        for step in self.routing_log:
-            if step.link in usable and usable[step.link] != step.usable:
-                planner.set_link_usable(step.link, step.usable)
-                usable[step.link] = step.usable
-        for key, ok in usable.items():
-            if ok != self.routable(key):
-                planner.set_link_usable(key, not ok)
-                self._routing_step(RoutingStep(key, not ok), out)
+        for batch in _computations(self.routing_log):
+            changes = [
+                (s.link, s.usable) for s in batch if s.link in usable and usable[s.link] != s.usable
+            ]
+            if changes:
+                planner.set_links_usable(changes)
+                usable.update(changes)
+        catch_up = [(key, not ok) for key, ok in usable.items() if ok != self.routable(key)]
+        if catch_up:
+            planner.set_links_usable(catch_up)
+            for i, (key, ok) in enumerate(catch_up):
+                self._routing_step(RoutingStep(key, ok, joined=i > 0), out)
         self.views = {}
         for info in planner.switches():
             state = planner.full_state(info.name)
@@ -314,12 +318,13 @@ class DecisionCore:
         # Carrier as the agent sees it now (it may have changed while the agent was away, or
         # the controller restarted): every reported port is an observation, and a port of the
         # intent the agent does not report is not observed at all (its port map lacks it).
+        # Routed together at the end: one computation for all of the Hello's links.
+        moved: list[Transition[str]] = []
         reported = {info.port for info in hello.ports}
         for info in hello.ports:
             end = (v.name, info.port)
-            key = self.tracker.link_of(end)
-            if key is not None:
-                self._carrier(end, key, info.oper_up, now, out, event_wall_ns=now.wall_ns)
+            if self.tracker.link_of(end) is not None:
+                moved += self.tracker.report(now.mono_ns, end, info.oper_up)
         for number in sorted(v.ports):
             alarm_id = f"port_unmapped:{v.name}:{number}"
             if number in reported:
@@ -334,8 +339,8 @@ class DecisionCore:
             )
             self._raise(alarm, out)
             if self.tracker.link_of((v.name, number)) is not None:
-                forgot = self.tracker.forget(now.mono_ns, (v.name, number))
-                self._route(forgot, now, now.wall_ns, out)
+                moved += self.tracker.forget(now.mono_ns, (v.name, number))
+        self._route(moved, now, now.wall_ns, out)
         self._target_alarm(v, now, out)
         v.connected = True
         if v.converged:
@@ -550,13 +555,15 @@ class DecisionCore:
     def _forget_switch(self, name: str, now: Now, out: _Out) -> None:
         """The grace of a switch without a session ran out: its ports are unobserved."""
         forgotten = 0
+        moved: list[Transition[str]] = []
         for port in sorted(self.views[name].ports):
             end = (name, port)
             key = self.tracker.link_of(end)
             if key is None or end in self.tracker.unobserved_ends(key):
                 continue
             forgotten += 1
-            self._route(self.tracker.forget(now.mono_ns, end), now, now.wall_ns, out)
+            moved += self.tracker.forget(now.mono_ns, end)
+        self._route(moved, now, now.wall_ns, out)
         if forgotten:
             self._event(
                 out,
@@ -741,6 +748,12 @@ class DecisionCore:
     def view(self, name: str) -> SwitchView:
         return lookup(self.views, name)
 
+    def current_state(self, name: str) -> state_pb2.DesiredState | None:
+        """The state `name` should hold now (its chain's head), None if the intent no longer
+        has the switch. Read-only: what a coalesced outbox sends instead of queued steps."""
+        v = self.views.get(name)
+        return None if v is None else v.state
+
     def planned_link(self, key: str) -> PlannedLink:
         return self._links[key]
 
@@ -824,9 +837,13 @@ class DecisionCore:
         out: _Out,
         planned: frozenset[str] | None = None,
     ) -> None:
-        """Apply link transitions to routing and send what they change. `planned` marks an
-        operator's drain or undrain: the switches it moves last (drain) or first (undrain)."""
-        shared: dict[str, int] = {}
+        """Apply link transitions to routing and send what they change: the links that went
+        away first, then those that return, each set in one computation (an agent's Hello
+        brings up to a switch's radix of links at once; one by one they cost a routing run
+        and a delta per switch each). `planned` marks an operator's drain or undrain: the
+        switches it moves last (drain) or first (undrain)."""
+        gone: list[Transition[str]] = []
+        back: list[Transition[str]] = []
         for t in transitions:
             link = self._links[t.link]
             if planned is None and not t.usable:
@@ -837,9 +854,26 @@ class DecisionCore:
                         self._release(switch, h, now, out)
             if planned is None and t.link in self.drains:
                 continue  # out of routing already, and until it is undrained
-            self._routing_step(RoutingStep(t.link, t.usable), out)
-            deltas = self.planner.set_link_usable(t.link, t.usable)
-            compute_ns = self.planner.last_compute_ns
+            (back if t.usable else gone).append(t)
+        for batch in (gone, back):
+            if batch:
+                self._route_batch(batch, now, event_wall_ns, out, planned)
+
+    def _route_batch(
+        self,
+        batch: Sequence[Transition[str]],
+        now: Now,
+        event_wall_ns: int,
+        out: _Out,
+        planned: frozenset[str] | None,
+    ) -> None:
+        usable = batch[0].usable
+        for i, t in enumerate(batch):
+            self._routing_step(RoutingStep(t.link, t.usable, joined=i > 0), out)
+        deltas = self.planner.set_links_usable([(t.link, t.usable) for t in batch])
+        compute_ns = self.planner.last_compute_ns
+        for t in batch:
+            link = self._links[t.link]
             self._event(
                 out,
                 ev.link_change(
@@ -856,43 +890,41 @@ class DecisionCore:
                     ),
                 ),
             )
-            event_id = self._next_event
-            self._next_event += 1
-            conv = self._pending[event_id] = Convergence(
-                link=t.link,
-                usable=t.usable,
-                event_wall_ns=event_wall_ns,
-                reported_wall_ns=now.wall_ns,
-                compute_ns=compute_ns,
-            )
-            # Make before break: a returning link's own switches first, the rest once those
-            # applied; a link that went away is left by everyone at once. A drain moves the
-            # traffic first and takes the drained switch's entries out once that applied; an
-            # undrain readies the drained switch first.
-            if planned is not None:
-                ends = set(planned) if t.usable else set(deltas) - planned
+        event_id = self._next_event
+        self._next_event += 1
+        conv = self._pending[event_id] = Convergence(
+            link=",".join(t.link for t in batch),
+            usable=usable,
+            event_wall_ns=event_wall_ns,
+            reported_wall_ns=now.wall_ns,
+            compute_ns=compute_ns,
+        )
+        # Make before break: returning links' own switches first, the rest once those
+        # applied; links that went away are left by everyone at once. A drain moves the
+        # traffic first and takes the drained switch's entries out once that applied (every
+        # link of a drain is in one batch, so no removal leaves before all traffic moved); an
+        # undrain readies the drained switch first.
+        if planned is not None:
+            ends = set(planned) if usable else set(deltas) - planned
+        elif usable:
+            ends = {end[0] for t in batch for end in (self._links[t.link].a, self._links[t.link].b)}
+        else:
+            ends = set(deltas)
+        for switch, delta in deltas.items():
+            if switch in ends:
+                self._push_now(switch, delta, event_id, now, out)
+        gate = dict(conv.waiting)
+        for switch, delta in deltas.items():
+            if switch in ends:
+                continue
+            if gate:
+                deadline = now.mono_ns + DEFER_LIMIT_NS
+                self._held.hold(switch, Held(event_id, delta, gate, deadline))
+                conv.held += 1
             else:
-                ends = {link.a[0], link.b[0]} if t.usable else set(deltas)
-            for switch, delta in deltas.items():
-                if switch in ends:
-                    self._push_now(switch, delta, event_id, now, out)
-            gate = dict(conv.waiting)
-            if planned is not None:
-                # The links of one drain (a whole switch) share a gate: no switch's removal
-                # leaves before every link's traffic moved, whatever link came last.
-                shared.update(gate)
-                gate = dict(shared)
-            for switch, delta in deltas.items():
-                if switch in ends:
-                    continue
-                if gate:
-                    deadline = now.mono_ns + DEFER_LIMIT_NS
-                    self._held.hold(switch, Held(event_id, delta, gate, deadline))
-                    conv.held += 1
-                else:
-                    self._push_now(switch, delta, event_id, now, out)
-            if conv.done:
-                del self._pending[event_id]  # nothing to wait for (no agent connected)
+                self._push_now(switch, delta, event_id, now, out)
+        if conv.done:
+            del self._pending[event_id]  # nothing to wait for (no agent connected)
 
     def _gate_open(self, switch: str, generation: int) -> bool:
         v = self.views.get(switch)
@@ -1095,6 +1127,18 @@ def _port_info(port: control_pb2.PortInfo) -> control_pb2.PortInfo:
 
 def link_state_message(state: LinkState) -> admin_pb2.LinkState.ValueType:
     return _LINK_STATE[state]
+
+
+def _computations(log: Iterable[RoutingStep]) -> Iterator[list[RoutingStep]]:
+    """The routing log as the computations that made it (joined steps together)."""
+    batch: list[RoutingStep] = []
+    for step in log:
+        if batch and not step.joined:
+            yield batch
+            batch = []
+        batch.append(step)
+    if batch:
+        yield batch
 
 
 def _topology_digest(planner: Planner) -> str:

@@ -62,9 +62,12 @@ class Planner(Protocol):
         digest filled in or empty; the core numbers it, and digests it when empty)."""
         ...
 
-    def set_link_usable(self, key: str, usable: bool) -> Mapping[str, state_pb2.StateDelta]:
-        """Take a link out of routing or put it back; the per-switch changes it causes
-        (generations unset). Only switches whose state changes appear."""
+    def set_links_usable(
+        self, changes: Sequence[tuple[str, bool]]
+    ) -> Mapping[str, state_pb2.StateDelta]:
+        """Take links out of routing or put them back (link key, usable), in one computation;
+        the per-switch changes they cause (generations unset). Only switches whose state
+        changes appear."""
         ...
 
     def isolation(self, unusable: Collection[str]) -> Isolation:
@@ -79,7 +82,7 @@ class Planner(Protocol):
 
     @property
     def last_compute_ns(self) -> int:
-        """How long the last `set_link_usable` computed, for convergence figures (the planner
+        """How long the last `set_links_usable` computed, for convergence figures (the planner
         the daemon runs measures it; the core reads no clock)."""
         ...
 

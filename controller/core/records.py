@@ -55,10 +55,13 @@ class LinkRecord:
 
 @dataclass(frozen=True, slots=True)
 class RoutingStep:
-    """A link taken out of routing (usable False) or put back, in the order routing did it."""
+    """A link taken out of routing (usable False) or put back, in the order routing did it.
+    `joined`: computed in one routing computation with the step before it (replayed so, or
+    group ids would come out otherwise)."""
 
     link: str
     usable: bool
+    joined: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,9 +29,13 @@ def _opt(value: int | None) -> int:
 
 
 class CorePlanner:
-    def __init__(self, fabric: Fabric) -> None:
+    def __init__(self, fabric: Fabric, unusable: Collection[str] = ()) -> None:
+        """`unusable`: link keys routing starts without (computed from scratch so)."""
         self.fabric = fabric
-        self.routing = FabricRouting(fabric)
+        # Computed when first needed: a cold start wants it with every link out
+        # (set_all_unusable), and computing it twice costs seconds on a 100k-GPU fabric.
+        self._routing: FabricRouting | None = None
+        self._unusable = frozenset(unusable)
         self.last_compute_ns = 0
         self._links = tuple(
             PlannedLink(
@@ -57,6 +61,17 @@ class CorePlanner:
         )
 
     @property
+    def routing(self) -> FabricRouting:
+        if self._routing is None:
+            self._routing = self._from_scratch(self._unusable)
+        return self._routing
+
+    def _from_scratch(self, unusable: Collection[str]) -> FabricRouting:
+        topo = None if self._routing is None else self._routing.topo
+        down = [LinkEvent(*link.a, False) for link in self._links if link.key in unusable]
+        return FabricRouting(self.fabric, down=down, topo=topo)
+
+    @property
     def fabric_name(self) -> str:
         return self.fabric.name
 
@@ -77,10 +92,13 @@ class CorePlanner:
     def full_state(self, switch: str) -> state_pb2.DesiredState:
         return export.desired_state(self.routing, switch)
 
-    def set_link_usable(self, key: str, usable: bool) -> Mapping[str, state_pb2.StateDelta]:
-        link = self._by_key[key]
+    def set_links_usable(
+        self, changes: Sequence[tuple[str, bool]]
+    ) -> Mapping[str, state_pb2.StateDelta]:
+        by_key = self._by_key
+        events = [LinkEvent(*by_key[key].a, usable) for key, usable in changes]
         t0 = time.perf_counter_ns()
-        deltas = self.routing.apply([LinkEvent(link.a[0], link.a[1], usable)])
+        deltas = self.routing.apply(events)
         self.last_compute_ns = time.perf_counter_ns() - t0
         return {
             name: export.state_delta(self.routing, delta, 0, with_digest=False)
@@ -116,7 +134,9 @@ class CorePlanner:
         return Isolation(tor_pairs, nic_pairs, (names[0], names[1]), (nic_names[0], nic_names[1]))
 
     def set_all_unusable(self) -> None:
-        self.routing.apply([LinkEvent(link.a[0], link.a[1], False) for link in self._links])
+        # From scratch, not as 135k incremental events (19 s on ref-100k). Deterministic, so
+        # a routing log replayed on it numbers groups as the agents hold them.
+        self._routing = self._from_scratch(self._by_key)
 
     def fresh(self) -> CorePlanner:
         return CorePlanner(self.fabric)

@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 FILE_NAME = "controller.sqlite3"
 # 1: round 1 (no version kept; events as text columns). 2: events carry the serialized Event.
 # 3: operators' drains.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # The store's own meta key; Restored.meta does not include it and commit refuses to write it.
 SCHEMA_KEY = "_store.schema_version"
 # Events kept in the file (older ones are pruned at each commit that adds events) and events
@@ -69,7 +69,7 @@ _SQLITE_NOTADB = 26
 # than blocking the writer thread indefinitely.
 BUSY_TIMEOUT_S = 2.0
 
-# Version-3 schema. The events table keeps round 1's text columns (kind, message) so a migrated
+# Version-4 schema. The events table keeps round 1's text columns (kind, message) so a migrated
 # file and a new one have one shape; the `event` blob is what load() reads back.
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -99,7 +99,8 @@ CREATE TABLE events (
 CREATE TABLE routing_log (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     link TEXT NOT NULL,
-    usable INTEGER NOT NULL
+    usable INTEGER NOT NULL,
+    joined INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE alarms (
     id TEXT PRIMARY KEY,
@@ -130,9 +131,10 @@ _COLUMNS_V1: dict[str, frozenset[str]] = {
     "routing_log": frozenset({"id", "link", "usable"}),
     "alarms": frozenset({"id", "severity", "kind", "switch", "port", "message", "raised_wall_ns"}),
 }
-# ... and what version 2 adds, and version 3.
+# ... and what version 2 adds, version 3 and version 4.
 _EVENTS_V2_ADDED = frozenset({"type", "event"})
 _DRAINS_V3 = frozenset({"link", "who", "reason", "wall_ns", "target", "forced"})
+_ROUTING_LOG_V4_ADDED = "joined"
 
 _UPSERT_GENERATION = (
     "INSERT INTO switches (name, generation, digest) VALUES (?, ?, ?) "
@@ -146,7 +148,7 @@ _UPSERT_APPLIED = (
     "ON CONFLICT(name) DO UPDATE SET applied_generation = excluded.applied_generation"
 )
 _UPSERT_LINK = "INSERT OR REPLACE INTO links (key, state, since_ns, flaps) VALUES (?, ?, ?, ?)"
-_INSERT_STEP = "INSERT INTO routing_log (link, usable) VALUES (?, ?)"
+_INSERT_STEP = "INSERT INTO routing_log (link, usable, joined) VALUES (?, ?, ?)"
 _UPSERT_META = "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)"
 _UPSERT_ALARM = (
     "INSERT OR REPLACE INTO alarms (id, severity, kind, switch, port, message, raised_wall_ns) "
@@ -280,8 +282,10 @@ class SqliteStore:
         ):
             restored.links[key] = LinkRecord(key, state, since_ns, flaps)
         restored.routing_log = [
-            RoutingStep(link, bool(usable))
-            for link, usable in db.execute("SELECT link, usable FROM routing_log ORDER BY id")
+            RoutingStep(link, bool(usable), bool(joined))
+            for link, usable, joined in db.execute(
+                "SELECT link, usable, joined FROM routing_log ORDER BY id"
+            )
         ]
         restored.alarms = [
             AlarmRecord(*row)
@@ -352,7 +356,7 @@ class SqliteStore:
             elif isinstance(r, LinkRecord):
                 db.execute(_UPSERT_LINK, (r.key, r.state, r.since_wall_ns, r.flaps))
             elif isinstance(r, RoutingStep):
-                db.execute(_INSERT_STEP, (r.link, int(r.usable)))
+                db.execute(_INSERT_STEP, (r.link, int(r.usable), int(r.joined)))
             elif isinstance(r, RoutingReset):
                 db.execute("DELETE FROM routing_log")
             elif isinstance(r, Meta):
@@ -516,7 +520,7 @@ def _check_schema(db: sqlite3.Connection, name: str) -> None:
                 "state directory"
             )
         if version < SCHEMA_VERSION:
-            _migrate(db, columns["events"], has_drains="drains" in tables)
+            _migrate(db, columns["events"], columns["routing_log"], has_drains="drains" in tables)
             log.info("%s: store migrated from schema %d to %d", name, version, SCHEMA_VERSION)
         elif not _EVENTS_V2_ADDED.issubset(columns["events"]):
             raise StoreCorrupt(name, f"schema {version} but table events lacks its columns")
@@ -524,16 +528,25 @@ def _check_schema(db: sqlite3.Connection, name: str) -> None:
             raise StoreCorrupt(name, f"schema {version} but table drains is missing")
         elif not {str(r[1]) for r in db.execute("PRAGMA table_info(drains)")} >= _DRAINS_V3:
             raise StoreCorrupt(name, f"schema {version} but table drains lacks its columns")
+        elif _ROUTING_LOG_V4_ADDED not in columns["routing_log"]:
+            raise StoreCorrupt(name, f"schema {version} but table routing_log lacks joined")
     except sqlite3.Error as exc:
         if _is_corruption(exc):
             raise StoreCorrupt(name, str(exc)) from exc
         raise StoreError(f"{name}: cannot open the controller's store ({exc})") from exc
 
 
-def _migrate(db: sqlite3.Connection, event_columns: set[str], *, has_drains: bool) -> None:
+def _migrate(
+    db: sqlite3.Connection,
+    event_columns: set[str],
+    routing_log_columns: set[str],
+    *,
+    has_drains: bool,
+) -> None:
     """To this version, in one transaction. Round 1 -> 2: events gain their type and
     serialized Event (old rows keep NULL: load() rebuilds them from kind and message, type
-    UNSPECIFIED). 2 -> 3: the drains table (no drains)."""
+    UNSPECIFIED). 2 -> 3: the drains table (no drains). 3 -> 4: routing steps gain `joined`
+    (old steps were each computed alone: 0)."""
     db.execute("BEGIN IMMEDIATE")
     try:
         if "type" not in event_columns:
@@ -542,6 +555,8 @@ def _migrate(db: sqlite3.Connection, event_columns: set[str], *, has_drains: boo
             db.execute("ALTER TABLE events ADD COLUMN event BLOB")
         if not has_drains:
             db.execute(_DRAINS_TABLE)
+        if _ROUTING_LOG_V4_ADDED not in routing_log_columns:
+            db.execute("ALTER TABLE routing_log ADD COLUMN joined INTEGER NOT NULL DEFAULT 0")
         db.execute(_UPSERT_META, (SCHEMA_KEY, str(SCHEMA_VERSION)))
         db.execute("COMMIT")
     except BaseException:

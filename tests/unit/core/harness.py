@@ -366,10 +366,7 @@ class Harness:
         drained), and `also_out`."""
         if self._loaded is None:
             self._loaded = load_fabric(self.fabric)
-        planner = CorePlanner(self._loaded)
-        for key in sorted(set(self.core.unroutable_links()) | set(also_out)):
-            planner.set_link_usable(key, False)
-        return planner
+        return CorePlanner(self._loaded, set(self.core.unroutable_links()) | set(also_out))
 
     def fresh_forwarding(self, also_out: Collection[str] = ()) -> dict[str, Forwarding]:
         """Every switch's forwarding computed from scratch over the links routing avoids

@@ -112,8 +112,14 @@ def test_every_record_kind_is_read_back_after_reopening(tmp_path: Path) -> None:
             event(1),
         ]
     )
-    store.commit([RoutingStep(LINK, True), event(2, admin_pb2.EVENT_KIND_LINK_DOWN)])
-    assert (store.commits, store.records_written) == (2, 15)
+    store.commit(
+        [
+            RoutingStep(LINK, True),
+            RoutingStep("other", True, joined=True),
+            event(2, admin_pb2.EVENT_KIND_LINK_DOWN),
+        ]
+    )
+    assert (store.commits, store.records_written) == (2, 16)
     store.close()
 
     restored = reopen(tmp_path / "state" / FILE_NAME)
@@ -129,6 +135,7 @@ def test_every_record_kind_is_read_back_after_reopening(tmp_path: Path) -> None:
         RoutingStep(LINK, False),
         RoutingStep("other", False),
         RoutingStep(LINK, True),
+        RoutingStep("other", True, joined=True),  # computed with the step before it
     ]
     assert restored.alarms == [alarm]
     assert restored.events == [event(1).event, event(2, admin_pb2.EVENT_KIND_LINK_DOWN).event]
@@ -279,6 +286,27 @@ def test_a_round1_store_is_migrated_and_keeps_everything(tmp_path: Path) -> None
     assert reopen(path).events == [old, event(1).event]  # opens again without migrating
 
 
+def test_a_schema_3_store_gains_joined_routing_steps(tmp_path: Path) -> None:
+    path = tmp_path / FILE_NAME
+    SqliteStore.open(path).close()
+    db = sqlite3.connect(path)
+    db.execute("ALTER TABLE routing_log DROP COLUMN joined")
+    db.execute(f"INSERT INTO routing_log (link, usable) VALUES ('{LINK}', 0)")
+    db.execute("UPDATE meta SET value = '3' WHERE key = ?", (SCHEMA_KEY,))
+    db.commit()
+    db.close()
+    assert reopen(path).routing_log == [RoutingStep(LINK, False, joined=False)]
+    db = sqlite3.connect(path, isolation_level=None)
+    assert db.execute("SELECT value FROM meta WHERE key = ?", (SCHEMA_KEY,)).fetchone() == (
+        str(SCHEMA_VERSION),
+    )
+    # A file of this version without the column is not a store this controller wrote.
+    db.execute("ALTER TABLE routing_log DROP COLUMN joined")
+    db.close()
+    with pytest.raises(StoreCorrupt, match="routing_log lacks joined"):
+        SqliteStore.open(path)
+
+
 def test_drains_are_kept_oldest_first_and_cleared(tmp_path: Path) -> None:
     path = tmp_path / FILE_NAME
     store = SqliteStore.open(path)
@@ -315,9 +343,11 @@ def test_a_version2_store_gains_the_drains_table(tmp_path: Path) -> None:
     store.close()
     assert len(reopen(path).drains) == 1
     db = sqlite3.connect(path)
-    assert db.execute("SELECT value FROM meta WHERE key = ?", (SCHEMA_KEY,)).fetchone() == ("3",)
+    assert db.execute("SELECT value FROM meta WHERE key = ?", (SCHEMA_KEY,)).fetchone() == (
+        str(SCHEMA_VERSION),
+    )
     db.close()
-    # A version-3 file without it is not a store this controller wrote.
+    # A file of this version without it is not a store this controller wrote.
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("DROP TABLE drains")
     db.close()
