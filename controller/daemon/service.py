@@ -1,8 +1,8 @@
 """FabricControl: one bidirectional Session stream per agent (docs/architecture.md §4).
 
-Each session has a bounded outbox. A session whose agent cannot keep up (outbox full) is
-closed: the agent reconnects and its Hello brings it back in step with a snapshot, which is
-cheaper and safer than buffering deltas without bound.
+Each session has a bounded outbox (controller.daemon.outbox) whose state messages coalesce
+when its agent is slow: the agent gets the switch's current state instead of every step, and
+its session is never reset for being slow.
 
 A newer session for a switch replaces the older one (an agent that restarted must not wait
 for its dead stream to time out). Two live agents for one switch would replace each other
@@ -23,19 +23,19 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from functools import partial
 
 import grpc
 
 from controller.core.switches import UnknownSwitch, shown_name
+from controller.daemon.outbox import Closed, Outbox
 from controller.daemon.runner import Runner
 from railfabric import tls
-from railfabric.v1 import control_pb2, control_pb2_grpc
+from railfabric.v1 import control_pb2, control_pb2_grpc, state_pb2
 
 log = logging.getLogger(__name__)
 
-OUTBOX_SIZE = 256
 FIGHT_REPLACEMENTS = 3
 FIGHT_WINDOW_NS = 10_000_000_000
 # Table reads one session may have waiting for its agent at once.
@@ -49,15 +49,18 @@ class TablesUnavailable(Exception):
 
 
 class _Session:
-    def __init__(self, switch: str, peer: str = "") -> None:
+    def __init__(
+        self,
+        switch: str,
+        peer: str = "",
+        current: Callable[[], state_pb2.DesiredState | None] = lambda: None,
+    ) -> None:
         self.switch = switch
         self.peer = peer
         # Set when the stream has ended, whoever ended it.
         self.ended = asyncio.Event()
-        # None closes the session (replaced by a newer one, or too slow).
-        self.outbox: asyncio.Queue[control_pb2.ControllerMessage | None] = asyncio.Queue(
-            OUTBOX_SIZE
-        )
+        # `current`: the switch's state now, sent when queued state messages coalesce.
+        self.outbox = Outbox(current)
         self.close_reason = ""
         # ReadTables sent on this session and waiting for the agent's answer, by request id.
         self.table_reads: dict[int, asyncio.Future[control_pb2.TablesReport]] = {}
@@ -78,12 +81,7 @@ class _Session:
 
     def close(self, reason: str) -> None:
         self.close_reason = reason
-        while True:
-            try:
-                self.outbox.put_nowait(None)
-                return
-            except asyncio.QueueFull:
-                self.outbox.get_nowait()
+        self.outbox.close(reason)
 
 
 class Sessions:
@@ -107,13 +105,8 @@ class Sessions:
 
     def send(self, switch: str, msg: control_pb2.ControllerMessage) -> None:
         session = self.by_switch.get(switch)
-        if session is None:
-            return  # the agent gets a snapshot when it says Hello
-        try:
-            session.outbox.put_nowait(msg)
-        except asyncio.QueueFull:
-            log.warning("%s: agent is not keeping up; closing its session to resync", switch)
-            session.close("outbox full; reconnect to resync")
+        if session is not None:  # else the agent gets a snapshot when it says Hello
+            session.outbox.put(msg)
 
     def close(self, switch: str, reason: str) -> None:
         session = self.by_switch.get(switch)
@@ -137,7 +130,6 @@ class Sessions:
         )
         session.table_reads[request_id] = waiter
         try:
-            # An outbox that is full closes the session, which fails the waiter.
             self.send(
                 switch,
                 control_pb2.ControllerMessage(
@@ -199,7 +191,9 @@ class ControlService(control_pb2_grpc.FabricControlServicer):
         if old is not None:
             old.close("replaced by a newer session for the same switch")
         # Registered before the core decides, so the snapshot it pushes finds the session.
-        session = self.sessions.by_switch[name] = _Session(name, peer)
+        session = self.sessions.by_switch[name] = _Session(
+            name, peer, partial(self.core.current_state, name)
+        )
         self.runner.input(partial(self.core.hello, first.hello))
         log.info("%s: session up (agent %s)", name, first.hello.agent_version)
         reader = asyncio.create_task(
@@ -213,9 +207,10 @@ class ControlService(control_pb2_grpc.FabricControlServicer):
                     getter.cancel()
                     reader.result()  # re-raises what ended the reader
                     return
-                msg = getter.result()
-                if msg is None:
-                    await context.abort(grpc.StatusCode.ABORTED, session.close_reason)
+                try:
+                    msg = getter.result()
+                except Closed as closed:
+                    await context.abort(grpc.StatusCode.ABORTED, closed.reason)
                 yield msg
         finally:
             reader.cancel()
