@@ -9,9 +9,10 @@ in deltas: they change only with the intent, which sends a full DesiredState.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
-from typing import TypeVar
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sized
+from typing import Any, TypeVar
 
+from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 from google.protobuf.message import Message
 
 from railfabric.digest import DigestAccumulator, Tag, state_digest
@@ -58,7 +59,13 @@ def apply_delta(
     """The state at `delta.to_generation`, digest filled in: updated from `state`'s digest by
     the objects the delta replaces, adds and deletes (the same as a full state_digest), or
     computed afresh when `state` has no v2 digest. Raises DeltaError when `state` is not at
-    `delta.from_generation` or a delete names an object the state does not have."""
+    `delta.from_generation` or a delete names an object the state does not have.
+
+    It costs what the delta touches: the new state is a copy of `state` (one C-level copy)
+    whose touched fields alone are rebuilt. A remote failure on a 100k-GPU fabric sends 1,648
+    switches a delta of one group each, against states of 1,600 routes; indexing every field
+    of every state made that cut take seconds. So a state whose routes point at missing groups
+    is refused only by a delta that touches routes or deletes groups."""
     if state.generation != delta.from_generation:
         raise DeltaError(
             f"{delta.switch_name}: delta is from generation {delta.from_generation}, "
@@ -69,52 +76,87 @@ def apply_delta(
             f"{delta.switch_name}: delta goes from {delta.from_generation} to "
             f"{delta.to_generation}; it must advance by one"
         )
-    groups = _by(state.groups, _group_key)
-    routes = _by(state.routes, _route_key)
-    neighbors = _by(state.neighbors, _neighbor_key)
-    ecn = _by(state.ecn, _ecn_key)
-    pfc = _by(state.pfc, _pfc_key)
     acc = _digest_to_update(state)
-    if acc is not None and (len(groups), len(routes), len(neighbors), len(ecn), len(pfc)) != (
-        len(state.groups),
-        len(state.routes),
-        len(state.neighbors),
-        len(state.ecn),
-        len(state.pfc),
+    groups = _touched(state.groups, _group_key, delta.upsert_groups, delta.delete_groups)
+    routes: dict[Hashable, state_pb2.Route] | None = None
+    if delta.upsert_routes or delta.delete_routes:
+        # Inlined _by(state.routes, _route_key): routes are most of a state.
+        routes = {(r.prefix.address, r.prefix.length): r for r in state.routes}
+    neighbors = _touched(
+        state.neighbors, _neighbor_key, delta.upsert_neighbors, delta.delete_neighbors
+    )
+    ecn = _touched(state.ecn, _ecn_key, delta.upsert_ecn)
+    pfc = _touched(state.pfc, _pfc_key, delta.upsert_pfc)
+    if acc is not None and any(
+        objs is not None and len(objs) != len(field)
+        for objs, field in (
+            (groups, state.groups),
+            (routes, state.routes),
+            (neighbors, state.neighbors),
+            (ecn, state.ecn),
+            (pfc, state.pfc),
+        )
     ):
         acc = None  # a key repeats: the dicts keep one object of it, the digest counted all
-    _upsert(groups, delta.upsert_groups, _group_key, "group", acc)
-    _upsert(routes, delta.upsert_routes, _route_key, "route", acc)
-    _upsert(neighbors, delta.upsert_neighbors, _neighbor_key, "neighbor", acc)
-    _upsert(ecn, delta.upsert_ecn, _ecn_key, "ecn", acc)
-    _upsert(pfc, delta.upsert_pfc, _pfc_key, "pfc", acc)
+    if groups is not None:
+        _upsert(groups, delta.upsert_groups, _group_key, "group", acc)
+    if routes is not None:
+        _upsert(routes, delta.upsert_routes, _route_key, "route", acc)
+    if neighbors is not None:
+        _upsert(neighbors, delta.upsert_neighbors, _neighbor_key, "neighbor", acc)
+    if ecn is not None:
+        _upsert(ecn, delta.upsert_ecn, _ecn_key, "ecn", acc)
+    if pfc is not None:
+        _upsert(pfc, delta.upsert_pfc, _pfc_key, "pfc", acc)
     for prefix in delta.delete_routes:
+        assert routes is not None
         if not _delete(routes, _prefix_key(prefix), "route", acc):
             raise DeltaError(f"{delta.switch_name}: delete of unknown route {_fmt(prefix)}")
     for gid in delta.delete_groups:
+        assert groups is not None
         if not _delete(groups, gid, "group", acc):
             raise DeltaError(f"{delta.switch_name}: delete of unknown group {gid}")
     for port in delta.delete_neighbors:
+        assert neighbors is not None
         if not _delete(neighbors, port, "neighbor", acc):
             raise DeltaError(f"{delta.switch_name}: delete of unknown neighbour on port {port}")
-    missing = {r.group_id for r in routes.values()} - set(groups)
-    if missing:
-        raise DeltaError(f"{delta.switch_name}: routes point at missing groups {sorted(missing)}")
-    out = state_pb2.DesiredState(
-        switch_name=state.switch_name,
-        generation=delta.to_generation,
-        ports=state.ports,
-        neighbors=neighbors.values(),
-        groups=groups.values(),
-        routes=routes.values(),
-        dscp_map=state.dscp_map,
-        ecn=ecn.values(),
-        pfc=pfc.values(),
-    )
-    if state.HasField("pfc_watchdog"):
-        out.pfc_watchdog.CopyFrom(state.pfc_watchdog)
+    if routes is not None or delta.delete_groups:
+        # (Upserting groups under untouched routes cannot leave a route without its group.)
+        live = {g.id for g in state.groups} if groups is None else set(groups)
+        used = {r.group_id for r in (state.routes if routes is None else routes.values())}
+        missing = used - live
+        if missing:
+            raise DeltaError(
+                f"{delta.switch_name}: routes point at missing groups {sorted(missing)}"
+            )
+    out = state_pb2.DesiredState()
+    out.CopyFrom(state)
+    out.generation = delta.to_generation
+    _replace(out.groups, groups)
+    _replace(out.routes, routes)
+    _replace(out.neighbors, neighbors)
+    _replace(out.ecn, ecn)
+    _replace(out.pfc, pfc)
     out.digest = state_digest(out) if acc is None else acc.hex()
     return out
+
+
+def _replace(field: RepeatedCompositeFieldContainer[M], objs: Mapping[Any, M] | None) -> None:
+    if objs is not None:
+        del field[:]
+        field.extend(objs.values())
+
+
+def _touched(
+    field: Iterable[M],
+    key: Callable[[M], Hashable],
+    upserts: Sized,
+    deletes: Sized = (),
+) -> dict[Hashable, M] | None:
+    """`field` by key when the delta changes it, else None (it is carried over as it is)."""
+    if not upserts and not deletes:
+        return None
+    return _by(field, key)
 
 
 def _digest_to_update(state: state_pb2.DesiredState) -> DigestAccumulator | None:

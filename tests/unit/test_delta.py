@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from railfabric.delta import DeltaError, apply_delta, delta_size, diff_states
-from railfabric.digest import state_digest
+from railfabric.digest import canonical, state_digest
 from railfabric.v1 import state_pb2
 
 pytestmark = pytest.mark.unit
@@ -23,7 +23,11 @@ _groups = st.dictionaries(
 @st.composite
 def states(draw: st.DrawFn) -> state_pb2.DesiredState:
     groups = draw(_groups)
-    s = state_pb2.DesiredState(switch_name="tor", generation=draw(st.integers(0, 50)))
+    s = state_pb2.DesiredState(
+        switch_name="tor",
+        generation=draw(st.integers(0, 50)),
+        ecmp_hash=draw(st.sampled_from(state_pb2.EcmpHash.values())),
+    )
     for gid, ports in groups.items():
         s.groups.add(
             id=gid, next_hops=[state_pb2.NextHop(port=p, dmac=p, weight=1) for p in sorted(ports)]
@@ -47,10 +51,14 @@ def test_diff_then_apply_reaches_the_new_state(
 ) -> None:
     for port in {e.port for e in old.ecn} - {e.port for e in new.ecn}:
         new.ecn.add(port=port, traffic_class=3)  # ECN entries are never deleted by deltas
+    new.ecmp_hash = old.ecmp_hash  # only a full state changes it
     delta = diff_states(old, new)
     got = apply_delta(old, delta)
     assert got.generation == old.generation + 1
     assert state_digest(got) == state_digest(new) == delta.digest == got.digest
+    # The same content, every field carried over (the ECMP hash was once lost here).
+    new.generation, new.digest = got.generation, got.digest
+    assert canonical(got) == canonical(new)
     if state_digest(old) == state_digest(new):
         assert delta_size(delta) == 0
 

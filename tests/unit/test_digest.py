@@ -378,8 +378,14 @@ def test_apply_delta_digests_afresh_when_a_key_repeats() -> None:
     state.routes.add(prefix=prefix, group_id=1)
     state.routes.add(prefix=prefix, group_id=2)
     state.digest = state_digest(state)
+    delta = state_pb2.StateDelta(switch_name="tor", from_generation=1, to_generation=2)
+    delta.upsert_routes.add(prefix=state_pb2.Ipv4Prefix(address=11 << 24, length=8), group_id=1)
+    got = apply_delta(state, delta)
+    assert len(got.routes) == 2  # the repeated prefix once, and the new one
+    assert got.digest == state_digest(got)
+    # A delta that does not touch routes carries them over as they are, digest and all.
     got = apply_delta(
         state, state_pb2.StateDelta(switch_name="tor", from_generation=1, to_generation=2)
     )
-    assert len(got.routes) == 1
-    assert got.digest == state_digest(got)
+    assert len(got.routes) == 2
+    assert got.digest == state_digest(got) == state.digest
