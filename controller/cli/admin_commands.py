@@ -1,16 +1,22 @@
 """railctl's controller-backed commands: each asks the controller's FabricAdmin service over
 gRPC and prints a table, or the response as JSON with `--json` (controller.cli.output's
-rules; docs/railctl-json.md)."""
+rules; docs/railctl-json.md).
+
+The long lists come in pages (admin.proto): railctl asks for the largest pages and follows
+`next_page_token` to the last one, so it prints the whole list as one answer, as before. Their
+filters (`links --switch/--rail/--state`, `switches --rail/--role/--state`, ...) are the
+request's, applied by the controller."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -32,6 +38,8 @@ RenderWith = Callable[[Any, argparse.Namespace], list[str]]
 ToJson = Callable[[Any, argparse.Namespace], Any]
 
 RPC_TIMEOUT_S = 10.0
+# The most items the controller puts in one page (admin.proto): fewest round trips.
+PAGE_SIZE = 5_000
 # With the keepalive timeout enforced (grpcio 1.85 needs the ping timeout; see
 # controller/daemon/main.py).
 _CHANNEL_OPTIONS = channel_options()
@@ -54,6 +62,7 @@ def int_in(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+@functools.cache  # a few values, looked up once per row of tables 135,168 rows long
 def _enum(value: int, enum: Any, prefix: str) -> str:
     return str(enum.Name(value)).removeprefix(prefix).lower()
 
@@ -211,17 +220,77 @@ def _render_diagnosis(d: admin_pb2.DiagnoseResponse) -> list[str]:
     ]
 
 
+_Paged = TypeVar("_Paged", bound=Message)
+
+
+async def every_page(call: Callable[..., Awaitable[_Paged]], request: Message) -> _Paged:
+    """All pages of a paged list as one answer: the repeated fields of every page in order,
+    the other fields as the last page has them (the newest), no next_page_token."""
+    replies: list[_Paged] = []
+    while True:
+        reply = await call(request, timeout=RPC_TIMEOUT_S)
+        replies.append(reply)
+        token = getattr(reply, "next_page_token")  # noqa: B009
+        if not token:
+            break
+        setattr(request, "page_token", token)  # noqa: B010
+    last = replies[-1]
+    if len(replies) == 1:
+        return last
+    merged = type(last)()
+    for reply in replies:
+        merged.MergeFrom(reply)  # appends repeated fields; keeps earlier non-zero scalars
+    for field in last.DESCRIPTOR.fields:
+        if not field.is_repeated and field.message_type is None:
+            setattr(merged, field.name, getattr(last, field.name))
+    return merged
+
+
 async def _q_topology(stub: Stub, a: argparse.Namespace) -> Message:
-    return await stub.GetTopology(admin_pb2.GetTopologyRequest(), timeout=RPC_TIMEOUT_S)
+    req = admin_pb2.GetTopologyRequest(page_size=PAGE_SIZE)
+    return await every_page(stub.GetTopology, req)
 
 
 async def _q_links(stub: Stub, a: argparse.Namespace) -> Message:
-    req = admin_pb2.ListLinksRequest(only_down=a.down)
-    return await stub.ListLinks(req, timeout=RPC_TIMEOUT_S)
+    req = admin_pb2.ListLinksRequest(
+        only_down=a.down,
+        switch_name=a.switch or "",
+        states=[admin_pb2.LinkState.Value(f"LINK_STATE_{s.upper()}") for s in a.state],
+        page_size=PAGE_SIZE,
+    )
+    if a.rail is not None:
+        req.rail = a.rail
+    return await every_page(stub.ListLinks, req)
+
+
+# `switches --state`: the request field each one sets, and to what.
+SWITCH_STATES = {
+    "connected": ("connected", True),
+    "disconnected": ("connected", False),
+    "converged": ("converged", True),
+    "not-converged": ("converged", False),
+}
+
+
+def _switches_request(a: argparse.Namespace) -> admin_pb2.ListSwitchesRequest:
+    """ValueError when two --state values contradict each other."""
+    req = admin_pb2.ListSwitchesRequest(page_size=PAGE_SIZE)
+    if a.rail is not None:
+        req.rail = a.rail
+    if a.role:
+        req.role = admin_pb2.SwitchRole.Value(f"SWITCH_ROLE_{a.role.upper()}")
+    asked: dict[str, str] = {}
+    for state in a.state:
+        field, value = SWITCH_STATES[state]
+        if field in asked and asked[field] != state:
+            raise ValueError(f"--state {asked[field]} and --state {state} exclude each other")
+        asked[field] = state
+        setattr(req, field, value)
+    return req
 
 
 async def _q_switches(stub: Stub, a: argparse.Namespace) -> Message:
-    return await stub.ListSwitches(admin_pb2.ListSwitchesRequest(), timeout=RPC_TIMEOUT_S)
+    return await every_page(stub.ListSwitches, _switches_request(a))
 
 
 async def _q_routes(stub: Stub, a: argparse.Namespace) -> Message:
@@ -230,12 +299,15 @@ async def _q_routes(stub: Stub, a: argparse.Namespace) -> Message:
 
 
 async def _q_events(stub: Stub, a: argparse.Namespace) -> Message:
-    req = admin_pb2.ListEventsRequest(limit=a.limit)
-    return await stub.ListEvents(req, timeout=RPC_TIMEOUT_S)
+    req = admin_pb2.ListEventsRequest(
+        limit=a.limit, switch_name=a.switch or "", page_size=PAGE_SIZE
+    )
+    return await every_page(stub.ListEvents, req)
 
 
 async def _q_alarms(stub: Stub, a: argparse.Namespace) -> Message:
-    return await stub.ListAlarms(admin_pb2.ListAlarmsRequest(), timeout=RPC_TIMEOUT_S)
+    req = admin_pb2.ListAlarmsRequest(switch_name=a.switch or "", page_size=PAGE_SIZE)
+    return await every_page(stub.ListAlarms, req)
 
 
 async def _q_path(stub: Stub, a: argparse.Namespace) -> Message:
@@ -251,17 +323,63 @@ async def _q_path(stub: Stub, a: argparse.Namespace) -> Message:
 
 
 async def _q_diagnose(stub: Stub, a: argparse.Namespace) -> Message:
-    return await stub.Diagnose(admin_pb2.DiagnoseRequest(), timeout=RPC_TIMEOUT_S)
+    req = admin_pb2.DiagnoseRequest(switch_name=a.switch or "", page_size=PAGE_SIZE)
+    if a.rail is not None:
+        req.rail = a.rail
+    return await every_page(stub.Diagnose, req)
 
 
 def _no_args(p: argparse.ArgumentParser) -> None:
     del p
 
 
+def _switch_arg(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--switch", metavar="NAME", help=f"only {what} of this switch")
+
+
+def _rail_arg(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument(
+        "--rail", type=int_in(0, 2**31 - 1), metavar="N", help=f"only {what} of this rail"
+    )
+
+
+LINK_STATES = ["up", "down", "hold_down", "damped", "unknown"]
+
+
 def _links_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--down", action="store_true", help="only links routing does not use (not up, or drained)"
     )
+    _switch_arg(p, "links with an end")
+    _rail_arg(p, "links with an end on a switch")
+    p.add_argument(
+        "--state",
+        action="append",
+        default=[],
+        choices=LINK_STATES,
+        help="only links in this observed state (repeatable: any of them)",
+    )
+
+
+def _switches_args(p: argparse.ArgumentParser) -> None:
+    _rail_arg(p, "switches")
+    p.add_argument("--role", choices=["tor", "spine", "core"], help="only switches of this role")
+    p.add_argument(
+        "--state",
+        action="append",
+        default=[],
+        choices=list(SWITCH_STATES),
+        help="only switches in this state (repeatable: all of them)",
+    )
+
+
+def _alarms_args(p: argparse.ArgumentParser) -> None:
+    _switch_arg(p, "alarms")
+
+
+def _diagnose_args(p: argparse.ArgumentParser) -> None:
+    _switch_arg(p, "findings (and the fabric-wide ones)")
+    _rail_arg(p, "findings about switches (and the fabric-wide ones)")
 
 
 def _routes_args(p: argparse.ArgumentParser) -> None:
@@ -270,6 +388,7 @@ def _routes_args(p: argparse.ArgumentParser) -> None:
 
 def _events_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int_in(1, UINT32_MAX), default=50, help="newest N events")
+    _switch_arg(p, "events")
 
 
 def path_json(p: admin_pb2.PredictPathResponse, a: argparse.Namespace) -> dict[str, Any]:
@@ -287,7 +406,10 @@ def path_json(p: admin_pb2.PredictPathResponse, a: argparse.Namespace) -> dict[s
 
 
 def _message_json(reply: Message, a: argparse.Namespace) -> Any:
-    return to_json(reply)
+    data = to_json(reply)
+    # railctl followed every page: the shape is the whole list's, as before paging.
+    data.pop("next_page_token", None)
+    return data
 
 
 def _exit_code(reply: Message) -> int:
@@ -321,12 +443,17 @@ def ask_controller(query: Query, args: argparse.Namespace) -> Message | None:
         print(f"railctl {args.command}: {err}", file=sys.stderr)
         return None
 
-    async def ask() -> Message:
+    answer: list[Message] = []
+
+    async def ask() -> None:
         async with tls.aio_channel(args.controller, files, _CHANNEL_OPTIONS) as channel:
-            return await query(admin_pb2_grpc.FabricAdminStub(channel), args)
+            answer.append(await query(admin_pb2_grpc.FabricAdminStub(channel), args))
 
     try:
-        return asyncio.run(ask())
+        # Not the task's result: asyncio.run formats its task when it puts the SIGINT handler
+        # back (Python 3.11), and the text of 135,168 links takes seconds.
+        asyncio.run(ask())
+        return answer[0]
     except grpc.aio.AioRpcError as err:
         hint = ""
         if err.code() == grpc.StatusCode.UNAVAILABLE:
@@ -374,6 +501,15 @@ def _runner(query: Query, render: Render) -> Callable[[argparse.Namespace], int]
     return lambda args: run_query(query, render, args)
 
 
+def _run_switches(args: argparse.Namespace) -> int:
+    try:
+        _switches_request(args)  # contradicting --state values: a usage error, asked nothing
+    except ValueError as err:
+        print(f"railctl switches: {err}", file=sys.stderr)
+        return 2
+    return run_query(_q_switches, _render_switches, args)
+
+
 # (name, help, argument builder, run): registered by railctl next to its offline commands.
 ADMIN_COMMANDS: list[
     tuple[str, str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
@@ -388,8 +524,8 @@ ADMIN_COMMANDS: list[
     (
         "switches",
         "agent sessions and convergence",
-        _no_args,
-        _runner(_q_switches, _render_switches),
+        _switches_args,
+        _run_switches,
     ),
     (
         "routes",
@@ -398,11 +534,11 @@ ADMIN_COMMANDS: list[
         _runner(_q_routes, _render_routes),
     ),
     ("events", "recent events", _events_args, _runner(_q_events, _render_events)),
-    ("alarms", "active alarms", _no_args, _runner(_q_alarms, _render_alarms)),
+    ("alarms", "active alarms", _alarms_args, _runner(_q_alarms, _render_alarms)),
     (
         "diagnose",
         "one-command fault localisation (exit 3 when unhealthy)",
-        _no_args,
+        _diagnose_args,
         _runner(_q_diagnose, _render_diagnosis),
     ),
 ]

@@ -326,12 +326,20 @@ Global___LinkInfo: _TypeAlias = LinkInfo  # noqa: Y015
 class GetTopologyRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """Paging (see the service): items are switches, then links."""
+    page_token: _builtins.str
     def __init__(
         self,
+        *,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -339,14 +347,21 @@ Global___GetTopologyRequest: _TypeAlias = GetTopologyRequest  # noqa: Y015
 
 @_typing.final
 class Topology(_message.Message):
+    """One page of the topology: its switches and links follow those of the previous page (the
+    switches all come before the first link); `fabric_name` and `host_nics` are on every page.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     FABRIC_NAME_FIELD_NUMBER: _builtins.int
     SWITCHES_FIELD_NUMBER: _builtins.int
     LINKS_FIELD_NUMBER: _builtins.int
     HOST_NICS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     fabric_name: _builtins.str
     host_nics: _builtins.int
+    next_page_token: _builtins.str
+    """Empty on the last page."""
     @_builtins.property
     def switches(self) -> _containers.RepeatedCompositeFieldContainer[Global___SwitchInfo]: ...
     @_builtins.property
@@ -358,10 +373,11 @@ class Topology(_message.Message):
         switches: _abc.Iterable[Global___SwitchInfo] | None = ...,
         links: _abc.Iterable[Global___LinkInfo] | None = ...,
         host_nics: _builtins.int = ...,
+        next_page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fabric_name", b"fabric_name", "host_nics", b"host_nics", "links", b"links", "switches", b"switches"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fabric_name", b"fabric_name", "host_nics", b"host_nics", "links", b"links", "next_page_token", b"next_page_token", "switches", b"switches"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -372,18 +388,45 @@ class ListLinksRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ONLY_DOWN_FIELD_NUMBER: _builtins.int
+    SWITCH_NAME_FIELD_NUMBER: _builtins.int
+    RAIL_FIELD_NUMBER: _builtins.int
+    STATES_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     only_down: _builtins.bool
     """Only links routing does not use: not up, or drained."""
+    switch_name: _builtins.str
+    """Only links with an end on this switch; empty: every switch."""
+    rail: _builtins.int
+    """Only links with an end on a switch of this rail (SwitchInfo.rail; switches that serve
+    every rail have none); absent: every rail.
+    """
+    page_size: _builtins.int
+    """Paging (see the service)."""
+    page_token: _builtins.str
+    @_builtins.property
+    def states(self) -> _containers.RepeatedScalarFieldContainer[Global___LinkState.ValueType]:
+        """Only links in one of these observed states (a drained link keeps its observed state);
+        empty: every state.
+        """
+
     def __init__(
         self,
         *,
         only_down: _builtins.bool = ...,
+        switch_name: _builtins.str = ...,
+        rail: _builtins.int | None = ...,
+        states: _abc.Iterable[Global___LinkState.ValueType] | None = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_rail", b"_rail", "rail", b"rail"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["only_down", b"only_down"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_rail", b"_rail", "only_down", b"only_down", "page_size", b"page_size", "page_token", b"page_token", "rail", b"rail", "states", b"states", "switch_name", b"switch_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__rail: _TypeAlias = _typing.Literal["rail"]  # noqa: Y015
+    _WhichOneofArgType__rail: _TypeAlias = _typing.Literal["_rail", b"_rail"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__rail) -> _WhichOneofReturnType__rail | None: ...
 
 Global___ListLinksRequest: _TypeAlias = ListLinksRequest  # noqa: Y015
 
@@ -392,16 +435,20 @@ class ListLinksResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     LINKS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Empty on the last page."""
     @_builtins.property
     def links(self) -> _containers.RepeatedCompositeFieldContainer[Global___LinkInfo]: ...
     def __init__(
         self,
         *,
         links: _abc.Iterable[Global___LinkInfo] | None = ...,
+        next_page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["links", b"links"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["links", b"links", "next_page_token", b"next_page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -411,14 +458,49 @@ Global___ListLinksResponse: _TypeAlias = ListLinksResponse  # noqa: Y015
 class ListSwitchesRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    RAIL_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
+    CONNECTED_FIELD_NUMBER: _builtins.int
+    CONVERGED_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    rail: _builtins.int
+    """Only switches of this rail (SwitchInfo.rail); absent: every switch."""
+    role: Global___SwitchRole.ValueType
+    """Only switches of this role; UNSPECIFIED: every role."""
+    connected: _builtins.bool
+    """Only switches with (true) or without (false) an agent session; absent: both."""
+    converged: _builtins.bool
+    """Only switches that are (true) or are not (false) converged; absent: both."""
+    page_size: _builtins.int
+    """Paging (see the service)."""
+    page_token: _builtins.str
     def __init__(
         self,
+        *,
+        rail: _builtins.int | None = ...,
+        role: Global___SwitchRole.ValueType = ...,
+        connected: _builtins.bool | None = ...,
+        converged: _builtins.bool | None = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_connected", b"_connected", "_converged", b"_converged", "_rail", b"_rail", "connected", b"connected", "converged", b"converged", "rail", b"rail"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_connected", b"_connected", "_converged", b"_converged", "_rail", b"_rail", "connected", b"connected", "converged", b"converged", "page_size", b"page_size", "page_token", b"page_token", "rail", b"rail", "role", b"role"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__connected: _TypeAlias = _typing.Literal["connected"]  # noqa: Y015
+    _WhichOneofArgType__connected: _TypeAlias = _typing.Literal["_connected", b"_connected"]  # noqa: Y015
+    _WhichOneofReturnType__converged: _TypeAlias = _typing.Literal["converged"]  # noqa: Y015
+    _WhichOneofArgType__converged: _TypeAlias = _typing.Literal["_converged", b"_converged"]  # noqa: Y015
+    _WhichOneofReturnType__rail: _TypeAlias = _typing.Literal["rail"]  # noqa: Y015
+    _WhichOneofArgType__rail: _TypeAlias = _typing.Literal["_rail", b"_rail"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__connected) -> _WhichOneofReturnType__connected | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__converged) -> _WhichOneofReturnType__converged | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__rail) -> _WhichOneofReturnType__rail | None: ...
 
 Global___ListSwitchesRequest: _TypeAlias = ListSwitchesRequest  # noqa: Y015
 
@@ -491,16 +573,20 @@ class ListSwitchesResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SWITCHES_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Empty on the last page."""
     @_builtins.property
     def switches(self) -> _containers.RepeatedCompositeFieldContainer[Global___SwitchStatus]: ...
     def __init__(
         self,
         *,
         switches: _abc.Iterable[Global___SwitchStatus] | None = ...,
+        next_page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["switches", b"switches"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "switches", b"switches"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -532,10 +618,20 @@ class ListEventsRequest(_message.Message):
     LIMIT_FIELD_NUMBER: _builtins.int
     TYPES_FIELD_NUMBER: _builtins.int
     AFTER_WALL_NS_FIELD_NUMBER: _builtins.int
+    SWITCH_NAME_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     limit: _builtins.int
     """At most this many, newest; 0 = 100."""
     after_wall_ns: _builtins.int
     """Only events after this Unix ns time; 0 = no bound."""
+    switch_name: _builtins.str
+    """Only events of this switch; empty: every switch and the fabric-wide ones."""
+    page_size: _builtins.int
+    """Paging (see the service): the `limit` newest events are paged oldest first; events that
+    arrive meanwhile may end the last page, up to `limit` in all.
+    """
+    page_token: _builtins.str
     @_builtins.property
     def types(self) -> _containers.RepeatedScalarFieldContainer[Global___EventKind.ValueType]:
         """Only events of these types; empty = all."""
@@ -546,10 +642,13 @@ class ListEventsRequest(_message.Message):
         limit: _builtins.int = ...,
         types: _abc.Iterable[Global___EventKind.ValueType] | None = ...,
         after_wall_ns: _builtins.int = ...,
+        switch_name: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_wall_ns", b"after_wall_ns", "limit", b"limit", "types", b"types"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_wall_ns", b"after_wall_ns", "limit", b"limit", "page_size", b"page_size", "page_token", b"page_token", "switch_name", b"switch_name", "types", b"types"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -784,16 +883,20 @@ class ListEventsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     EVENTS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Empty on the last page."""
     @_builtins.property
     def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___Event]: ...
     def __init__(
         self,
         *,
         events: _abc.Iterable[Global___Event] | None = ...,
+        next_page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events", "next_page_token", b"next_page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -842,12 +945,24 @@ Global___Alarm: _TypeAlias = Alarm  # noqa: Y015
 class ListAlarmsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    SWITCH_NAME_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    switch_name: _builtins.str
+    """Only alarms of this switch; empty: every alarm."""
+    page_size: _builtins.int
+    """Paging (see the service)."""
+    page_token: _builtins.str
     def __init__(
         self,
+        *,
+        switch_name: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token", "switch_name", b"switch_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -858,16 +973,20 @@ class ListAlarmsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ALARMS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Empty on the last page."""
     @_builtins.property
     def alarms(self) -> _containers.RepeatedCompositeFieldContainer[Global___Alarm]: ...
     def __init__(
         self,
         *,
         alarms: _abc.Iterable[Global___Alarm] | None = ...,
+        next_page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alarms", b"alarms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alarms", b"alarms", "next_page_token", b"next_page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1017,14 +1136,36 @@ Global___PredictPathResponse: _TypeAlias = PredictPathResponse  # noqa: Y015
 class DiagnoseRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    SWITCH_NAME_FIELD_NUMBER: _builtins.int
+    RAIL_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    switch_name: _builtins.str
+    """Only findings about this switch (a link's finding is about both its ends), and the
+    fabric-wide ones; empty: every switch.
+    """
+    rail: _builtins.int
+    """Only findings about switches of this rail, and the fabric-wide ones; absent: every rail."""
+    page_size: _builtins.int
+    """Paging (see the service): findings come as the plaintext warning, links, alarms, then
+    switches.
+    """
+    page_token: _builtins.str
     def __init__(
         self,
+        *,
+        switch_name: _builtins.str = ...,
+        rail: _builtins.int | None = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_rail", b"_rail", "rail", b"rail"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_rail", b"_rail", "page_size", b"page_size", "page_token", b"page_token", "rail", b"rail", "switch_name", b"switch_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__rail: _TypeAlias = _typing.Literal["rail"]  # noqa: Y015
+    _WhichOneofArgType__rail: _TypeAlias = _typing.Literal["_rail", b"_rail"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__rail) -> _WhichOneofReturnType__rail | None: ...
 
 Global___DiagnoseRequest: _TypeAlias = DiagnoseRequest  # noqa: Y015
 
@@ -1066,8 +1207,11 @@ class DiagnoseResponse(_message.Message):
 
     FINDINGS_FIELD_NUMBER: _builtins.int
     HEALTHY_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     healthy: _builtins.bool
-    """True when nothing above INFO was found."""
+    """True when nothing above INFO was found: over every page (and filter), on every page."""
+    next_page_token: _builtins.str
+    """Empty on the last page."""
     @_builtins.property
     def findings(self) -> _containers.RepeatedCompositeFieldContainer[Global___Finding]: ...
     def __init__(
@@ -1075,10 +1219,11 @@ class DiagnoseResponse(_message.Message):
         *,
         findings: _abc.Iterable[Global___Finding] | None = ...,
         healthy: _builtins.bool = ...,
+        next_page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["findings", b"findings", "healthy", b"healthy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["findings", b"findings", "healthy", b"healthy", "next_page_token", b"next_page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -28,7 +28,25 @@ if _version_not_supported:
 
 
 class FabricAdminStub:
-    """Operators' view of the fabric; served on the controller's address.
+    """Pages (AIP-158). The answers that grow with the fabric (GetTopology, ListLinks,
+    ListSwitches, ListEvents, ListAlarms, Diagnose) come in pages, so that every answer stays
+    well under gRPC's default 4 MiB receive limit, whatever the fabric's size and whatever the
+    client (grpcurl, a script with default channel options):
+    - `page_size` is the most items a page holds: 0 or more than 5,000 is read as 5,000 (a
+    whole list of switches of a 100k-GPU fabric); negative is INVALID_ARGUMENT. A page also
+    ends before its items reach 2 MiB, so it may hold fewer items than asked for even when
+    more follow.
+    - A non-empty `next_page_token` means more items follow: send the same request again with
+    `page_token` set to it. An empty one means this page is the last. A request without
+    `page_token` gets the first page; an older client that sends neither field gets the first
+    page alone (everything, on a fabric whose list fits in one page).
+    - Tokens are opaque, and good for the request they came from only: one with other filters, or
+    from another method, is INVALID_ARGUMENT naming `page_token`. Each page is read at once;
+    the list may change between pages (links go down, the intent is reloaded): a page then
+    continues after the last item given, in the list's order, and never fails because the
+    item the token names is gone.
+    - Filters are ANDed. A switch filter naming no switch of the intent is NOT_FOUND with the
+    closest name; a rail the fabric does not have is INVALID_ARGUMENT.
     """
 
     def __init__(self, channel):
@@ -120,25 +138,44 @@ class FabricAdminStub:
 
 
 class FabricAdminServicer:
-    """Operators' view of the fabric; served on the controller's address.
+    """Pages (AIP-158). The answers that grow with the fabric (GetTopology, ListLinks,
+    ListSwitches, ListEvents, ListAlarms, Diagnose) come in pages, so that every answer stays
+    well under gRPC's default 4 MiB receive limit, whatever the fabric's size and whatever the
+    client (grpcurl, a script with default channel options):
+    - `page_size` is the most items a page holds: 0 or more than 5,000 is read as 5,000 (a
+    whole list of switches of a 100k-GPU fabric); negative is INVALID_ARGUMENT. A page also
+    ends before its items reach 2 MiB, so it may hold fewer items than asked for even when
+    more follow.
+    - A non-empty `next_page_token` means more items follow: send the same request again with
+    `page_token` set to it. An empty one means this page is the last. A request without
+    `page_token` gets the first page; an older client that sends neither field gets the first
+    page alone (everything, on a fabric whose list fits in one page).
+    - Tokens are opaque, and good for the request they came from only: one with other filters, or
+    from another method, is INVALID_ARGUMENT naming `page_token`. Each page is read at once;
+    the list may change between pages (links go down, the intent is reloaded): a page then
+    continues after the last item given, in the list's order, and never fails because the
+    item the token names is gone.
+    - Filters are ANDed. A switch filter naming no switch of the intent is NOT_FOUND with the
+    closest name; a rail the fabric does not have is INVALID_ARGUMENT.
     """
 
     def GetTopology(self, request, context):
-        """Switches and links of the fabric intent with their live state.
+        """Switches and links of the fabric intent with their live state. Paged: switches first, in
+        the intent's order, then links.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListLinks(self, request, context):
-        """Links with their state and history.
+        """Links with their state and history, in the intent's order. Paged; filters.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListSwitches(self, request, context):
-        """Per-switch session and convergence state.
+        """Per-switch session and convergence state, in the intent's order. Paged; filters.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -152,14 +189,14 @@ class FabricAdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListEvents(self, request, context):
-        """Recent events, newest last.
+        """Recent events, newest last. Paged (oldest first); filters.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListAlarms(self, request, context):
-        """Active alarms.
+        """Active alarms, oldest raised first. Paged; filters.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -173,7 +210,7 @@ class FabricAdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Diagnose(self, request, context):
-        """One-command fault localisation.
+        """One-command fault localisation. Paged; filters.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -337,7 +374,25 @@ def add_FabricAdminServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class FabricAdmin:
-    """Operators' view of the fabric; served on the controller's address.
+    """Pages (AIP-158). The answers that grow with the fabric (GetTopology, ListLinks,
+    ListSwitches, ListEvents, ListAlarms, Diagnose) come in pages, so that every answer stays
+    well under gRPC's default 4 MiB receive limit, whatever the fabric's size and whatever the
+    client (grpcurl, a script with default channel options):
+    - `page_size` is the most items a page holds: 0 or more than 5,000 is read as 5,000 (a
+    whole list of switches of a 100k-GPU fabric); negative is INVALID_ARGUMENT. A page also
+    ends before its items reach 2 MiB, so it may hold fewer items than asked for even when
+    more follow.
+    - A non-empty `next_page_token` means more items follow: send the same request again with
+    `page_token` set to it. An empty one means this page is the last. A request without
+    `page_token` gets the first page; an older client that sends neither field gets the first
+    page alone (everything, on a fabric whose list fits in one page).
+    - Tokens are opaque, and good for the request they came from only: one with other filters, or
+    from another method, is INVALID_ARGUMENT naming `page_token`. Each page is read at once;
+    the list may change between pages (links go down, the intent is reloaded): a page then
+    continues after the last item given, in the list's order, and never fails because the
+    item the token names is gone.
+    - Filters are ANDed. A switch filter naming no switch of the intent is NOT_FOUND with the
+    closest name; a rail the fabric does not have is INVALID_ARGUMENT.
     """
 
     @staticmethod

@@ -31,28 +31,49 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class FabricAdminStub:
-    """Operators' view of the fabric; served on the controller's address."""
+    """Pages (AIP-158). The answers that grow with the fabric (GetTopology, ListLinks,
+    ListSwitches, ListEvents, ListAlarms, Diagnose) come in pages, so that every answer stays
+    well under gRPC's default 4 MiB receive limit, whatever the fabric's size and whatever the
+    client (grpcurl, a script with default channel options):
+    - `page_size` is the most items a page holds: 0 or more than 5,000 is read as 5,000 (a
+      whole list of switches of a 100k-GPU fabric); negative is INVALID_ARGUMENT. A page also
+      ends before its items reach 2 MiB, so it may hold fewer items than asked for even when
+      more follow.
+    - A non-empty `next_page_token` means more items follow: send the same request again with
+      `page_token` set to it. An empty one means this page is the last. A request without
+      `page_token` gets the first page; an older client that sends neither field gets the first
+      page alone (everything, on a fabric whose list fits in one page).
+    - Tokens are opaque, and good for the request they came from only: one with other filters, or
+      from another method, is INVALID_ARGUMENT naming `page_token`. Each page is read at once;
+      the list may change between pages (links go down, the intent is reloaded): a page then
+      continues after the last item given, in the list's order, and never fails because the
+      item the token names is gone.
+    - Filters are ANDed. A switch filter naming no switch of the intent is NOT_FOUND with the
+      closest name; a rail the fabric does not have is INVALID_ARGUMENT.
+    """
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> FabricAdminAsyncStub: ...
     GetTopology: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetTopologyRequest, _admin_pb2.Topology]
-    """Switches and links of the fabric intent with their live state."""
+    """Switches and links of the fabric intent with their live state. Paged: switches first, in
+    the intent's order, then links.
+    """
     ListLinks: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListLinksRequest, _admin_pb2.ListLinksResponse]
-    """Links with their state and history."""
+    """Links with their state and history, in the intent's order. Paged; filters."""
     ListSwitches: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListSwitchesRequest, _admin_pb2.ListSwitchesResponse]
-    """Per-switch session and convergence state."""
+    """Per-switch session and convergence state, in the intent's order. Paged; filters."""
     GetSwitchState: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetSwitchStateRequest, _state_pb2.DesiredState]
     """The desired state the controller holds for one switch."""
     ListEvents: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListEventsRequest, _admin_pb2.ListEventsResponse]
-    """Recent events, newest last."""
+    """Recent events, newest last. Paged (oldest first); filters."""
     ListAlarms: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListAlarmsRequest, _admin_pb2.ListAlarmsResponse]
-    """Active alarms."""
+    """Active alarms, oldest raised first. Paged; filters."""
     PredictPath: _grpc.UnaryUnaryMultiCallable[_admin_pb2.PredictPathRequest, _admin_pb2.PredictPathResponse]
     """The hop-by-hop path a flow takes, with the data plane's own hash and member order."""
     Diagnose: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DiagnoseRequest, _admin_pb2.DiagnoseResponse]
-    """One-command fault localisation."""
+    """One-command fault localisation. Paged; filters."""
     ListInterfaces: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListInterfacesRequest, _admin_pb2.ListInterfacesResponse]
     """Per-port observed state and counters (`railctl interfaces`, `counters`, `pfc`, `ecn`)."""
     ListLldp: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListLldpRequest, _admin_pb2.ListLldpResponse]
@@ -87,25 +108,46 @@ class FabricAdminStub:
 
 @_typing.type_check_only
 class FabricAdminAsyncStub(FabricAdminStub):
-    """Operators' view of the fabric; served on the controller's address."""
+    """Pages (AIP-158). The answers that grow with the fabric (GetTopology, ListLinks,
+    ListSwitches, ListEvents, ListAlarms, Diagnose) come in pages, so that every answer stays
+    well under gRPC's default 4 MiB receive limit, whatever the fabric's size and whatever the
+    client (grpcurl, a script with default channel options):
+    - `page_size` is the most items a page holds: 0 or more than 5,000 is read as 5,000 (a
+      whole list of switches of a 100k-GPU fabric); negative is INVALID_ARGUMENT. A page also
+      ends before its items reach 2 MiB, so it may hold fewer items than asked for even when
+      more follow.
+    - A non-empty `next_page_token` means more items follow: send the same request again with
+      `page_token` set to it. An empty one means this page is the last. A request without
+      `page_token` gets the first page; an older client that sends neither field gets the first
+      page alone (everything, on a fabric whose list fits in one page).
+    - Tokens are opaque, and good for the request they came from only: one with other filters, or
+      from another method, is INVALID_ARGUMENT naming `page_token`. Each page is read at once;
+      the list may change between pages (links go down, the intent is reloaded): a page then
+      continues after the last item given, in the list's order, and never fails because the
+      item the token names is gone.
+    - Filters are ANDed. A switch filter naming no switch of the intent is NOT_FOUND with the
+      closest name; a rail the fabric does not have is INVALID_ARGUMENT.
+    """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     GetTopology: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetTopologyRequest, _admin_pb2.Topology]  # type: ignore[assignment]
-    """Switches and links of the fabric intent with their live state."""
+    """Switches and links of the fabric intent with their live state. Paged: switches first, in
+    the intent's order, then links.
+    """
     ListLinks: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListLinksRequest, _admin_pb2.ListLinksResponse]  # type: ignore[assignment]
-    """Links with their state and history."""
+    """Links with their state and history, in the intent's order. Paged; filters."""
     ListSwitches: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListSwitchesRequest, _admin_pb2.ListSwitchesResponse]  # type: ignore[assignment]
-    """Per-switch session and convergence state."""
+    """Per-switch session and convergence state, in the intent's order. Paged; filters."""
     GetSwitchState: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetSwitchStateRequest, _state_pb2.DesiredState]  # type: ignore[assignment]
     """The desired state the controller holds for one switch."""
     ListEvents: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListEventsRequest, _admin_pb2.ListEventsResponse]  # type: ignore[assignment]
-    """Recent events, newest last."""
+    """Recent events, newest last. Paged (oldest first); filters."""
     ListAlarms: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListAlarmsRequest, _admin_pb2.ListAlarmsResponse]  # type: ignore[assignment]
-    """Active alarms."""
+    """Active alarms, oldest raised first. Paged; filters."""
     PredictPath: _aio.UnaryUnaryMultiCallable[_admin_pb2.PredictPathRequest, _admin_pb2.PredictPathResponse]  # type: ignore[assignment]
     """The hop-by-hop path a flow takes, with the data plane's own hash and member order."""
     Diagnose: _aio.UnaryUnaryMultiCallable[_admin_pb2.DiagnoseRequest, _admin_pb2.DiagnoseResponse]  # type: ignore[assignment]
-    """One-command fault localisation."""
+    """One-command fault localisation. Paged; filters."""
     ListInterfaces: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListInterfacesRequest, _admin_pb2.ListInterfacesResponse]  # type: ignore[assignment]
     """Per-port observed state and counters (`railctl interfaces`, `counters`, `pfc`, `ecn`)."""
     ListLldp: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListLldpRequest, _admin_pb2.ListLldpResponse]  # type: ignore[assignment]
@@ -139,7 +181,26 @@ class FabricAdminAsyncStub(FabricAdminStub):
     """
 
 class FabricAdminServicer(metaclass=_abc_1.ABCMeta):
-    """Operators' view of the fabric; served on the controller's address."""
+    """Pages (AIP-158). The answers that grow with the fabric (GetTopology, ListLinks,
+    ListSwitches, ListEvents, ListAlarms, Diagnose) come in pages, so that every answer stays
+    well under gRPC's default 4 MiB receive limit, whatever the fabric's size and whatever the
+    client (grpcurl, a script with default channel options):
+    - `page_size` is the most items a page holds: 0 or more than 5,000 is read as 5,000 (a
+      whole list of switches of a 100k-GPU fabric); negative is INVALID_ARGUMENT. A page also
+      ends before its items reach 2 MiB, so it may hold fewer items than asked for even when
+      more follow.
+    - A non-empty `next_page_token` means more items follow: send the same request again with
+      `page_token` set to it. An empty one means this page is the last. A request without
+      `page_token` gets the first page; an older client that sends neither field gets the first
+      page alone (everything, on a fabric whose list fits in one page).
+    - Tokens are opaque, and good for the request they came from only: one with other filters, or
+      from another method, is INVALID_ARGUMENT naming `page_token`. Each page is read at once;
+      the list may change between pages (links go down, the intent is reloaded): a page then
+      continues after the last item given, in the list's order, and never fails because the
+      item the token names is gone.
+    - Filters are ANDed. A switch filter naming no switch of the intent is NOT_FOUND with the
+      closest name; a rail the fabric does not have is INVALID_ARGUMENT.
+    """
 
     @_abc_1.abstractmethod
     def GetTopology(
@@ -147,7 +208,9 @@ class FabricAdminServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.GetTopologyRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.Topology, _abc.Awaitable[_admin_pb2.Topology]]:
-        """Switches and links of the fabric intent with their live state."""
+        """Switches and links of the fabric intent with their live state. Paged: switches first, in
+        the intent's order, then links.
+        """
 
     @_abc_1.abstractmethod
     def ListLinks(
@@ -155,7 +218,7 @@ class FabricAdminServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.ListLinksRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.ListLinksResponse, _abc.Awaitable[_admin_pb2.ListLinksResponse]]:
-        """Links with their state and history."""
+        """Links with their state and history, in the intent's order. Paged; filters."""
 
     @_abc_1.abstractmethod
     def ListSwitches(
@@ -163,7 +226,7 @@ class FabricAdminServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.ListSwitchesRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.ListSwitchesResponse, _abc.Awaitable[_admin_pb2.ListSwitchesResponse]]:
-        """Per-switch session and convergence state."""
+        """Per-switch session and convergence state, in the intent's order. Paged; filters."""
 
     @_abc_1.abstractmethod
     def GetSwitchState(
@@ -179,7 +242,7 @@ class FabricAdminServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.ListEventsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.ListEventsResponse, _abc.Awaitable[_admin_pb2.ListEventsResponse]]:
-        """Recent events, newest last."""
+        """Recent events, newest last. Paged (oldest first); filters."""
 
     @_abc_1.abstractmethod
     def ListAlarms(
@@ -187,7 +250,7 @@ class FabricAdminServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.ListAlarmsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.ListAlarmsResponse, _abc.Awaitable[_admin_pb2.ListAlarmsResponse]]:
-        """Active alarms."""
+        """Active alarms, oldest raised first. Paged; filters."""
 
     @_abc_1.abstractmethod
     def PredictPath(
@@ -203,7 +266,7 @@ class FabricAdminServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.DiagnoseRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.DiagnoseResponse, _abc.Awaitable[_admin_pb2.DiagnoseResponse]]:
-        """One-command fault localisation."""
+        """One-command fault localisation. Paged; filters."""
 
     @_abc_1.abstractmethod
     def ListInterfaces(
