@@ -9,6 +9,9 @@ in deltas: they change only with the intent, which sends a full DesiredState.
 
 from __future__ import annotations
 
+import bisect
+import itertools
+from array import array
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sized
 from typing import Any, TypeVar
 
@@ -53,8 +56,20 @@ class DeltaError(ValueError):
     """A delta that does not apply to the state it was given."""
 
 
+def route_keys(state: state_pb2.DesiredState) -> array[int] | None:
+    """The keys of `state`'s routes in field order (prefix address << 6 | length, which sorts
+    as (address, length)), for `apply_delta(route_keys=...)`; None when they are not strictly
+    ascending (then a delta is applied by building the routes by key)."""
+    keys = array("Q", [r.prefix.address << 6 | r.prefix.length for r in state.routes])
+    if any(a >= b for a, b in itertools.pairwise(keys)):
+        return None
+    return keys
+
+
 def apply_delta(
-    state: state_pb2.DesiredState, delta: state_pb2.StateDelta
+    state: state_pb2.DesiredState,
+    delta: state_pb2.StateDelta,
+    route_keys: array[int] | None = None,
 ) -> state_pb2.DesiredState:
     """The state at `delta.to_generation`, digest filled in: updated from `state`'s digest by
     the objects the delta replaces, adds and deletes (the same as a full state_digest), or
@@ -65,7 +80,11 @@ def apply_delta(
     whose touched fields alone are rebuilt. A remote failure on a 100k-GPU fabric sends 1,648
     switches a delta of one group each, against states of 1,600 routes; indexing every field
     of every state made that cut take seconds. So a state whose routes point at missing groups
-    is refused only by a delta that touches routes or deletes groups."""
+    is refused only by a delta that touches routes or deletes groups.
+
+    `route_keys`: `route_keys(state)`, kept by a caller that applies many deltas. Routes are
+    then found by binary search, not indexed (a delta re-points one route of a 1,600-route
+    state), and the array is updated in place to the new state's keys (on success only)."""
     if state.generation != delta.from_generation:
         raise DeltaError(
             f"{delta.switch_name}: delta is from generation {delta.from_generation}, "
@@ -79,7 +98,12 @@ def apply_delta(
     acc = _digest_to_update(state)
     groups = _touched(state.groups, _group_key, delta.upsert_groups, delta.delete_groups)
     routes: dict[Hashable, state_pb2.Route] | None = None
-    if delta.upsert_routes or delta.delete_routes:
+    # By position unless groups go: then which routes remain is needed as a whole.
+    keyed = route_keys is not None and not delta.delete_groups
+    if keyed:
+        assert route_keys is not None
+        _check_deletes(route_keys, delta)
+    elif delta.upsert_routes or delta.delete_routes:
         # Inlined _by(state.routes, _route_key): routes are most of a state.
         routes = {(r.prefix.address, r.prefix.length): r for r in state.routes}
     neighbors = _touched(
@@ -108,10 +132,10 @@ def apply_delta(
         _upsert(ecn, delta.upsert_ecn, _ecn_key, "ecn", acc)
     if pfc is not None:
         _upsert(pfc, delta.upsert_pfc, _pfc_key, "pfc", acc)
-    for prefix in delta.delete_routes:
-        assert routes is not None
-        if not _delete(routes, _prefix_key(prefix), "route", acc):
-            raise DeltaError(f"{delta.switch_name}: delete of unknown route {_fmt(prefix)}")
+    if routes is not None:
+        for prefix in delta.delete_routes:
+            if not _delete(routes, _prefix_key(prefix), "route", acc):
+                raise DeltaError(f"{delta.switch_name}: delete of unknown route {_fmt(prefix)}")
     for gid in delta.delete_groups:
         assert groups is not None
         if not _delete(groups, gid, "group", acc):
@@ -120,10 +144,15 @@ def apply_delta(
         assert neighbors is not None
         if not _delete(neighbors, port, "neighbor", acc):
             raise DeltaError(f"{delta.switch_name}: delete of unknown neighbour on port {port}")
-    if routes is not None or delta.delete_groups:
-        # (Upserting groups under untouched routes cannot leave a route without its group.)
+    if delta.upsert_routes or delta.delete_groups:
+        # Only new routes, or groups that go, can leave a route without its group.
         live = {g.id for g in state.groups} if groups is None else set(groups)
-        used = {r.group_id for r in (state.routes if routes is None else routes.values())}
+        if delta.delete_groups:
+            used = {r.group_id for r in (state.routes if routes is None else routes.values())}
+        else:  # the upserted routes that remain (a later upsert of a prefix wins)
+            gone = {_prefix_key(p) for p in delta.delete_routes}
+            last = {_route_key(r): r.group_id for r in delta.upsert_routes}
+            used = {gid for k, gid in last.items() if k not in gone}
         missing = used - live
         if missing:
             raise DeltaError(
@@ -133,12 +162,61 @@ def apply_delta(
     out.CopyFrom(state)
     out.generation = delta.to_generation
     _replace(out.groups, groups)
-    _replace(out.routes, routes)
+    if keyed:
+        assert route_keys is not None
+        _routes_in_place(out.routes, route_keys, delta, acc)
+    elif routes is not None and route_keys is not None:
+        # Kept ascending for the caller's keys.
+        ordered = sorted(routes.values(), key=_route_key)
+        del out.routes[:]
+        out.routes.extend(ordered)
+        route_keys[:] = array("Q", [r.prefix.address << 6 | r.prefix.length for r in ordered])
+    else:
+        _replace(out.routes, routes)
     _replace(out.neighbors, neighbors)
     _replace(out.ecn, ecn)
     _replace(out.pfc, pfc)
     out.digest = state_digest(out) if acc is None else acc.hex()
     return out
+
+
+def _check_deletes(keys: array[int], delta: state_pb2.StateDelta) -> None:
+    """Every route the delta deletes is in the state or upserted by the delta (before the
+    state is touched: a delta applies whole or not at all)."""
+    upserted = {r.prefix.address << 6 | r.prefix.length for r in delta.upsert_routes}
+    for prefix in delta.delete_routes:
+        k = prefix.address << 6 | prefix.length
+        i = bisect.bisect_left(keys, k)
+        if k not in upserted and (i == len(keys) or keys[i] != k):
+            raise DeltaError(f"{delta.switch_name}: delete of unknown route {_fmt(prefix)}")
+
+
+def _routes_in_place(
+    routes: RepeatedCompositeFieldContainer[state_pb2.Route],
+    keys: array[int],
+    delta: state_pb2.StateDelta,
+    acc: DigestAccumulator | None,
+) -> None:
+    """The delta's route changes on `routes` (ascending, with `keys` its keys), by position."""
+    for r in delta.upsert_routes:
+        k = r.prefix.address << 6 | r.prefix.length
+        i = bisect.bisect_left(keys, k)
+        if i < len(keys) and keys[i] == k:
+            if acc is not None:
+                acc.remove("route", routes[i])
+            routes[i].CopyFrom(r)
+        else:
+            routes.insert(i, r)
+            keys.insert(i, k)
+        if acc is not None:
+            acc.add("route", r)
+    for prefix in delta.delete_routes:
+        k = prefix.address << 6 | prefix.length
+        i = bisect.bisect_left(keys, k)
+        if acc is not None:
+            acc.remove("route", routes[i])
+        del routes[i]
+        del keys[i]
 
 
 def _replace(field: RepeatedCompositeFieldContainer[M], objs: Mapping[Any, M] | None) -> None:

@@ -19,6 +19,7 @@ links taken out.
 from __future__ import annotations
 
 import hashlib
+from array import array
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,7 +57,7 @@ from controller.core.records import (
     SwitchGenerations,
 )
 from controller.core.switches import SwitchView, UnknownSwitch, lookup
-from railfabric.delta import DeltaError, apply_delta, delta_size
+from railfabric.delta import DeltaError, apply_delta, delta_size, route_keys
 from railfabric.digest import state_digest
 from railfabric.v1 import admin_pb2, control_pb2, state_pb2
 
@@ -963,8 +964,12 @@ class DecisionCore:
         delta.switch_name = switch
         delta.from_generation = v.state.generation
         delta.to_generation = v.state.generation + 1
+        if v.route_keys is None:
+            v.route_keys = route_keys(v.state)
+        # The keys are updated in place; a delta that changes nothing keeps them for v.state.
+        keys = None if v.route_keys is None else array("Q", v.route_keys)
         try:
-            new = apply_delta(v.state, delta)
+            new = apply_delta(v.state, delta, keys)
             size = delta_size(delta)
         except DeltaError as err:
             # Cannot happen with in-order deltas; if it does, the planner's current state is
@@ -977,12 +982,12 @@ class DecisionCore:
             new = self.planner.full_state(switch)
             new.switch_name = switch
             new.generation, new.digest = v.state.generation + 1, new.digest or state_digest(new)
-            size = 0
+            size, keys = 0, None
         if new.digest == v.state.digest:
             return
         if size:
             delta.digest = new.digest
-        v.state = new
+        v.state, v.route_keys = new, keys
         out.generations[switch] = SwitchGeneration(switch, new.generation, new.digest)
         out.objects += size
         if not v.connected:

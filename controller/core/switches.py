@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+from array import array
 from dataclasses import dataclass, field
 
 from railfabric.v1 import control_pb2, state_pb2
@@ -41,9 +42,13 @@ class SwitchView:
     hello_ports: dict[int, control_pb2.PortInfo] = field(default_factory=dict)
     # The target as the agent last reported it (Hello or TargetHealth); None before that.
     target_health: control_pb2.TargetHealth | None = None
+    # `state`'s route keys (railfabric.delta.route_keys), made at its first delta and kept
+    # with it: a delta then finds its routes by binary search.
+    route_keys: array[int] | None = None
 
-    # Fields that come from the intent; every other field is observed and survives a reload.
-    INTENT_FIELDS = frozenset({"name", "state", "ports"})
+    # Fields that go with the state (from the intent); every other field is observed and
+    # survives a reload.
+    INTENT_FIELDS = frozenset({"name", "state", "ports", "route_keys"})
 
     @classmethod
     def of(cls, name: str, state: state_pb2.DesiredState) -> SwitchView:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from railfabric.delta import DeltaError, apply_delta, delta_size, diff_states
+from railfabric.delta import DeltaError, apply_delta, delta_size, diff_states, route_keys
 from railfabric.digest import canonical, state_digest
 from railfabric.v1 import state_pb2
 
@@ -61,6 +61,44 @@ def test_diff_then_apply_reaches_the_new_state(
     assert canonical(got) == canonical(new)
     if state_digest(old) == state_digest(new):
         assert delta_size(delta) == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(states(), states())
+def test_by_route_keys_gives_the_same_state_and_keeps_routes_sorted(
+    old: state_pb2.DesiredState, new: state_pb2.DesiredState
+) -> None:
+    """The caller-kept keys path (binary search, in place) against building routes by key."""
+    old.routes.sort(key=lambda r: (r.prefix.address, r.prefix.length))
+    for port in {e.port for e in old.ecn} - {e.port for e in new.ecn}:
+        new.ecn.add(port=port, traffic_class=3)
+    new.ecmp_hash = old.ecmp_hash
+    old.digest = state_digest(old)
+    delta = diff_states(old, new)
+    keys = route_keys(old)
+    assert keys is not None
+    by_keys = apply_delta(old, delta, keys)
+    plain = apply_delta(old, delta)
+    assert by_keys.digest == plain.digest == state_digest(by_keys) == state_digest(new)
+    assert canonical(by_keys) == canonical(plain)
+    assert keys == route_keys(by_keys)  # updated in place, and still ascending
+
+
+def test_by_route_keys_a_refused_delta_leaves_the_keys_alone() -> None:
+    old = state_pb2.DesiredState(switch_name="tor", generation=1)
+    old.groups.add(id=4, next_hops=[state_pb2.NextHop(port=1)])
+    old.routes.add(prefix=state_pb2.Ipv4Prefix(address=0x0A000000, length=24), group_id=4)
+    keys = route_keys(old)
+    assert keys is not None
+    before = list(keys)
+    delta = state_pb2.StateDelta(switch_name="tor", from_generation=1, to_generation=2)
+    delta.upsert_routes.add(prefix=state_pb2.Ipv4Prefix(address=0x0B000000, length=8), group_id=4)
+    delta.delete_routes.add(address=0x0A000100, length=24)
+    with pytest.raises(DeltaError, match=r"unknown route 10.0.1.0/24"):
+        apply_delta(old, delta, keys)
+    assert list(keys) == before
+    old.routes.add(prefix=state_pb2.Ipv4Prefix(address=0x09000000, length=8), group_id=4)
+    assert route_keys(old) is None  # not ascending: no keys, routes are built by key
 
 
 def test_delta_for_another_generation_is_refused() -> None:
