@@ -81,6 +81,13 @@ _ACTION_PARAMS: dict[str, tuple[str, ...]] = {
 
 
 _INSERT, _MODIFY, _DELETE = p4r.Update.INSERT, p4r.Update.MODIFY, p4r.Update.DELETE
+# Compared by identity: an Enum's __hash__ is Python code, and a class attribute costs a lookup.
+_OP_INSERT, _OP_MODIFY, _OP_DELETE = Op.INSERT, Op.MODIFY, Op.DELETE
+
+# Protobuf wire types (encoding.md): a varint, or length-delimited bytes / a sub-message.
+_VARINT, _LEN = 0, 2
+# WriteRequest.updates: each encoded update goes out as one of these fields.
+_UPDATES_TAG = bytes([p4r.WriteRequest.UPDATES_FIELD_NUMBER << 3 | _LEN])
 
 
 def _varint(value: int) -> bytes:
@@ -92,61 +99,86 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
+def _uint(number: int, value: int) -> bytes:
+    """A varint field (a tag is one byte: every field number here is below 16)."""
+    return bytes([number << 3 | _VARINT]) + _varint(value)
+
+
+def _sub(number: int, payload: bytes) -> bytes:
+    """A length-delimited field: bytes or a sub-message."""
+    return bytes([number << 3 | _LEN]) + _varint(len(payload)) + payload
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """Updates in protobuf wire format: the `updates` fields of a WriteRequest, in order."""
+
+    data: bytes
+    count: int
+
+
 class _RouteWire:
-    """routing_v4 Updates straight in protobuf wire format, parsed once by the C runtime:
-    half the cost of filling fields one by one, for the entries a large switch has most of.
-    Field numbers are p4runtime.proto's; every length is < 128 (one-byte varint) since ids
-    and values are at most 32 bits. `checked` compares it with the field-by-field encoder at
-    start-up and returns None (use that one) if they differ."""
+    """routing_v4 updates straight in wire format: a route is `head + address + middle +
+    next id`, where head and middle depend only on the update type, the prefix length and the
+    two values' lengths, so they are built once per combination (a few dozen on a switch).
+    Filling a message field by field and serializing it costs several times as much, for the
+    entries a large switch has most of. `Codec` checks it against the field encoder."""
 
     def __init__(self, table_id: int, field_id: int, action_id: int, param_id: int) -> None:
-        self.table = b"\x08" + _varint(table_id)  # TableEntry.table_id = 1
-        self.field = b"\x08" + _varint(field_id)  # FieldMatch.field_id = 1
-        self.action = b"\x08" + _varint(action_id)  # Action.action_id = 1
-        self.param = b"\x10" + _varint(param_id)  # Action.Param.param_id = 2
+        self._ids = (table_id, field_id, action_id, param_id)
+        self._pieces: dict[tuple[int, int, int, int], tuple[bytes, bytes]] = {}
 
-    def update(self, kind: int, entry: RouteEntry) -> bytes:
-        address, next_id = entry.address, entry.next_id
-        value = next_id.to_bytes(max(1, (next_id.bit_length() + 7) // 8), "big")
-        param = b"%s\x1a%c%s" % (self.param, len(value), value)  # Param.value = 3
-        action = b"%s\x22%c%s" % (self.action, len(param), param)  # Action.params = 4
-        table_action = b"\x0a%c%s" % (len(action), action)  # TableAction.action = 1
-        if entry.length > 0:
-            v = address.to_bytes(max(1, (address.bit_length() + 7) // 8), "big")
-            lpm = b"\x0a%c%s\x10%c" % (len(v), v, entry.length)  # LPM.value 1, prefix_len 2
-            match = b"%s\x22%c%s" % (self.field, len(lpm), lpm)  # FieldMatch.lpm = 4
-            # TableEntry.match = 2, .action = 3
-            table = b"%s\x12%c%s\x1a%c%s" % (
-                self.table,
-                len(match),
-                match,
-                len(table_action),
-                table_action,
-            )
-        else:  # /0: no match field (P4Runtime §9.1.1)
-            table = b"%s\x1a%c%s" % (self.table, len(table_action), table_action)
-        entity = b"\x12%c%s" % (len(table), table)  # Entity.table_entry = 2
-        return b"\x08%c\x12%c%s" % (kind, len(entity), entity)  # Update.type 1, entity 2
-
-    @classmethod
-    def checked(cls, codec: Codec) -> _RouteWire | None:
-        wire = cls(
-            codec.tables[p4.ROUTING_V4].id,
-            codec.tables[p4.ROUTING_V4].keys[p4.ROUTING_V4_IPV4_DST],
-            codec.actions[p4.SET_NEXT_ID].id,
-            codec.actions[p4.SET_NEXT_ID].params[p4.SET_NEXT_ID_NEXT_ID],
+    def _build(self, kind: int, lv: int, length: int, lval: int) -> tuple[bytes, bytes]:
+        """(head, middle) for these lengths: the whole update built around stand-in values
+        (only their lengths matter), cut where the values go."""
+        table_id, field_id, action_id, param_id = self._ids
+        param = _uint(p4r.Action.Param.PARAM_ID_FIELD_NUMBER, param_id) + _sub(
+            p4r.Action.Param.VALUE_FIELD_NUMBER, b"\0" * lval
         )
-        samples = [RouteEntry(0, 0, 1), RouteEntry(0x0A000000, 8, 300), RouteEntry(U32, 32, U32)]
-        for op in Op:
-            for entry in samples:
-                slow = codec.encode_update(Update(op, entry))
-                if p4r.Update.FromString(wire.update(int(slow.type), entry)) != slow:
-                    LOG.warning("route wire encoder disagrees with the field encoder; not used")
-                    return None
-        return wire
+        action = _uint(p4r.Action.ACTION_ID_FIELD_NUMBER, action_id) + _sub(
+            p4r.Action.PARAMS_FIELD_NUMBER, param
+        )
+        # The table action is the entry's last field, and the entry is the update's last.
+        table_action = _sub(
+            p4r.TableEntry.ACTION_FIELD_NUMBER, _sub(p4r.TableAction.ACTION_FIELD_NUMBER, action)
+        )
+        entry = _uint(p4r.TableEntry.TABLE_ID_FIELD_NUMBER, table_id)
+        tail = table_action  # everything after the address
+        if length > 0:  # a /0 route has no match field at all (P4Runtime §9.1.1)
+            prefix_len = _uint(p4r.FieldMatch.LPM.PREFIX_LEN_FIELD_NUMBER, length)
+            lpm = _sub(p4r.FieldMatch.LPM.VALUE_FIELD_NUMBER, b"\0" * lv) + prefix_len
+            match = _uint(p4r.FieldMatch.FIELD_ID_FIELD_NUMBER, field_id) + _sub(
+                p4r.FieldMatch.LPM_FIELD_NUMBER, lpm
+            )
+            entry += _sub(p4r.TableEntry.MATCH_FIELD_NUMBER, match)
+            tail = prefix_len + table_action
+        entry += table_action
+        update = _uint(p4r.Update.TYPE_FIELD_NUMBER, kind) + _sub(
+            p4r.Update.ENTITY_FIELD_NUMBER, _sub(p4r.Entity.TABLE_ENTRY_FIELD_NUMBER, entry)
+        )
+        whole = _UPDATES_TAG + _varint(len(update)) + update
+        return whole[: len(whole) - len(tail) - lv], tail[: len(tail) - lval]
+
+    def field(self, kind: int, entry: RouteEntry) -> bytes:
+        """The update as a WriteRequest.updates field."""
+        address, length, next_id = entry
+        # p4bytes.encode, inlined.
+        value = next_id.to_bytes((next_id.bit_length() + 7) // 8 or 1, "big")
+        v = address.to_bytes((address.bit_length() + 7) // 8 or 1, "big") if length else b""
+        shape = (kind, len(v), length, len(value))
+        pieces = self._pieces.get(shape)
+        if pieces is None:
+            pieces = self._pieces[shape] = self._build(*shape)
+        return pieces[0] + v + pieces[1] + value
 
 
-U32 = (1 << 32) - 1
+# Routes whose wire encoding Codec compares with the field encoder at start-up: /0 (no match
+# field), and values of one and of four bytes.
+_ROUTE_SAMPLES = (
+    RouteEntry(0, 0, 1),
+    RouteEntry(0x0A000000, 8, 300),
+    RouteEntry((1 << 32) - 1, 32, (1 << 32) - 1),
+)
 
 
 class P4InfoMismatch(ValueError):
@@ -233,7 +265,6 @@ class Codec:
         self._next_id_param_id = self.actions[p4.SET_NEXT_ID].params[p4.SET_NEXT_ID_NEXT_ID]
         self._next_table_id = self.tables[p4.NEXT].id
         self._next_key_id = self.tables[p4.NEXT].keys[p4.NEXT_NEXT_ID]
-        self._route_wire: _RouteWire | None = None
         self._fillers: dict[type, Callable[[p4r.Entity, Any], None]] = {
             AclEntry: self._fill_acl,
             QosEntry: self._fill_qos,
@@ -251,7 +282,10 @@ class Codec:
         self._set_pfc_watchdog_id = self.actions[p4.SET_PFC_WATCHDOG].id
         self._warned_watch_port = False
         self._hash_qp_id = self.actions[p4.HASH_QP].id
-        self._route_wire = _RouteWire.checked(self)
+        self._route_wire = _RouteWire(
+            self._routing_id, self._routing_dst_id, self._set_next_id_id, self._next_id_param_id
+        )
+        self._check_route_wire()
 
     def _find(self, items: Mapping[str, T], name: str, what: str) -> T:
         try:
@@ -415,30 +449,50 @@ class Codec:
         return entity
 
     def encode_update(self, update: Update) -> p4r.Update:
-        entry = update.entry
-        if type(entry) is RouteEntry and self._route_wire is not None:
-            op = update.op
-            kind = _INSERT if op is Op.INSERT else _MODIFY if op is Op.MODIFY else _DELETE
-            return p4r.Update.FromString(self._route_wire.update(kind, entry))
+        """One update, field by field (what `encode_updates` sends is checked against it)."""
+        op, entry = update
         out = p4r.Update()
-        op = update.op
         if type(entry) is HashConfigEntry:
             # A default entry is only ever modified; taking it away restores NoAction.
             out.type = _MODIFY
             self._fill_hash_config(
-                out.entity, entry if op is not Op.DELETE else HashConfigEntry(False)
+                out.entity, entry if op is not _OP_DELETE else HashConfigEntry(False)
             )
             return out
         if type(entry) is PfcWatchdogEntry:
             out.type = _MODIFY
             self._fill_pfc_watchdog(
-                out.entity, entry if op is not Op.DELETE else PfcWatchdogEntry(None)
+                out.entity, entry if op is not _OP_DELETE else PfcWatchdogEntry(None)
             )
             return out
-        # Identity tests: an Enum's __hash__ is Python code, a dict lookup per update adds up.
-        out.type = _INSERT if op is Op.INSERT else _MODIFY if op is Op.MODIFY else _DELETE
-        self.fill(out.entity, update.entry)
+        out.type = _INSERT if op is _OP_INSERT else _MODIFY if op is _OP_MODIFY else _DELETE
+        self.fill(out.entity, entry)
         return out
+
+    def encode_updates(self, updates: Iterable[Update]) -> Encoded:
+        """The updates of one WriteRequest in wire format, in order: routes from templates
+        (_RouteWire), the rest field by field and serialized."""
+        route_field = self._route_wire.field
+        parts: list[bytes] = []
+        for update in updates:
+            op, entry = update
+            if type(entry) is RouteEntry:
+                kind = _INSERT if op is _OP_INSERT else _MODIFY if op is _OP_MODIFY else _DELETE
+                parts.append(route_field(kind, entry))
+            else:
+                data = self.encode_update(update).SerializeToString()
+                parts.append(_UPDATES_TAG + _varint(len(data)) + data)
+        return Encoded(b"".join(parts), len(parts))
+
+    def _check_route_wire(self) -> None:
+        """The route templates must encode what the field encoder does (a bug otherwise)."""
+        for op in Op:
+            updates = [Update(op, route) for route in _ROUTE_SAMPLES]
+            request = p4r.WriteRequest()
+            request.MergeFromString(self.encode_updates(updates).data)
+            fields = [self.encode_update(u) for u in updates]
+            if list(request.updates) != fields:
+                raise RuntimeError(f"route wire encoding differs from the field encoder: {op}")
 
     # -- entities → entries ------------------------------------------------------------
 

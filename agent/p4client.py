@@ -26,7 +26,7 @@ from typing import Any, Literal
 from finsy import GRPCCredentialsTLS, P4Client, P4ClientError
 from finsy.proto import p4i, p4r, rpc_code
 
-from agent.codec import Codec
+from agent.codec import Codec, Encoded
 from agent.counters import PortCounterReader
 from agent.session import Backoff
 from agent.translate import Pipeline
@@ -338,24 +338,28 @@ class P4Target:
     async def read_pipeline(self) -> tuple[Pipeline, list[p4r.Entity]]:
         return self.codec.decode_all(await self.read(self.codec.read_requests()))
 
-    async def write(self, updates: list[p4r.Update]) -> list[UpdateError]:
-        """One WriteRequest; the updates that failed, by index (empty on success)."""
+    async def write(self, updates: Encoded | list[p4r.Update]) -> list[UpdateError]:
+        """One WriteRequest; the updates that failed, by index (empty on success). The writer
+        hands over updates already in wire format (Codec.encode_updates): the request parses
+        them in one call instead of copying a message per update."""
         client = self._require()
+        request = p4r.WriteRequest(
+            device_id=self.device_id,
+            election_id=self._election,
+            atomicity=p4r.WriteRequest.CONTINUE_ON_ERROR,
+        )
+        if isinstance(updates, Encoded):
+            request.MergeFromString(updates.data)
+            count = updates.count
+        else:
+            request.updates.extend(updates)
+            count = len(updates)
         try:
-            await client.request(
-                p4r.WriteRequest(
-                    device_id=self.device_id,
-                    election_id=self._election,
-                    updates=updates,
-                    atomicity=p4r.WriteRequest.CONTINUE_ON_ERROR,
-                )
-            )
+            await client.request(request)
         except P4ClientError as err:
             if not err.details:
                 # Not a per-update failure (not primary, target gone, ...): every update failed.
-                return [
-                    UpdateError(i, int(err.code.value), err.message) for i in range(len(updates))
-                ]
+                return [UpdateError(i, int(err.code.value), err.message) for i in range(count)]
             return [
                 UpdateError(i, int(e.canonical_code.value), e.message)
                 for i, e in sorted(err.details.items())

@@ -32,7 +32,7 @@ from typing import Protocol
 from finsy import P4ClientError
 from finsy.proto import p4r
 
-from agent.codec import Codec
+from agent.codec import Codec, Encoded
 from agent.p4client import UpdateError
 from agent.ports import PortEvent
 from agent.translate import (
@@ -88,7 +88,7 @@ class Target(Protocol):
 
     async def read_pipeline(self) -> tuple[Pipeline, list[p4r.Entity]]: ...
 
-    async def write(self, updates: list[p4r.Update]) -> list[UpdateError]: ...
+    async def write(self, updates: Encoded) -> list[UpdateError]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -486,7 +486,7 @@ class Writer:
                 outstanding = 1 if ordered else WRITES_IN_FLIGHT
                 for start in range(0, len(stage), WRITE_CHUNK):
                     chunk = stage[start : start + WRITE_CHUNK]
-                    encoded = [self.codec.encode_update(u) for u in chunk]
+                    encoded = self.codec.encode_updates(chunk)
                     await settle(0 if start == 0 else outstanding - 1)
                     self.writes += 1
                     self.updates_written += len(chunk)
@@ -503,4 +503,4 @@ class Writer:
     async def _write(self, batch: list[Update]) -> list[UpdateError]:
         self.writes += 1
         self.updates_written += len(batch)
-        return await self.target.write([self.codec.encode_update(u) for u in batch])
+        return await self.target.write(self.codec.encode_updates(batch))

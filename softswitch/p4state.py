@@ -112,10 +112,13 @@ class P4State:
         if utype is None:
             raise P4Error(Code.INVALID_ARGUMENT, f"update type {update.type} is not valid")
         entity = update.entity
-        # Most updates are table entries: HasField is cheaper than WhichOneof, and their
-        # writer is called without a lookup or a getattr by name.
-        if entity.HasField("table_entry"):
-            self._write_table(entity.table_entry, utype)
+        # Most updates are table entries, and their writer is called without a lookup or a
+        # getattr by name. Reading table_entry of an entity that holds something else gives
+        # an empty one (table id 0), so a nonzero id says which it is without asking.
+        te = entity.table_entry
+        table_id = te.table_id
+        if table_id:
+            self._write_table(te, utype, table_id)
             return
         kind = entity.WhichOneof("entity")
         if kind is None:

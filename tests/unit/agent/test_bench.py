@@ -1,12 +1,12 @@
 """The bench's statistics and its synthetic states (the figures themselves are printed by
-`python -m agent.bench`, never asserted)."""
+`python -m bench.agent`, never asserted)."""
 
 from __future__ import annotations
 
 import pytest
 
-from agent.bench import percentile, spine_state, tor_state
 from agent.translate import translate
+from bench.agent import percentile, spine_state, tor_state
 
 pytestmark = pytest.mark.unit
 

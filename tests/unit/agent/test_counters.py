@@ -9,7 +9,7 @@ import pytest
 from finsy import P4ClientError
 from finsy.proto import p4d, p4r
 
-from agent.codec import Codec
+from agent.codec import Codec, Encoded
 from agent.counters import (
     ALL_REASONS,
     CAPABILITIES,
@@ -198,7 +198,8 @@ class FakeTarget(P4Target):
             raise P4ClientError(error, "read")
         return [e for e in entities if not e.HasField("register_entry")]
 
-    async def write(self, updates: list[p4r.Update]) -> list[UpdateError]:
+    async def write(self, updates: Encoded | list[p4r.Update]) -> list[UpdateError]:
+        assert isinstance(updates, list)  # the counter poller writes messages
         self.writes.append(updates)
         return []
 

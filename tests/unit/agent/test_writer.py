@@ -13,7 +13,7 @@ import time
 import pytest
 from finsy.proto import p4r
 
-from agent.codec import Codec
+from agent.codec import Codec, Encoded
 from agent.p4client import UpdateError
 from agent.ports import PortEvent
 from agent.translate import (
@@ -61,9 +61,11 @@ class RecordingTarget:
     async def read_pipeline(self) -> tuple[Pipeline, list[p4r.Entity]]:
         return Pipeline(dict(self.entries)), []
 
-    async def write(self, updates: list[p4r.Update]) -> list[UpdateError]:
+    async def write(self, encoded: Encoded) -> list[UpdateError]:
         if self.lost:
             raise ConnectionError("target gone")
+        updates = list(p4r.WriteRequest.FromString(encoded.data).updates)
+        assert len(updates) == encoded.count
         self.writes.append(updates)
         self.log.append(f"write {len(updates)}")
         errors = []

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from controller import bench
+from bench import controller as controller_bench
 
 pytestmark = pytest.mark.unit
 
@@ -15,7 +15,7 @@ LAB = str(Path(__file__).resolve().parents[3] / "examples/lab-2rail.yaml")
 
 
 def test_bench_reports_the_figures(capsys: pytest.CaptureFixture[str]) -> None:
-    assert bench.main([LAB, "--json", "--samples", "10"]) == 0
+    assert controller_bench.main([LAB, "--json", "--samples", "10"]) == 0
     data = json.loads(capsys.readouterr().out)
     for key in (
         "gpus",

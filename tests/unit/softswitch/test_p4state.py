@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import finsy as fy
 import pytest
-from finsy.proto import p4r
+from finsy.proto import p4i, p4r
 
-from softswitch.p4state import Code
+from railfabric import fabric_p4 as p4
+from softswitch.p4state import Code, P4Error
 from softswitch.pipeline import Pipeline
+from softswitch.schema import FabricSchema
 from tests.p4_entries import SELECTOR, member, route
 from tests.unit.softswitch.conftest import Apply
 
@@ -202,3 +206,130 @@ def test_full_table_is_resource_exhausted(apply: Apply, pipeline: Pipeline) -> N
     codes = apply(*(acl(p) for p in range(1, table.size + 2)))
     assert codes[:-1] == [Code.OK] * table.size
     assert codes[-1] == Code.RESOURCE_EXHAUSTED
+
+
+def _route_forms(fy_schema: fy.P4Schema) -> list[p4r.Update]:
+    """routing_v4 and qos_classify updates in the plain form most clients send and in every
+    other form the plain path must leave to the general one."""
+    out: list[p4r.Update] = []
+
+    def add(entry: fy.P4TableEntry, edit: object = None, kind: int = p4r.Update.INSERT) -> None:
+        msg = (+entry).encode_update(fy_schema)
+        msg.type = kind  # type: ignore[assignment]
+        if edit is not None:
+            edit(msg.entity.table_entry)  # type: ignore[operator]
+        out.append(msg)
+
+    def qos() -> fy.P4TableEntry:
+        return fy.P4TableEntry(
+            p4.QOS_CLASSIFY,
+            match=fy.P4TableMatch(dscp=26),
+            action=fy.P4TableAction(p4.SET_TRAFFIC_CLASS, tc=3),
+        )
+
+    for prefix in ("10.0.0.0/8", "10.1.0.0/16", "0.0.0.0/1", "128.0.0.0/1", "10.0.0.1/32"):
+        add(route(prefix, 1))  # the first decodes set_next_id(1); the rest reuse it
+    add(route("11.0.0.0/8", 300))
+    add(route("12.0.0.0/8", 300))
+    add(route("10.0.0.0/8", 1))  # ALREADY_EXISTS
+    add(route("13.0.0.0/8", 1), kind=p4r.Update.MODIFY)  # NOT_FOUND
+    add(route("10.0.0.0/8", 300), kind=p4r.Update.MODIFY)
+    add(route("0.0.0.0/0", 1))  # no match field at all
+    add(qos())
+    add(qos(), kind=p4r.Update.MODIFY)
+
+    def padded_prefix(te: p4r.TableEntry) -> None:
+        te.match[0].lpm.value = b"\x00\x0e\x00\x00\x00"
+
+    def padded_param(te: p4r.TableEntry) -> None:
+        te.action.action.params[0].value = b"\x00\x01"
+
+    def host_bits(te: p4r.TableEntry) -> None:
+        te.match[0].lpm.value = b"\x0f\x00\x00\x01"
+
+    def prefix_len_0(te: p4r.TableEntry) -> None:
+        te.match[0].lpm.prefix_len = 0
+
+    def too_long(te: p4r.TableEntry) -> None:
+        te.match[0].lpm.prefix_len = 33
+
+    def too_wide(te: p4r.TableEntry) -> None:
+        te.match[0].lpm.value = b"\x01\x00\x00\x00\x00"
+
+    def as_exact(te: p4r.TableEntry) -> None:
+        te.match[0].exact.value = b"\x10"
+
+    def priority(te: p4r.TableEntry) -> None:
+        te.priority = 1
+
+    def counters(te: p4r.TableEntry) -> None:
+        te.counter_data.packet_count = 1
+
+    def metadata(te: p4r.TableEntry) -> None:
+        te.controller_metadata = 7
+
+    def default(te: p4r.TableEntry) -> None:
+        te.is_default_action = True
+
+    def other_action(te: p4r.TableEntry) -> None:
+        te.action.action.action_id = p4.DROP_ID
+        del te.action.action.params[:]
+
+    def member_action(te: p4r.TableEntry) -> None:
+        te.action.action_profile_member_id = 1
+
+    def no_action(te: p4r.TableEntry) -> None:
+        te.ClearField("action")
+
+    def second_field(te: p4r.TableEntry) -> None:
+        te.match.add().CopyFrom(te.match[0])
+
+    edits = [padded_prefix, padded_param, host_bits, prefix_len_0, too_long, too_wide]
+    edits += [as_exact, priority, counters, metadata, default, other_action, member_action]
+    edits += [no_action, second_field]
+    for n, edit in enumerate(edits):
+        add(route(f"{20 + n}.0.0.0/8", 1), edit)
+        add(route(f"{20 + n}.0.0.0/8", 1), edit, kind=p4r.Update.MODIFY)
+    return out
+
+
+def test_entries_read_from_their_bytes_end_as_read_field_by_field(
+    p4info: p4i.P4Info, fy_schema: fy.P4Schema
+) -> None:
+    """Plain routing_v4 and qos_classify entries are read from their serialized bytes
+    (tables._EntryShape); every update gives the code, message, entries and lookups the
+    general path gives, and every form but the plain one is left to it."""
+    plain = Pipeline(FabricSchema.build(p4info), 255, (1, 2))
+    general = Pipeline(FabricSchema.build(p4info), 255, (1, 2))
+    general.state.tables._shapes.clear()
+    read_plain: list[bool] = []
+    write_plain = plain.state.tables._write_plain
+
+    def counted(*args: Any) -> bool:
+        read_plain.append(write_plain(*args))
+        return read_plain[-1]
+
+    plain.state.tables._write_plain = counted  # type: ignore[method-assign,assignment]
+
+    def outcome(pipeline: Pipeline, update: p4r.Update) -> tuple[Code, str]:
+        msg = p4r.Update()
+        msg.CopyFrom(update)
+        try:
+            pipeline.state.apply(msg)
+        except P4Error as err:
+            return err.code, err.message
+        return Code.OK, ""
+
+    codes = []
+    for update in _route_forms(fy_schema):
+        got = outcome(plain, update)
+        assert got == outcome(general, update), update
+        codes.append(got[0])
+    assert codes.count(Code.OK) >= 12 and Code.ALREADY_EXISTS in codes and Code.NOT_FOUND in codes
+    # Written from their bytes: the plain entries after the first of each action (/0 has no
+    # match field: general), seven; ALREADY_EXISTS and NOT_FOUND were raised there too.
+    assert read_plain.count(True) == 7, read_plain
+    query = [p4r.Entity(table_entry=p4r.TableEntry())]
+    assert plain.state.read_all(query) == general.state.read_all(query)
+    assert plain.state.entries == general.state.entries
+    assert (plain._lpm, plain._qos) == (general._lpm, general._qos)

@@ -1,4 +1,4 @@
-"""`python -m agent.bench [--json]`: the agent's figures, measured on real parts.
+"""`python -m bench.agent [--json]`: the agent's figures, measured on real parts.
 
 - Local repair: a softswitch process whose ports are veths, the agent's own port monitor,
   P4Runtime client and writer in this process; the peer end of a port's veth goes down
@@ -8,6 +8,9 @@
 - Programming: the largest switch of the ref-100k fabric (routes and groups from the
   controller's routing) written from scratch into softswitch by the agent's writer (entries
   and entries per second); `--fabric synthetic` programs a synthetic state instead.
+- Reconcile: after each programming, an agent restart: a fresh writer and P4 client, holding
+  the same state, become primary, read every entry back, compare and write nothing (entries
+  read and seconds; a restarted agent that writes anything fails the bench).
 - Global convergence: the lab fabric (examples/lab-2rail.yaml) run by `mininet_labs.lab.Lab`
   (controller daemon, softswitch and agent processes, cables through a wire namespace); a
   switch-to-switch cable is pulled (both ends lose carrier) >= 20 times, cycling over every
@@ -210,13 +213,30 @@ def spine_state(groups: int, routes: int) -> state_pb2.DesiredState:
     return state
 
 
+@dataclass
+class Agent:
+    """The agent's writer and P4 stream (and port monitor), as the daemon wires them, minus the
+    controller: what it would send the controller, and when it last became primary."""
+
+    writer: Writer
+    out: asyncio.Queue[control_pb2.AgentMessage]
+    primary_at: float = 0.0  # time.perf_counter()
+
+
 @contextlib.asynccontextmanager
 async def agent_parts(
-    lab: Lab, codec: Codec
-) -> AsyncIterator[tuple[Writer, asyncio.Queue[control_pb2.AgentMessage]]]:
-    """Writer + P4 stream + port monitor, as the daemon wires them, minus the controller."""
+    address: str,
+    codec: Codec,
+    *,
+    switch_links: dict[int, str] | None = None,
+    device_config: bytes = b"",
+    state: state_pb2.DesiredState | None = None,
+) -> AsyncIterator[Agent]:
+    """An agent for the target at `address`, watching `switch_links` when given, holding
+    `state` from the controller before it reaches the target when given (as after a restart,
+    the controller's snapshot first)."""
     out: asyncio.Queue[control_pb2.AgentMessage] = asyncio.Queue(maxsize=10_000)
-    target = P4Target(lab.target, 1, 1, codec)
+    target = P4Target(address, 1, 1, codec, device_config=device_config)
     writer = Writer(
         target,
         codec,
@@ -224,7 +244,13 @@ async def agent_parts(
         on_port_status=lambda m: out.put_nowait(control_pb2.AgentMessage(port_status=m)),
         request_snapshot=lambda: None,
     )
-    monitor = PortMonitor(lab.switch_links)
+    agent = Agent(writer, out)
+    if state is not None:
+        await writer.controller_message(control_pb2.ControllerMessage(desired_state=state))
+
+    async def primary() -> None:
+        agent.primary_at = time.perf_counter()
+        await writer.target_ready()
 
     async def ignore(_: PacketIn) -> None:
         return None
@@ -232,11 +258,13 @@ async def agent_parts(
     async with asyncio.TaskGroup() as group:
         tasks = [
             group.create_task(writer.run(), name="writer"),
-            group.create_task(target.run(writer.target_ready, ignore), name="p4-stream"),
-            group.create_task(monitor.run(writer.port_event), name="port-monitor"),
+            group.create_task(target.run(primary, ignore), name="p4-stream"),
         ]
+        if switch_links is not None:
+            monitor = PortMonitor(switch_links)
+            tasks.append(group.create_task(monitor.run(writer.port_event), name="port-monitor"))
         try:
-            yield writer, out
+            yield agent
         finally:
             for task in tasks:
                 task.cancel()
@@ -259,7 +287,8 @@ async def measure_local_repair(
     controller's next generation puts the port back. (latencies in ms, groups per repair)."""
     codec = Codec(load_p4info(DEFAULT_P4INFO))
     with lab([port]) as net:
-        async with agent_parts(net, codec) as (writer, out):
+        async with agent_parts(net.target, codec, switch_links=net.switch_links) as agent:
+            writer, out = agent.writer, agent.out
             current = state_pb2.DesiredState()
             current.CopyFrom(state)
             await writer.controller_message(control_pb2.ControllerMessage(desired_state=current))
@@ -284,20 +313,66 @@ async def measure_local_repair(
             return latencies, groups
 
 
-async def measure_programming(state: state_pb2.DesiredState) -> tuple[int, float]:
-    """(updates written, seconds) for the agent's writer taking a DesiredState into an empty
-    softswitch: translate, diff, encode and the ordered Writes, until Applied."""
+@dataclass(frozen=True)
+class Programming:
+    """A switch programmed from scratch by the agent, then reconciled by a restarted agent."""
+
+    written: int  # updates the first agent wrote
+    seconds: float  # DesiredState in the writer -> Applied
+    read: int  # entries the restarted agent read back (it wrote none)
+    reconcile_seconds: float  # primary on the target -> Applied
+
+    @property
+    def rate(self) -> float:
+        return self.written / self.seconds
+
+
+class ReconcileWrote(RuntimeError):
+    """A restarted agent wrote to a target that already held its state: a failure."""
+
+
+async def program(
+    address: str, state: state_pb2.DesiredState, device_config: bytes = b""
+) -> Programming:
+    """The agent's writer taking `state` into the empty target at `address` (translate, diff,
+    encode and the ordered Writes, until Applied); then an agent restart: a fresh writer and
+    P4 client, given the same state, become primary, read every entry back, compare and must
+    write nothing (ReconcileWrote otherwise), until Applied."""
     codec = Codec(load_p4info(DEFAULT_P4INFO))
-    with lab([1, 2]) as net:
-        async with agent_parts(net, codec) as (writer, out):
-            await writer.synced.wait()  # connected, pipeline pushed, target read back
-            started = time.perf_counter()
-            await writer.controller_message(control_pb2.ControllerMessage(desired_state=state))
-            applied = (await _next(out, "applied")).applied
-            seconds = time.perf_counter() - started
+    async with agent_parts(address, codec, device_config=device_config) as agent:
+        await agent.writer.synced.wait()  # connected, pipeline pushed, target read back
+        started = time.perf_counter()
+        await agent.writer.controller_message(control_pb2.ControllerMessage(desired_state=state))
+        applied = (await _next(agent.out, "applied")).applied
+        seconds = time.perf_counter() - started
     if applied.errors:
         raise RuntimeError(f"programming failed: {list(applied.errors)[:3]}")
-    return applied.updates_written, seconds
+    fresh = Codec(load_p4info(DEFAULT_P4INFO))
+    async with agent_parts(address, fresh, device_config=device_config, state=state) as agent:
+        again = (await _next(agent.out, "applied")).applied
+        reconcile_seconds = time.perf_counter() - agent.primary_at
+        writer = agent.writer
+    found = writer.read_back
+    if (
+        again.errors
+        or writer.updates_written
+        or found.missing
+        or found.unexpected
+        or found.modified
+    ):
+        raise ReconcileWrote(
+            f"the restarted agent wrote {writer.updates_written} updates (read back: "
+            f"{found.missing} missing, {found.unexpected} unexpected, {found.modified} changed;"
+            f" errors {list(again.errors)[:3]})"
+        )
+    read = len(writer.installed) if writer.installed is not None else 0
+    return Programming(applied.updates_written, seconds, read, reconcile_seconds)
+
+
+async def measure_programming(state: state_pb2.DesiredState) -> Programming:
+    """`program` into a softswitch started for it."""
+    with lab([1, 2]) as net:
+        return await program(net.target, state)
 
 
 @dataclass(frozen=True)
@@ -408,9 +483,9 @@ def measure_convergence(cuts: int, fabric: Path) -> list[CutFigures]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agent.bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.agent", description=__doc__)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--flaps", type=int, default=50, help="port flaps (>= 50)")
+    parser.add_argument("--flaps", type=int, default=50, help="port flaps (>= 50; 0 skips)")
     parser.add_argument(
         "--ports", type=int, default=4, help="uplinks of the synthetic ToR (--fabric synthetic)"
     )
@@ -425,7 +500,8 @@ def main(argv: list[str] | None = None) -> int:
         "--program-runs",
         type=int,
         default=5,
-        help="programmings of the switch into a fresh softswitch; the median is reported",
+        help="programmings of the switch into a fresh softswitch, each followed by an agent"
+        " restart's reconcile; the medians are reported",
     )
     parser.add_argument(
         "--cuts", type=int, default=20, help="link cuts on the lab fabric (>= 20; 0 skips)"
@@ -455,12 +531,14 @@ def main(argv: list[str] | None = None) -> int:
         counts = collections.Counter(h.port for g in state.groups for h in g.next_hops)
         repair_port = counts.most_common(1)[0][0]
         repair_label = f"{Path(args.fabric).name} {state.switch_name}"
-    latencies, groups = asyncio.run(measure_local_repair(args.flaps, repair_state, repair_port))
-    runs = sorted(
-        (asyncio.run(measure_programming(state)) for _ in range(max(1, args.program_runs))),
-        key=lambda r: r[0] / r[1],
+    latencies, groups = (
+        asyncio.run(measure_local_repair(args.flaps, repair_state, repair_port))
+        if args.flaps > 0
+        else ([], 0)
     )
-    entries, seconds = runs[len(runs) // 2]
+    runs = [asyncio.run(measure_programming(state)) for _ in range(max(1, args.program_runs))]
+    programmed = sorted(runs, key=lambda r: r.rate)[len(runs) // 2]
+    reconciled = sorted(runs, key=lambda r: r.reconcile_seconds)[len(runs) // 2]
     cuts = measure_convergence(args.cuts, Path(args.lab_fabric)) if args.cuts > 0 else []
 
     def p(values: list[float], q: float) -> float | None:
@@ -471,8 +549,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in ("total", "detect", "report", "compute", "push", "apply")
     }
     result = {
-        "local_repair_ms_p50": round(percentile(latencies, 50), 3),
-        "local_repair_ms_p99": round(percentile(latencies, 99), 3),
+        "local_repair_ms_p50": p(latencies, 50),
+        "local_repair_ms_p99": p(latencies, 99),
         "local_repair_flaps": len(latencies),
         "local_repair_groups_per_write": groups,
         "local_repair_port": repair_port,
@@ -485,26 +563,39 @@ def main(argv: list[str] | None = None) -> int:
             for q in (50, 99)
         },
         "convergence_switches_per_cut_max": max((c.switches for c in cuts), default=None),
-        "program_entries": entries,
-        "program_seconds": round(seconds, 3),
-        "program_entries_per_s": round(entries / seconds, 1),
-        "program_entries_per_s_runs": [round(e / s, 1) for e, s in runs],
+        "program_entries": programmed.written,
+        "program_seconds": round(programmed.seconds, 4),
+        "program_entries_per_s": round(programmed.rate, 1),
+        "program_entries_per_s_runs": [round(r.rate, 1) for r in runs],
         "program_state": program_state,
+        "reconcile_entries_read": reconciled.read,
+        "reconcile_entries_written": 0,  # a restarted agent that writes fails the bench
+        "reconcile_seconds": round(reconciled.reconcile_seconds, 4),
+        "reconcile_seconds_runs": [round(r.reconcile_seconds, 4) for r in runs],
     }
     if args.json:
         print(json.dumps(result))
     else:
+        if latencies:
+            print(
+                f"local repair ({repair_label}, port {repair_port}; "
+                f"netlink event -> committed Write, {len(latencies)} flaps, "
+                f"{groups} groups per Write): p50 {result['local_repair_ms_p50']} ms, "
+                f"p99 {result['local_repair_ms_p99']} ms"
+            )
+        else:
+            print("local repair: not measured (--flaps 0)")
         print(
-            f"local repair ({repair_label}, port {repair_port}; "
-            f"netlink event -> committed Write, {len(latencies)} flaps, "
-            f"{groups} groups per Write): p50 {result['local_repair_ms_p50']} ms, "
-            f"p99 {result['local_repair_ms_p99']} ms"
+            f"programming ({program_state}): {programmed.written} entries in "
+            f"{programmed.seconds:.4f} s = {result['program_entries_per_s']} entries/s, median "
+            f"of {len(runs)} runs (DesiredState in the writer -> Applied: translate, diff, "
+            "encode, ordered Writes)"
         )
         print(
-            f"programming ({result['program_state']}): {entries} entries in "
-            f"{seconds:.3f} s = {result['program_entries_per_s']} entries/s, median of "
-            f"{len(runs)} runs (DesiredState in the writer -> Applied: translate, diff, "
-            "encode, ordered Writes)"
+            f"reconcile after an agent restart: {reconciled.read} entries read back, 0 written, "
+            f"in {reconciled.reconcile_seconds:.4f} s, median of {len(runs)} runs (a fresh "
+            "writer and P4 client holding the same state: primary -> Applied: read back, "
+            "compare)"
         )
         if cuts:
             print(

@@ -1,6 +1,6 @@
 """Benchmark of the controller core on a fabric file:
 
-    python -m controller.bench examples/ref-100k.yaml --json
+    python -m bench.controller examples/ref-100k.yaml --json
 
 Measures loading/expansion, the full route computation, and incremental recomputation for
 random single switch-to-switch link failures, each applied then reverted (both timed), then the
@@ -211,7 +211,7 @@ def run(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m controller.bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.controller", description=__doc__)
     parser.add_argument("fabric", help="fabric intent YAML")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--samples", type=int, default=200, help="link failures (each reverted)")

@@ -1,4 +1,4 @@
-"""`python -m softswitch.bench [--target softswitch|bmv2] [--json]`: forwarding and P4Runtime
+"""`python -m bench.softswitch [--target softswitch|bmv2] [--json]`: forwarding and P4Runtime
 write rates of softswitch, and with `--target bmv2` of bmv2's simple_switch_grpc beside it in
 the same run, with the ratios softswitch/bmv2.
 
@@ -13,7 +13,8 @@ route over P4Runtime (raw gRPC, so the client costs little), then measures:
   one update, one after the other (requests built before the clock starts, entries deleted
   afterwards);
 - programming: the agent's writer takes the largest switch of examples/ref-100k.yaml (routes
-  and groups from the controller's routing) into a freshly started target, until Applied.
+  and groups from the controller's routing) into a freshly started target, until Applied;
+  then a restarted agent reads it all back and writes nothing (bench.agent.program).
 Each figure is the best of `--trials` trials (the machine is shared: the best run is the
 closest to capacity) and is printed with its sample. bmv2 is measured only when
 `simple_switch_grpc` is on PATH and build/p4/fabric.json exists (`make p4`, or p4c-bm2-ss on
@@ -46,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from finsy.proto import U128, p4r, p4r_grpc
 
+from bench.agent import fabric_switch_state, program
 from railfabric import fabric_p4 as p4
 from railfabric import p4bytes
 from railfabric.p4info import DEFAULT_P4INFO, load_p4info
@@ -457,58 +459,6 @@ async def _write_rates(client: _Client) -> tuple[Sample, Sample]:
     return await _timed_inserts(client, batched), await _timed_inserts(client, singles)
 
 
-def reference_state(fabric: Path) -> state_pb2.DesiredState:
-    """The DesiredState of the largest switch of `fabric` (agent.bench's)."""
-    from agent.bench import fabric_switch_state  # noqa: PLC0415  (bench-only dependency)
-
-    return fabric_switch_state(fabric)
-
-
-async def _agent_programming(
-    address: str, device_config: bytes, state: state_pb2.DesiredState
-) -> Sample:
-    """The agent's writer taking `state` into the (empty) target at `address`: translate,
-    diff, encode and the ordered Writes, until Applied. count = updates written."""
-    from agent.codec import Codec  # noqa: PLC0415  (bench-only dependencies)
-    from agent.p4client import P4Target, PacketIn  # noqa: PLC0415
-    from agent.writer import Writer  # noqa: PLC0415
-    from railfabric.v1 import control_pb2  # noqa: PLC0415
-
-    codec = Codec(load_p4info(DEFAULT_P4INFO))
-    target = P4Target(address, DEVICE_ID, ELECTION_ID, codec, device_config=device_config)
-    applied: asyncio.Queue[control_pb2.Applied] = asyncio.Queue()
-    writer = Writer(
-        target,
-        codec,
-        on_applied=applied.put_nowait,
-        on_port_status=lambda _: None,
-        request_snapshot=lambda: None,
-    )
-
-    async def ignore(_: PacketIn) -> None:
-        return None
-
-    async with asyncio.TaskGroup() as group:
-        tasks = [
-            group.create_task(writer.run(), name="bench-writer"),
-            group.create_task(target.run(writer.target_ready, ignore), name="bench-p4-stream"),
-        ]
-        try:
-            async with asyncio.timeout(120):
-                await writer.synced.wait()  # connected, pipeline pushed, target read back
-                started = time.perf_counter()
-                await writer.controller_message(control_pb2.ControllerMessage(desired_state=state))
-                done = await applied.get()
-                seconds = time.perf_counter() - started
-        finally:
-            for task in tasks:
-                task.cancel()
-    if done.errors:
-        raise RuntimeError(f"programming failed: {list(done.errors)[:3]}")
-    updates = done.updates_written
-    return Sample(updates / seconds, updates, updates, seconds)
-
-
 async def _trial(
     target: Target,
     ports: tuple[str, str, str, str, str, str],
@@ -534,9 +484,13 @@ async def _trial(
             await client.close()
     if state is not None:
         with _running(target, sw_if1, sw_if2) as address:
-            results["agent_program_entries_per_s"] = await _agent_programming(
-                address, target.device_config, state
-            )
+            done = await program(address, state, target.device_config)
+        results["agent_program_entries_per_s"] = Sample(
+            done.rate, done.written, done.written, done.seconds
+        )
+        results["agent_reconcile_entries_per_s"] = Sample(
+            done.read / done.reconcile_seconds, done.read, done.read, done.reconcile_seconds
+        )
     return results
 
 
@@ -562,6 +516,7 @@ FIGURES = {
     "write_entries_per_s_batched": ("writes, 1,000 per request", "entries/s"),
     "write_entries_per_s_single": ("writes, 1 per request", "entries/s"),
     "agent_program_entries_per_s": ("agent programming", "entries/s"),
+    "agent_reconcile_entries_per_s": ("agent restart's reconcile", "entries/s"),
 }
 
 
@@ -571,6 +526,8 @@ def _sample_text(name: str, sample: Sample) -> str:
         what = f"{sample.count:,} of {sample.offered:,} frames sent arrived"
     elif name.startswith("write_"):
         what = f"{sample.count:,} updates in {sample.offered:,} requests"
+    elif name == "agent_reconcile_entries_per_s":
+        what = f"{sample.count:,} entries read back, none written"
     else:
         what = f"{sample.count:,} updates written"
     return f"{runs}; {what} in {sample.seconds:.2f} s"
@@ -604,7 +561,7 @@ def report(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m softswitch.bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.softswitch", description=__doc__)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--seconds", type=float, default=3.0, help="duration of each rate test")
     parser.add_argument("--trials", type=int, default=3, help="trials per target (best is kept)")
@@ -621,13 +578,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
-        print("softswitch.bench: needs root (network namespaces, raw sockets)", file=sys.stderr)
+        print("bench.softswitch: needs root (network namespaces, raw sockets)", file=sys.stderr)
         return 2
     targets = [SOFTSWITCH]
     bmv2 = bmv2_info() if args.target == "bmv2" else None
     if bmv2 is not None and not bmv2.skipped:
         targets.append(bmv2_target(bmv2))
-    state = None if args.fabric == "none" else reference_state(Path(args.fabric))
+    state = None if args.fabric == "none" else fabric_switch_state(Path(args.fabric))
     state_label = (
         ""
         if state is None
