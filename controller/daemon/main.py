@@ -393,6 +393,14 @@ async def _serve(
     writer = StoreWriter(store, on_health=store_health)
     try:
         runner = Runner(core, writer, sessions, metrics.event)
+        if args.metrics:  # bound before serving: a bad address stops the start, nothing half-up
+            try:
+                metrics.serve(
+                    args.metrics,
+                    tls.metrics_files(args, None if server_tls is None else server_tls.files),
+                )
+            except MetricsError as err:
+                raise Fatal(str(err)) from None
 
         control_pb2_grpc.add_FabricControlServicer_to_server(
             ControlService(runner, sessions, secure=server_tls is not None), server
@@ -433,15 +441,8 @@ async def _serve(
             time.monotonic() - started,
             gate.held,
         )
+        # Scrapes see the fabric from here on (until then only the daemon's own metrics).
         metrics.watch(loop, lambda: snapshot(core, len(sessions.by_switch), writer.stats.available))
-        if args.metrics:
-            try:
-                metrics.serve(
-                    args.metrics,
-                    tls.metrics_files(args, None if server_tls is None else server_tls.files),
-                )
-            except MetricsError as err:
-                raise Fatal(str(err)) from None
         async with asyncio.TaskGroup() as tg:
             tasks = [
                 tg.create_task(runner.timers(), name="core-timers"),
