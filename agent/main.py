@@ -248,6 +248,7 @@ class Agent:
                 "" if t.primary_election_id is None else str(t.primary_election_id)
             ),
             election_id=str(t.election_id),
+            reconciling=t.primary.is_set() and self.writer.reconciling,
         )
 
     def _health_changed(self) -> None:

@@ -184,8 +184,10 @@ class P4Target:
                 self._held_primary = True
                 self._lost_to = None
                 self.primary.set()
-                self.on_change()
+                # on_primary first: it marks the target as owing a reconcile, which the
+                # health report sent by on_change must already say.
                 await on_primary()
+                self.on_change()
             return
         news = self.primary.is_set() or not self.last_error.startswith("backup")
         self.last_error = f"backup: the client with election id {primary_id} is primary"

@@ -166,6 +166,7 @@ class Writer:
         self._messages: asyncio.Queue[control_pb2.ControllerMessage] = asyncio.Queue(16)
         self._wake = asyncio.Event()
         self._reconcile_pending = False
+        self._reconciling = False
         self._verify_pending = False
         self._on_read_back = on_read_back
         self.read_back = ReadBack()
@@ -208,6 +209,12 @@ class Writer:
         self._verify_pending = True
         self._wake.set()
 
+    @property
+    def reconciling(self) -> bool:
+        """The target (re)connected and has not been read back and put right since: what it
+        holds is unknown (TargetHealth.reconciling)."""
+        return self._reconcile_pending or self._reconciling
+
     # -- the task ---------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -221,6 +228,7 @@ class Writer:
                         await self._port(self._ports.get_nowait())
                     elif self._reconcile_pending and self.target.primary.is_set():
                         self._reconcile_pending = self._verify_pending = False
+                        self._reconciling = True
                         await self._reconcile()
                     elif self._verify_pending and self.target.primary.is_set():
                         self._verify_pending = False
@@ -236,6 +244,7 @@ class Writer:
                     LOG.warning("target lost mid-operation (%s); will reconcile", err)
                     self.installed = None
                     self._reconcile_pending = True
+                    self._reconciling = False
                     # The P4 stream may not have noticed yet: do not spin on a dead target.
                     await asyncio.sleep(LOST_PAUSE_S)
 
@@ -388,6 +397,8 @@ class Writer:
                 len(self.installed),
             )
         await self._sync()
+        self._reconciling = False
+        self._on_read_back(self.read_back)  # the health report: no longer reconciling
 
     async def _read_back(self) -> None:
         self.installed, _ = await self.target.read_pipeline()

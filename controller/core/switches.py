@@ -103,6 +103,9 @@ class SwitchView:
         problem = self.target_problem if self.connected else None
         if problem is not None:
             return problem
+        if self.connected and self.target_health is not None and self.target_health.reconciling:
+            # Not a problem (no alarm): every (re)connection passes through it.
+            return "P4 target (re)connected: the agent is reading it back and reconciling"
         if self.applied_errors:
             first = self.applied_errors[0]
             return (

@@ -25,51 +25,51 @@ _sym_db = _symbol_database.Default()
 from railfabric.v1 import state_pb2 as railfabric_dot_v1_dot_state__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1brailfabric/v1/control.proto\x12\rrailfabric.v1\x1a\x19railfabric/v1/state.proto\"F\n\x08PortInfo\x12\x0c\n\x04port\x18\x01 \x01(\r\x12\x0e\n\x06ifname\x18\x02 \x01(\t\x12\x0f\n\x07oper_up\x18\x03 \x01(\x08\x12\x0b\n\x03mac\x18\x04 \x01(\x04\"\x81\x02\n\x05Hello\x12\x13\n\x0bswitch_name\x18\x01 \x01(\t\x12\x15\n\ragent_version\x18\x02 \x01(\t\x12)\n\x06target\x18\x03 \x01(\x0e\x32\x19.railfabric.v1.TargetKind\x12&\n\x05ports\x18\x04 \x03(\x0b\x32\x17.railfabric.v1.PortInfo\x12\x1a\n\x12\x61pplied_generation\x18\x05 \x01(\x04\x12\x16\n\x0e\x61pplied_digest\x18\x06 \x01(\t\x12\x11\n\tdevice_id\x18\x07 \x01(\x04\x12\x32\n\rtarget_health\x18\x08 \x01(\x0b\x32\x1b.railfabric.v1.TargetHealth\"\x90\x02\n\x0cTargetHealth\x12\x11\n\treachable\x18\x01 \x01(\x08\x12\x0f\n\x07primary\x18\x02 \x01(\x08\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x1e\n\x16last_read_back_wall_ns\x18\x04 \x01(\x03\x12\x0f\n\x07missing\x18\x05 \x01(\r\x12\x12\n\nunexpected\x18\x06 \x01(\r\x12\x10\n\x08modified\x18\x07 \x01(\r\x12\x18\n\x10repaired_wall_ns\x18\x08 \x01(\x03\x12\x19\n\x11verify_interval_s\x18\t \x01(\r\x12\x0f\n\x07wall_ns\x18\n \x01(\x03\x12\x1b\n\x13primary_election_id\x18\x0b \x01(\t\x12\x13\n\x0b\x65lection_id\x18\x0c \x01(\t\"<\n\x0bObjectError\x12\x0e\n\x06object\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0f\n\x07message\x18\x03 \x01(\t\"\x9d\x01\n\x07\x41pplied\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12*\n\x06\x65rrors\x18\x02 \x03(\x0b\x32\x1a.railfabric.v1.ObjectError\x12\x0e\n\x06\x64igest\x18\x03 \x01(\t\x12\x0f\n\x07wall_ns\x18\x04 \x01(\x03\x12\x17\n\x0fupdates_written\x18\x05 \x01(\r\x12\x18\n\x10received_wall_ns\x18\x06 \x01(\x03\"\x9d\x01\n\nPortStatus\x12\x0c\n\x04port\x18\x01 \x01(\r\x12\n\n\x02up\x18\x02 \x01(\x08\x12\x14\n\x0cmonotonic_ns\x18\x03 \x01(\x03\x12\x0f\n\x07wall_ns\x18\x04 \x01(\x03\x12\x1c\n\x14local_repair_wall_ns\x18\x05 \x01(\x03\x12\x17\n\x0fgroups_repaired\x18\x06 \x01(\r\x12\x17\n\x0flocal_repair_ns\x18\x07 \x01(\x03\"\x80\x01\n\x0cLldpNeighbor\x12\x0c\n\x04port\x18\x01 \x01(\r\x12\x12\n\nchassis_id\x18\x02 \x01(\t\x12\x0f\n\x07port_id\x18\x03 \x01(\t\x12\x13\n\x0bsystem_name\x18\x04 \x01(\t\x12\x19\n\x11last_seen_wall_ns\x18\x05 \x01(\x03\x12\r\n\x05ttl_s\x18\x06 \x01(\r\";\n\tNeighbors\x12.\n\tneighbors\x18\x01 \x03(\x0b\x32\x1b.railfabric.v1.LldpNeighbor\"G\n\tDropCount\x12)\n\x06reason\x18\x01 \x01(\x0e\x32\x19.railfabric.v1.DropReason\x12\x0f\n\x07packets\x18\x02 \x01(\x04\"\xf6\x03\n\x0cPortCounters\x12\x0c\n\x04port\x18\x01 \x01(\r\x12\x12\n\nrx_packets\x18\x02 \x01(\x04\x12\x10\n\x08rx_bytes\x18\x03 \x01(\x04\x12\x12\n\ntx_packets\x18\x04 \x01(\x04\x12\x10\n\x08tx_bytes\x18\x05 \x01(\x04\x12\r\n\x05\x64rops\x18\x06 \x01(\x04\x12\x11\n\tecn_marks\x18\x07 \x01(\x04\x12\x14\n\x0cpfc_pause_tx\x18\x08 \x01(\x04\x12\x14\n\x0cpfc_pause_rx\x18\t \x01(\x04\x12\x1b\n\x13pfc_watchdog_storms\x18\n \x01(\x04\x12\x31\n\x0f\x64rops_by_reason\x18\x0b \x03(\x0b\x32\x18.railfabric.v1.DropCount\x12\x1e\n\x11queue_depth_bytes\x18\x0c \x01(\x04H\x00\x88\x01\x01\x12\"\n\x15queue_watermark_bytes\x18\r \x01(\x04H\x01\x88\x01\x01\x12 \n\x13queue_depth_packets\x18\x0e \x01(\x04H\x02\x88\x01\x01\x12$\n\x17queue_watermark_packets\x18\x0f \x01(\x04H\x03\x88\x01\x01\x42\x14\n\x12_queue_depth_bytesB\x18\n\x16_queue_watermark_bytesB\x16\n\x14_queue_depth_packetsB\x1a\n\x18_queue_watermark_packets\"G\n\x08\x43ounters\x12\x0f\n\x07wall_ns\x18\x01 \x01(\x03\x12*\n\x05ports\x18\x02 \x03(\x0b\x32\x1b.railfabric.v1.PortCounters\" \n\nReadTables\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\"x\n\x0eInstalledEntry\x12\r\n\x05table\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x03 \x01(\t\x12*\n\x06status\x18\x04 \x01(\x0e\x32\x1a.railfabric.v1.EntryStatus\x12\x0e\n\x06wanted\x18\x05 \x01(\t\"\x8c\x01\n\x0cTablesReport\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x13\n\x0bswitch_name\x18\x02 \x01(\t\x12\x14\n\x0cread_wall_ns\x18\x03 \x01(\x03\x12.\n\x07\x65ntries\x18\x04 \x03(\x0b\x32\x1d.railfabric.v1.InstalledEntry\x12\r\n\x05\x65rror\x18\x05 \x01(\t\"\xda\x02\n\x0c\x41gentMessage\x12%\n\x05hello\x18\x01 \x01(\x0b\x32\x14.railfabric.v1.HelloH\x00\x12)\n\x07\x61pplied\x18\x02 \x01(\x0b\x32\x16.railfabric.v1.AppliedH\x00\x12\x30\n\x0bport_status\x18\x03 \x01(\x0b\x32\x19.railfabric.v1.PortStatusH\x00\x12-\n\tneighbors\x18\x04 \x01(\x0b\x32\x18.railfabric.v1.NeighborsH\x00\x12+\n\x08\x63ounters\x18\x05 \x01(\x0b\x32\x17.railfabric.v1.CountersH\x00\x12\x34\n\rtarget_health\x18\x06 \x01(\x0b\x32\x1b.railfabric.v1.TargetHealthH\x00\x12-\n\x06tables\x18\x07 \x01(\x0b\x32\x1b.railfabric.v1.TablesReportH\x00\x42\x05\n\x03msg\"\xb4\x01\n\x11\x43ontrollerMessage\x12\x34\n\rdesired_state\x18\x01 \x01(\x0b\x32\x1b.railfabric.v1.DesiredStateH\x00\x12\x30\n\x0bstate_delta\x18\x02 \x01(\x0b\x32\x19.railfabric.v1.StateDeltaH\x00\x12\x30\n\x0bread_tables\x18\x03 \x01(\x0b\x32\x19.railfabric.v1.ReadTablesH\x00\x42\x05\n\x03msg*\x8a\x01\n\nTargetKind\x12\x1b\n\x17TARGET_KIND_UNSPECIFIED\x10\x00\x12\x1a\n\x16TARGET_KIND_SOFTSWITCH\x10\x01\x12\x14\n\x10TARGET_KIND_BMV2\x10\x02\x12\x16\n\x12TARGET_KIND_TOFINO\x10\x03\x12\x15\n\x11TARGET_KIND_OTHER\x10\x04*\xd9\x02\n\nDropReason\x12\x1b\n\x17\x44ROP_REASON_UNSPECIFIED\x10\x00\x12\x18\n\x14\x44ROP_REASON_NO_ROUTE\x10\x01\x12\x1b\n\x17\x44ROP_REASON_TTL_EXPIRED\x10\x02\x12\x13\n\x0f\x44ROP_REASON_ACL\x10\x03\x12\x18\n\x14\x44ROP_REASON_NOT_IPV4\x10\x04\x12\x1b\n\x17\x44ROP_REASON_NO_NEXT_HOP\x10\x05\x12\x19\n\x15\x44ROP_REASON_MALFORMED\x10\x06\x12\x1f\n\x1b\x44ROP_REASON_BAD_EGRESS_PORT\x10\x07\x12\x1a\n\x16\x44ROP_REASON_QUEUE_FULL\x10\x08\x12\x1d\n\x19\x44ROP_REASON_HEADROOM_FULL\x10\t\x12\x1c\n\x18\x44ROP_REASON_PFC_WATCHDOG\x10\n\x12\x16\n\x12\x44ROP_REASON_KERNEL\x10\x0b*\x94\x01\n\x0b\x45ntryStatus\x12\x1c\n\x18\x45NTRY_STATUS_UNSPECIFIED\x10\x00\x12\x16\n\x12\x45NTRY_STATUS_MATCH\x10\x01\x12\x18\n\x14\x45NTRY_STATUS_MISSING\x10\x02\x12\x1b\n\x17\x45NTRY_STATUS_UNEXPECTED\x10\x03\x12\x18\n\x14\x45NTRY_STATUS_DIFFERS\x10\x04\x32]\n\rFabricControl\x12L\n\x07Session\x12\x1b.railfabric.v1.AgentMessage\x1a .railfabric.v1.ControllerMessage(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1brailfabric/v1/control.proto\x12\rrailfabric.v1\x1a\x19railfabric/v1/state.proto\"F\n\x08PortInfo\x12\x0c\n\x04port\x18\x01 \x01(\r\x12\x0e\n\x06ifname\x18\x02 \x01(\t\x12\x0f\n\x07oper_up\x18\x03 \x01(\x08\x12\x0b\n\x03mac\x18\x04 \x01(\x04\"\x81\x02\n\x05Hello\x12\x13\n\x0bswitch_name\x18\x01 \x01(\t\x12\x15\n\ragent_version\x18\x02 \x01(\t\x12)\n\x06target\x18\x03 \x01(\x0e\x32\x19.railfabric.v1.TargetKind\x12&\n\x05ports\x18\x04 \x03(\x0b\x32\x17.railfabric.v1.PortInfo\x12\x1a\n\x12\x61pplied_generation\x18\x05 \x01(\x04\x12\x16\n\x0e\x61pplied_digest\x18\x06 \x01(\t\x12\x11\n\tdevice_id\x18\x07 \x01(\x04\x12\x32\n\rtarget_health\x18\x08 \x01(\x0b\x32\x1b.railfabric.v1.TargetHealth\"\xa5\x02\n\x0cTargetHealth\x12\x11\n\treachable\x18\x01 \x01(\x08\x12\x0f\n\x07primary\x18\x02 \x01(\x08\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x1e\n\x16last_read_back_wall_ns\x18\x04 \x01(\x03\x12\x0f\n\x07missing\x18\x05 \x01(\r\x12\x12\n\nunexpected\x18\x06 \x01(\r\x12\x10\n\x08modified\x18\x07 \x01(\r\x12\x18\n\x10repaired_wall_ns\x18\x08 \x01(\x03\x12\x19\n\x11verify_interval_s\x18\t \x01(\r\x12\x0f\n\x07wall_ns\x18\n \x01(\x03\x12\x1b\n\x13primary_election_id\x18\x0b \x01(\t\x12\x13\n\x0b\x65lection_id\x18\x0c \x01(\t\x12\x13\n\x0breconciling\x18\r \x01(\x08\"<\n\x0bObjectError\x12\x0e\n\x06object\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0f\n\x07message\x18\x03 \x01(\t\"\x9d\x01\n\x07\x41pplied\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12*\n\x06\x65rrors\x18\x02 \x03(\x0b\x32\x1a.railfabric.v1.ObjectError\x12\x0e\n\x06\x64igest\x18\x03 \x01(\t\x12\x0f\n\x07wall_ns\x18\x04 \x01(\x03\x12\x17\n\x0fupdates_written\x18\x05 \x01(\r\x12\x18\n\x10received_wall_ns\x18\x06 \x01(\x03\"\x9d\x01\n\nPortStatus\x12\x0c\n\x04port\x18\x01 \x01(\r\x12\n\n\x02up\x18\x02 \x01(\x08\x12\x14\n\x0cmonotonic_ns\x18\x03 \x01(\x03\x12\x0f\n\x07wall_ns\x18\x04 \x01(\x03\x12\x1c\n\x14local_repair_wall_ns\x18\x05 \x01(\x03\x12\x17\n\x0fgroups_repaired\x18\x06 \x01(\r\x12\x17\n\x0flocal_repair_ns\x18\x07 \x01(\x03\"\x80\x01\n\x0cLldpNeighbor\x12\x0c\n\x04port\x18\x01 \x01(\r\x12\x12\n\nchassis_id\x18\x02 \x01(\t\x12\x0f\n\x07port_id\x18\x03 \x01(\t\x12\x13\n\x0bsystem_name\x18\x04 \x01(\t\x12\x19\n\x11last_seen_wall_ns\x18\x05 \x01(\x03\x12\r\n\x05ttl_s\x18\x06 \x01(\r\";\n\tNeighbors\x12.\n\tneighbors\x18\x01 \x03(\x0b\x32\x1b.railfabric.v1.LldpNeighbor\"G\n\tDropCount\x12)\n\x06reason\x18\x01 \x01(\x0e\x32\x19.railfabric.v1.DropReason\x12\x0f\n\x07packets\x18\x02 \x01(\x04\"\xf6\x03\n\x0cPortCounters\x12\x0c\n\x04port\x18\x01 \x01(\r\x12\x12\n\nrx_packets\x18\x02 \x01(\x04\x12\x10\n\x08rx_bytes\x18\x03 \x01(\x04\x12\x12\n\ntx_packets\x18\x04 \x01(\x04\x12\x10\n\x08tx_bytes\x18\x05 \x01(\x04\x12\r\n\x05\x64rops\x18\x06 \x01(\x04\x12\x11\n\tecn_marks\x18\x07 \x01(\x04\x12\x14\n\x0cpfc_pause_tx\x18\x08 \x01(\x04\x12\x14\n\x0cpfc_pause_rx\x18\t \x01(\x04\x12\x1b\n\x13pfc_watchdog_storms\x18\n \x01(\x04\x12\x31\n\x0f\x64rops_by_reason\x18\x0b \x03(\x0b\x32\x18.railfabric.v1.DropCount\x12\x1e\n\x11queue_depth_bytes\x18\x0c \x01(\x04H\x00\x88\x01\x01\x12\"\n\x15queue_watermark_bytes\x18\r \x01(\x04H\x01\x88\x01\x01\x12 \n\x13queue_depth_packets\x18\x0e \x01(\x04H\x02\x88\x01\x01\x12$\n\x17queue_watermark_packets\x18\x0f \x01(\x04H\x03\x88\x01\x01\x42\x14\n\x12_queue_depth_bytesB\x18\n\x16_queue_watermark_bytesB\x16\n\x14_queue_depth_packetsB\x1a\n\x18_queue_watermark_packets\"G\n\x08\x43ounters\x12\x0f\n\x07wall_ns\x18\x01 \x01(\x03\x12*\n\x05ports\x18\x02 \x03(\x0b\x32\x1b.railfabric.v1.PortCounters\" \n\nReadTables\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\"x\n\x0eInstalledEntry\x12\r\n\x05table\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x03 \x01(\t\x12*\n\x06status\x18\x04 \x01(\x0e\x32\x1a.railfabric.v1.EntryStatus\x12\x0e\n\x06wanted\x18\x05 \x01(\t\"\x8c\x01\n\x0cTablesReport\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x13\n\x0bswitch_name\x18\x02 \x01(\t\x12\x14\n\x0cread_wall_ns\x18\x03 \x01(\x03\x12.\n\x07\x65ntries\x18\x04 \x03(\x0b\x32\x1d.railfabric.v1.InstalledEntry\x12\r\n\x05\x65rror\x18\x05 \x01(\t\"\xda\x02\n\x0c\x41gentMessage\x12%\n\x05hello\x18\x01 \x01(\x0b\x32\x14.railfabric.v1.HelloH\x00\x12)\n\x07\x61pplied\x18\x02 \x01(\x0b\x32\x16.railfabric.v1.AppliedH\x00\x12\x30\n\x0bport_status\x18\x03 \x01(\x0b\x32\x19.railfabric.v1.PortStatusH\x00\x12-\n\tneighbors\x18\x04 \x01(\x0b\x32\x18.railfabric.v1.NeighborsH\x00\x12+\n\x08\x63ounters\x18\x05 \x01(\x0b\x32\x17.railfabric.v1.CountersH\x00\x12\x34\n\rtarget_health\x18\x06 \x01(\x0b\x32\x1b.railfabric.v1.TargetHealthH\x00\x12-\n\x06tables\x18\x07 \x01(\x0b\x32\x1b.railfabric.v1.TablesReportH\x00\x42\x05\n\x03msg\"\xb4\x01\n\x11\x43ontrollerMessage\x12\x34\n\rdesired_state\x18\x01 \x01(\x0b\x32\x1b.railfabric.v1.DesiredStateH\x00\x12\x30\n\x0bstate_delta\x18\x02 \x01(\x0b\x32\x19.railfabric.v1.StateDeltaH\x00\x12\x30\n\x0bread_tables\x18\x03 \x01(\x0b\x32\x19.railfabric.v1.ReadTablesH\x00\x42\x05\n\x03msg*\x8a\x01\n\nTargetKind\x12\x1b\n\x17TARGET_KIND_UNSPECIFIED\x10\x00\x12\x1a\n\x16TARGET_KIND_SOFTSWITCH\x10\x01\x12\x14\n\x10TARGET_KIND_BMV2\x10\x02\x12\x16\n\x12TARGET_KIND_TOFINO\x10\x03\x12\x15\n\x11TARGET_KIND_OTHER\x10\x04*\xd9\x02\n\nDropReason\x12\x1b\n\x17\x44ROP_REASON_UNSPECIFIED\x10\x00\x12\x18\n\x14\x44ROP_REASON_NO_ROUTE\x10\x01\x12\x1b\n\x17\x44ROP_REASON_TTL_EXPIRED\x10\x02\x12\x13\n\x0f\x44ROP_REASON_ACL\x10\x03\x12\x18\n\x14\x44ROP_REASON_NOT_IPV4\x10\x04\x12\x1b\n\x17\x44ROP_REASON_NO_NEXT_HOP\x10\x05\x12\x19\n\x15\x44ROP_REASON_MALFORMED\x10\x06\x12\x1f\n\x1b\x44ROP_REASON_BAD_EGRESS_PORT\x10\x07\x12\x1a\n\x16\x44ROP_REASON_QUEUE_FULL\x10\x08\x12\x1d\n\x19\x44ROP_REASON_HEADROOM_FULL\x10\t\x12\x1c\n\x18\x44ROP_REASON_PFC_WATCHDOG\x10\n\x12\x16\n\x12\x44ROP_REASON_KERNEL\x10\x0b*\x94\x01\n\x0b\x45ntryStatus\x12\x1c\n\x18\x45NTRY_STATUS_UNSPECIFIED\x10\x00\x12\x16\n\x12\x45NTRY_STATUS_MATCH\x10\x01\x12\x18\n\x14\x45NTRY_STATUS_MISSING\x10\x02\x12\x1b\n\x17\x45NTRY_STATUS_UNEXPECTED\x10\x03\x12\x18\n\x14\x45NTRY_STATUS_DIFFERS\x10\x04\x32]\n\rFabricControl\x12L\n\x07Session\x12\x1b.railfabric.v1.AgentMessage\x1a .railfabric.v1.ControllerMessage(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'railfabric.v1.control_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TARGETKIND']._serialized_start=2737
-  _globals['_TARGETKIND']._serialized_end=2875
-  _globals['_DROPREASON']._serialized_start=2878
-  _globals['_DROPREASON']._serialized_end=3223
-  _globals['_ENTRYSTATUS']._serialized_start=3226
-  _globals['_ENTRYSTATUS']._serialized_end=3374
+  _globals['_TARGETKIND']._serialized_start=2758
+  _globals['_TARGETKIND']._serialized_end=2896
+  _globals['_DROPREASON']._serialized_start=2899
+  _globals['_DROPREASON']._serialized_end=3244
+  _globals['_ENTRYSTATUS']._serialized_start=3247
+  _globals['_ENTRYSTATUS']._serialized_end=3395
   _globals['_PORTINFO']._serialized_start=73
   _globals['_PORTINFO']._serialized_end=143
   _globals['_HELLO']._serialized_start=146
   _globals['_HELLO']._serialized_end=403
   _globals['_TARGETHEALTH']._serialized_start=406
-  _globals['_TARGETHEALTH']._serialized_end=678
-  _globals['_OBJECTERROR']._serialized_start=680
-  _globals['_OBJECTERROR']._serialized_end=740
-  _globals['_APPLIED']._serialized_start=743
-  _globals['_APPLIED']._serialized_end=900
-  _globals['_PORTSTATUS']._serialized_start=903
-  _globals['_PORTSTATUS']._serialized_end=1060
-  _globals['_LLDPNEIGHBOR']._serialized_start=1063
-  _globals['_LLDPNEIGHBOR']._serialized_end=1191
-  _globals['_NEIGHBORS']._serialized_start=1193
-  _globals['_NEIGHBORS']._serialized_end=1252
-  _globals['_DROPCOUNT']._serialized_start=1254
-  _globals['_DROPCOUNT']._serialized_end=1325
-  _globals['_PORTCOUNTERS']._serialized_start=1328
-  _globals['_PORTCOUNTERS']._serialized_end=1830
-  _globals['_COUNTERS']._serialized_start=1832
-  _globals['_COUNTERS']._serialized_end=1903
-  _globals['_READTABLES']._serialized_start=1905
-  _globals['_READTABLES']._serialized_end=1937
-  _globals['_INSTALLEDENTRY']._serialized_start=1939
-  _globals['_INSTALLEDENTRY']._serialized_end=2059
-  _globals['_TABLESREPORT']._serialized_start=2062
-  _globals['_TABLESREPORT']._serialized_end=2202
-  _globals['_AGENTMESSAGE']._serialized_start=2205
-  _globals['_AGENTMESSAGE']._serialized_end=2551
-  _globals['_CONTROLLERMESSAGE']._serialized_start=2554
-  _globals['_CONTROLLERMESSAGE']._serialized_end=2734
-  _globals['_FABRICCONTROL']._serialized_start=3376
-  _globals['_FABRICCONTROL']._serialized_end=3469
+  _globals['_TARGETHEALTH']._serialized_end=699
+  _globals['_OBJECTERROR']._serialized_start=701
+  _globals['_OBJECTERROR']._serialized_end=761
+  _globals['_APPLIED']._serialized_start=764
+  _globals['_APPLIED']._serialized_end=921
+  _globals['_PORTSTATUS']._serialized_start=924
+  _globals['_PORTSTATUS']._serialized_end=1081
+  _globals['_LLDPNEIGHBOR']._serialized_start=1084
+  _globals['_LLDPNEIGHBOR']._serialized_end=1212
+  _globals['_NEIGHBORS']._serialized_start=1214
+  _globals['_NEIGHBORS']._serialized_end=1273
+  _globals['_DROPCOUNT']._serialized_start=1275
+  _globals['_DROPCOUNT']._serialized_end=1346
+  _globals['_PORTCOUNTERS']._serialized_start=1349
+  _globals['_PORTCOUNTERS']._serialized_end=1851
+  _globals['_COUNTERS']._serialized_start=1853
+  _globals['_COUNTERS']._serialized_end=1924
+  _globals['_READTABLES']._serialized_start=1926
+  _globals['_READTABLES']._serialized_end=1958
+  _globals['_INSTALLEDENTRY']._serialized_start=1960
+  _globals['_INSTALLEDENTRY']._serialized_end=2080
+  _globals['_TABLESREPORT']._serialized_start=2083
+  _globals['_TABLESREPORT']._serialized_end=2223
+  _globals['_AGENTMESSAGE']._serialized_start=2226
+  _globals['_AGENTMESSAGE']._serialized_end=2572
+  _globals['_CONTROLLERMESSAGE']._serialized_start=2575
+  _globals['_CONTROLLERMESSAGE']._serialized_end=2755
+  _globals['_FABRICCONTROL']._serialized_start=3397
+  _globals['_FABRICCONTROL']._serialized_end=3490
 # @@protoc_insertion_point(module_scope)

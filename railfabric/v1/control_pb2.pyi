@@ -223,6 +223,7 @@ class TargetHealth(_message.Message):
     WALL_NS_FIELD_NUMBER: _builtins.int
     PRIMARY_ELECTION_ID_FIELD_NUMBER: _builtins.int
     ELECTION_ID_FIELD_NUMBER: _builtins.int
+    RECONCILING_FIELD_NUMBER: _builtins.int
     reachable: _builtins.bool
     """The P4Runtime stream is up."""
     primary: _builtins.bool
@@ -252,6 +253,11 @@ class TargetHealth(_message.Message):
     """
     election_id: _builtins.str
     """This agent's election id (decimal): the configured one, or what it raised it to."""
+    reconciling: _builtins.bool
+    """The target is reachable and the agent primary, but the agent has not yet read it back and
+    written the difference since it (re)connected: what it holds is not known, so the switch
+    is not converged. False from older agents.
+    """
     def __init__(
         self,
         *,
@@ -267,10 +273,11 @@ class TargetHealth(_message.Message):
         wall_ns: _builtins.int = ...,
         primary_election_id: _builtins.str = ...,
         election_id: _builtins.str = ...,
+        reconciling: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["election_id", b"election_id", "error", b"error", "last_read_back_wall_ns", b"last_read_back_wall_ns", "missing", b"missing", "modified", b"modified", "primary", b"primary", "primary_election_id", b"primary_election_id", "reachable", b"reachable", "repaired_wall_ns", b"repaired_wall_ns", "unexpected", b"unexpected", "verify_interval_s", b"verify_interval_s", "wall_ns", b"wall_ns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["election_id", b"election_id", "error", b"error", "last_read_back_wall_ns", b"last_read_back_wall_ns", "missing", b"missing", "modified", b"modified", "primary", b"primary", "primary_election_id", b"primary_election_id", "reachable", b"reachable", "reconciling", b"reconciling", "repaired_wall_ns", b"repaired_wall_ns", "unexpected", b"unexpected", "verify_interval_s", b"verify_interval_s", "wall_ns", b"wall_ns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

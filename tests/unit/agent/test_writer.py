@@ -311,6 +311,32 @@ async def test_a_target_lost_mid_repair_is_reconciled_when_back(
     assert h.target.entries[("group", 1)] == GroupEntry(1, (GroupMember(2, 0, 1),))
 
 
+async def test_a_target_back_empty_is_reconciling_until_its_entries_are_rewritten(
+    codec: Codec,
+) -> None:
+    """From the (re)connection until the read-back's difference is written, the writer says
+    it is reconciling (the switch is not converged); the report that ends it carries what was
+    missing and when it was repaired."""
+    h = Harness(codec)
+    await h.writer.controller_message(_desired(tor_state(1)))
+    await h.writer.target_ready()
+    await h.settle()
+    h.target.entries = {k: v for k, v in h.target.entries.items() if k[0] != "route"}
+    reports: list[tuple[bool, int, int]] = []
+    h.writer._on_read_back = lambda rb: reports.append(
+        (h.writer.reconciling, rb.missing, rb.repaired_wall_ns)
+    )
+    await h.writer.target_ready()
+    assert h.writer.reconciling
+    await h.settle()
+    assert not h.writer.reconciling
+    routes = sum(1 for k in translate(tor_state(1))[0].entries if k[0] == "route")
+    assert routes > 0
+    # The read-back's own report (still reconciling), then the one that ends it.
+    assert [(r, m) for r, m, _ in reports] == [(True, routes), (False, routes)]
+    assert reports[-1][2] > 0
+
+
 async def test_repair_and_write_log_lines_for_people_carry_the_typed_figures(
     codec: Codec, caplog: pytest.LogCaptureFixture
 ) -> None:

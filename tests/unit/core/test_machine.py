@@ -507,6 +507,11 @@ def test_an_unreachable_target_makes_the_switch_not_converged_with_the_reason() 
     )
     (alarm,) = h.core.alarms.active.values()
     assert alarm.id == f"target_unhealthy:{name}" and alarm.severity == "critical"
+    # Back and primary, but not read back yet: what the target holds is not known.
+    back = control_pb2.TargetHealth(reachable=True, primary=True, reconciling=True)
+    h.run(h.core.target_health(name, back, h.now))
+    assert not v.converged and "reconciling" in v.not_converged_reason
+    assert not h.core.alarms.active  # every (re)connection passes through it: no alarm
     ok = control_pb2.TargetHealth(reachable=True, primary=True, last_read_back_wall_ns=1)
     h.run(h.core.target_health(name, ok, h.now))
     assert v.converged and not h.core.alarms.active
