@@ -202,13 +202,21 @@ def _one_cut(lab: Lab, probe: FlowSpec, kind: str, switch: str, port: int) -> Cu
 
 
 def windows(
-    packets: Sequence[Packet], sent: int, spans: Sequence[tuple[int, int]], interval_ns: int
+    packets: Sequence[Packet],
+    sent: int,
+    spans: Sequence[tuple[int, int]],
+    interval_ns: int,
+    claiming: frozenset[int] = frozenset(),
 ) -> tuple[list[Window], Probe]:
     """The probe's figures in each of the disjoint, ordered send-time `spans` [start, end)
     from the receiver's records of one flow and the number of datagrams the sender reports
-    `sent` (sequence numbers 0 .. sent-1). Datagrams lost after the last one received count
-    where it was sent, one interval each; those lost before the first one received, where
-    the first was sent less the intervals. `Probe.outside` is what no span holds."""
+    `sent` (sequence numbers 0 .. sent-1). A run of lost datagrams is one outage and counts
+    in one span: where it started, unless it ended inside a span of `claiming` (a cut's
+    window: on a loaded machine the datagrams queued behind a cable when it is cut were
+    sent well before the cut, so its outage can start in the window before). Datagrams lost
+    after the last one received count where it was sent, one interval each; those lost
+    before the first one received, where the first was sent less the intervals.
+    `Probe.outside` is what no span holds."""
     by_seq: dict[int, Packet] = {}
     for p in packets:
         by_seq.setdefault(p.seq, p)
@@ -235,26 +243,28 @@ def windows(
     received, lost, lost_ns = [0] * n, [0] * n, [0] * n
     for p in got:
         received[span_of(p.sent_ns)] += 1
-    runs: list[tuple[int, int, int]] = []  # (send time the run counts at, datagrams, ns)
+    # (send times the run spans [from, to), datagrams, ns lost)
+    runs: list[tuple[int, int, int, int]] = []
     if got:
         first, last = got[0], got[-1]
         if first.seq:
-            runs.append(
-                (first.sent_ns - first.seq * interval_ns, first.seq, first.seq * interval_ns)
-            )
+            lost_for = first.seq * interval_ns
+            runs.append((first.sent_ns - lost_for, first.sent_ns, first.seq, lost_for))
         for before, after in itertools.pairwise(got):
             gap = after.seq - before.seq - 1
             if gap > 0:
-                runs.append(
-                    (before.sent_ns, gap, max(0, after.sent_ns - before.sent_ns - interval_ns))
-                )
+                ns = max(0, after.sent_ns - before.sent_ns - interval_ns)
+                runs.append((before.sent_ns, after.sent_ns, gap, ns))
         if sent - 1 > last.seq:
             tail = sent - 1 - last.seq
-            runs.append((last.sent_ns, tail, tail * interval_ns))
+            runs.append((last.sent_ns, last.sent_ns + tail * interval_ns, tail, tail * interval_ns))
     else:
         lost[-1] = sent  # nothing arrived: when it was sent is unknown, so no span holds it
-    for at_ns, count, ns in runs:
-        i = span_of(at_ns)
+
+    for from_ns, to_ns, count, ns in runs:
+        i = span_of(from_ns)
+        if i not in claiming and (end := span_of(to_ns - 1)) in claiming:
+            i = end  # the outage ended inside a cut's window: the cut's
         lost[i] += count
         lost_ns[i] += ns
     result = []
@@ -269,14 +279,16 @@ def measure(cuts: Sequence[Cut], packets: Sequence[Packet], sent: int, interval_
     """Fill in each cut's windows from the probe's records; the whole probe and what it did
     outside the cut windows. Windows are disjoint, so a gap counts once: a cut's window opens
     CUT_LEAD_NS before it (datagrams queued behind a cable when it is cut are lost with it)
-    and closes the previous restore's window there."""
+    and closes the previous restore's window there; an outage that reaches into a cut's
+    window is the cut's, wherever it started."""
     spans: list[tuple[int, int]] = []
     for i, c in enumerate(cuts):
         end = c.end_mono_ns
         if i + 1 < len(cuts):
             end = min(end, cuts[i + 1].cut_mono_ns - CUT_LEAD_NS)
         spans += [(c.cut_mono_ns - CUT_LEAD_NS, c.restore_mono_ns), (c.restore_mono_ns, end)]
-    result, probe = windows(packets, sent, spans, interval_ns)
+    cut_windows = frozenset(range(0, len(spans), 2))
+    result, probe = windows(packets, sent, spans, interval_ns, cut_windows)
     for i, c in enumerate(cuts):
         c.window, c.restore = result[2 * i], result[2 * i + 1]
     if probe.broken is not None:

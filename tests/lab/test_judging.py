@@ -99,6 +99,23 @@ def test_a_gap_counts_in_the_window_where_it_started_only() -> None:
     assert first.sample.sent + second.sample.sent + probe.outside.sent == 60
 
 
+def test_an_outage_ending_in_a_claiming_window_is_that_windows() -> None:
+    """A cut's window claims the outage that ends in it, even one that began in the
+    restore window before (datagrams queued behind the cable on a loaded machine); an
+    outage that stays inside the restore window is the restore's."""
+    spans = [(0, 20 * MS), (20 * MS, 40 * MS), (40 * MS, 60 * MS)]
+    got = packets([*range(25), *range(28, 35), *range(45, 60)])  # 25..27 and 35..44 lost
+    (cut, restore, next_cut), _ = windows(got, 60, spans, INTERVAL, frozenset({0, 2}))
+    assert (restore.lost, restore.loss_ms) == (3, 3.0)
+    assert (next_cut.lost, next_cut.loss_ms) == (10, 10.0)
+    assert cut.lost == 0
+    # Each sample is what was received in the window and the outages it holds.
+    assert restore.sample == Sample(15, 12) and next_cut.sample == Sample(25, 15)
+    # Without a claiming window the outage counts where it started, as before.
+    (_, restore, next_cut), _ = windows(got, 60, spans, INTERVAL)
+    assert (restore.lost, next_cut.lost) == (13, 0)
+
+
 def test_loss_before_the_first_and_after_the_last_datagram_is_counted() -> None:
     got = packets(range(5, 50))  # 0..4 and 50..59 never arrived
     (head, tail), probe = windows(got, 60, [(0, 30 * MS), (30 * MS, 60 * MS)], INTERVAL)
