@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import random
 import re
 import shutil
 import signal
@@ -62,11 +63,38 @@ DIE_WITH_PARENT = ["setpriv", "--pdeathsig", "KILL", "--"]
 DATA_PLANE_NICE = -5
 
 
+# Ports the lab hands its daemons come from below the kernel's ephemeral range: a port the
+# kernel chose for us (bind to 0) is free only until someone binds it, and between our probe
+# and the daemon's bind any outgoing connection (the agents' gRPC and P4Runtime clients) may
+# take it as its source port ("address in use"). Below the range only listeners compete.
+_LOWEST_PORT = 10_000
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768  # Linux's default
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
+    """A TCP port on 127.0.0.1 nobody listens on, outside the ephemeral range, not handed
+    out before by this process."""
+    high = _ephemeral_low()
+    rng = random.Random()
+    for _ in range(1_000):
+        port = rng.randrange(_LOWEST_PORT, high)
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
         return port
+    raise LabError(f"no free TCP port on 127.0.0.1 between {_LOWEST_PORT} and {high}")
 
 
 def wait_listening(addr: str, timeout: float, proc: subprocess.Popen[bytes], log: Path) -> None:

@@ -7,13 +7,14 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
+
+from mininet_labs.processes import free_port as _free_port
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -30,13 +31,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason="needs root for network namespaces"))
         if no_mininet and item.get_closest_marker("lab"):
             item.add_marker(pytest.mark.skip(reason="mininet (mnexec) is not installed"))
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import datetime
 import json
 import logging
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from mininet_labs.processes import free_port as _free_port
 from railfabric import cli
 
 pytestmark = pytest.mark.unit
@@ -32,13 +32,6 @@ AGENT = [
     "--device-id", "1",
     "--port-map", "1=lo",
 ]  # fmt: skip
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _record(exc_info: bool) -> logging.LogRecord:

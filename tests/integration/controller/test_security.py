@@ -22,6 +22,7 @@ import pytest
 from cryptography import x509
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from mininet_labs.processes import free_port as _free_port
 from railfabric import pki as railpki
 from railfabric import tls
 from railfabric.grpcopts import channel_options
@@ -31,12 +32,6 @@ from tests.conftest import Processes
 from tests.integration.controller.test_controller_daemon import CONTROLLER, LAB, Agent, start
 
 pytestmark = pytest.mark.integration
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def _tls_controller(

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from mininet_labs.processes import free_port as _free_port
 from railfabric.tls import Kind
 from tests import pki
 
@@ -21,13 +22,6 @@ pytestmark = pytest.mark.unit
 EXE = Path(sys.executable).parent / "railfabric-softswitch"
 PREFIX = "railfabric-softswitch: error: "
 HELD = "HELD"  # stands for the address of a softswitch that is already serving
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:

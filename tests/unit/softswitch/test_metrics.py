@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from finsy.proto import p4i, p4r
 
+from mininet_labs.processes import free_port as _free_port
 from railfabric import metrics
 from softswitch import pfc
 from softswitch.dataplane import DataPlane
@@ -31,13 +32,6 @@ MAC = bytes.fromhex("020000000001")
 NOT_IPV4 = bytes(12) + b"\x86\xdd" + bytes(46)
 # Ethernet, then an IPv4 header with ECN = ECT(0) (UDP, addresses 0), then a payload.
 ECT_FRAME = bytes(12) + b"\x08\x00" + b"\x45\x02" + bytes(8) + b"\x11" + bytes(9) + bytes(80)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 async def test_pipeline_and_traffic_manager_counts_are_exported_as_fed_in(
