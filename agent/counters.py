@@ -94,9 +94,13 @@ class PortCounterReader:
         """The ReadRequests to send, in order: the counters every target serves, then the
         queue occupancy (its own request: a target that refuses it loses only that)."""
         codec = self.codec
+        # The switch's own ports by index, not whole arrays: a counter has PORT_COUNTER_SIZE
+        # cells, and a wildcard read of every one each period was most of an idle lab
+        # switch's CPU (8 counters x 512 cells, built and parsed in Python on softswitch).
         counters = [
-            p4r.Entity(counter_entry=p4r.CounterEntry(counter_id=counter_id))
+            _counter(counter_id, port)
             for counter_id in codec.counters.values()
+            for port in self.ports
         ]
         counters += [
             _counter(codec.drop_reason_counter_id, drop_reason_index(port, reason))

@@ -91,6 +91,14 @@ def test_bmv2_is_asked_for_counters_only(codec: Codec) -> None:
     assert len(requests) == 2  # the counters, then the queue histogram on its own
     entities = [e for request in requests for e in request]
     assert not any(e.HasField("register_entry") for e in entities)
+    # The switch's ports by index, never a whole counter array.
+    port_cells = {
+        (e.counter_entry.counter_id, e.counter_entry.index.index)
+        for e in requests[0]
+        if e.counter_entry.counter_id in codec.counters.values()
+    }
+    assert port_cells == {(c, p) for c in codec.counters.values() for p in (1, 2)}
+    assert all(e.counter_entry.HasField("index") for e in entities)
     reasons = [
         e.counter_entry.index.index
         for e in requests[0]
@@ -139,7 +147,9 @@ def test_bmv2_reports_pipeline_reasons_and_the_watermark_in_packets(codec: Codec
 def test_softswitch_reports_every_reason_and_the_queue_in_bytes(codec: Codec) -> None:
     reader = PortCounterReader(codec, SOFTSWITCH, [3])
     [counters, queue] = reader.requests()
-    assert len([e for e in counters if e.counter_entry.HasField("index")]) == len(ALL_REASONS)
+    reasons = [e for e in counters if e.counter_entry.counter_id == codec.drop_reason_counter_id]
+    assert len(reasons) == len(ALL_REASONS)
+    assert all(e.counter_entry.HasField("index") for e in counters)
     assert {e.register_entry.register_id for e in queue} == {
         codec.queue_depth_id,
         codec.queue_watermark_id,
