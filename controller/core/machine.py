@@ -148,7 +148,7 @@ class DecisionCore:
         self.events.extend(restored.events)
         self.routing_log = list(restored.routing_log)
         self.drains = {d.link: d for d in restored.drains}
-        topology = _topology_digest(self.planner)
+        topology = topology_digest(self.planner)
         if restored.meta.get("topology_digest") != topology:
             # Another fabric: its routing history and link states mean nothing here.
             self.routing_log = []
@@ -964,7 +964,10 @@ class DecisionCore:
         delta.switch_name = switch
         delta.from_generation = v.state.generation
         delta.to_generation = v.state.generation + 1
-        if v.route_keys is None:
+        if v.route_keys is None and (delta.upsert_routes or delta.delete_routes):
+            # Built when first needed: most deltas re-point groups only (a remote cut sends
+            # thousands of switches one group each), and building every switch's keys from
+            # its protobuf routes made the first such cut take seconds.
             v.route_keys = route_keys(v.state)
         # The keys are updated in place; a delta that changes nothing keeps them for v.state.
         keys = None if v.route_keys is None else array("Q", v.route_keys)
@@ -1146,7 +1149,7 @@ def _computations(log: Iterable[RoutingStep]) -> Iterator[list[RoutingStep]]:
         yield batch
 
 
-def _topology_digest(planner: Planner) -> str:
+def topology_digest(planner: Planner) -> str:
     """Identity of the switches and cables, to tell whether stored history applies."""
     h = hashlib.sha256()
     for info in planner.switches():

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from bench import controller as controller_bench
+from bench import core as core_bench
 
 pytestmark = pytest.mark.unit
 
@@ -35,3 +36,24 @@ def test_bench_reports_the_figures(capsys: pytest.CaptureFixture[str]) -> None:
     assert data["route_entries"] == 4 * 5 + 2 * 4
     assert data["incremental_events"] == 20
     assert data["delta_entries_p50"] > 0
+
+
+def test_core_bench_storms_cuts_and_restores_every_kind_of_cable(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    mid = str(Path(LAB).parent / "ref-mid.yaml")
+    assert core_bench.main([mid, "--json", "--cuts", "2"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["storm_hellos"]["calls"] == data["switches"] == 224
+    # The bench fails unless every link is usable after the storm; then each cut moves
+    # traffic off the cable at once, from its first reporting end, and its second end
+    # changes nothing more.
+    for kind in ("cut_tor_spine", "cut_spine_core"):
+        cut = data[kind]
+        assert cut["first_end"]["calls"] == cut["second_end"]["calls"] == 2
+        assert cut["first_end"]["switches_sent_to_max"] > 2
+        assert cut["second_end"]["switches_sent_to_max"] == 0
+        # Make before break: the restore's tick sends to the cable's two ends only.
+        assert cut["restore_tick"]["switches_sent_to_max"] == 2
+    assert data["applied"]["calls"] > data["switches"]
+    assert data["restart_all_up_s"] >= 0

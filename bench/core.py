@@ -1,0 +1,259 @@
+"""Benchmark of the decision core alone, in process, on a fabric file:
+
+    python -m bench.core examples/ref-100k.yaml [--cuts 8] [--json]
+
+What the daemon's figures are made of, without gRPC, TLS or a second process: the core is fed
+the inputs the agents' messages become (controller/core/machine.py) with a synthetic clock, and
+every call is timed. Phases, in order:
+
+- cold start: `DecisionCore.start` with nothing restored (every link out until reported);
+- storm: a Hello from every switch with every cabled port up, one after the other;
+- links usable: the tick after the hold-down, which returns every reported link at once;
+- settle: every switch acknowledges what it was sent (agents that ack at once), until
+  make-before-break holds nothing;
+- cuts: for each kind (ToR-spine, spine-core), `--cuts` cables cut (PortStatus down from
+  both ends), settled, and restored (PortStatus up from both ends, then the tick after the
+  hold-down), settled: the time of each call, the switches it sends to and the bytes;
+- restart: `DecisionCore.start` again from what a store would hold with every link up.
+
+The figures come with their samples (calls, switches, messages). Figures only: nothing here
+asserts a speed; the daemon's own figures are bench.swarm's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import random
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from controller.core.clock import Now
+from controller.core.effects import Effect, Push
+from controller.core.links import DampingParams
+from controller.core.machine import (
+    EVERY_LINK_USABLE,
+    ROUTING_BASELINE,
+    DecisionCore,
+    topology_digest,
+)
+from controller.core.planner import PlannedLink
+from controller.core.records import LinkRecord, Restored
+from controller.daemon.core_planner import CorePlanner, load_planner
+from controller.fabric import Role
+from railfabric.v1 import admin_pb2, control_pb2
+
+ROLES = {
+    admin_pb2.SWITCH_ROLE_TOR: Role.TOR,
+    admin_pb2.SWITCH_ROLE_SPINE: Role.SPINE,
+    admin_pb2.SWITCH_ROLE_CORE: Role.CORE,
+}
+
+
+class Clock:
+    """A synthetic clock: starts at the real one, moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = Now(mono_ns=time.monotonic_ns(), wall_ns=time.time_ns())
+
+    def advance(self, ns: int) -> Now:
+        self.now = Now(self.now.mono_ns + ns, self.now.wall_ns + ns)
+        return self.now
+
+
+@dataclass
+class Calls:
+    """Timed calls of one kind: seconds each, and what they sent."""
+
+    seconds: list[float] = field(default_factory=list)
+    switches: list[int] = field(default_factory=list)
+    bytes: list[int] = field(default_factory=list)
+
+    def add(self, seconds: float, effects: Sequence[Effect]) -> None:
+        pushes = [e for e in effects if isinstance(e, Push)]
+        self.seconds.append(seconds)
+        self.switches.append(len({p.switch for p in pushes}))
+        self.bytes.append(sum(p.message.ByteSize() for p in pushes))
+
+    def figures(self) -> dict[str, Any]:
+        if not self.seconds:
+            raise SystemExit("bench.core: a phase with no calls (empty sample)")
+        ms = sorted(s * 1000 for s in self.seconds)
+        return {
+            "calls": len(ms),
+            "ms_p50": round(statistics.median(ms), 2),
+            "ms_p99": round(ms[min(len(ms) - 1, round(0.99 * (len(ms) - 1)))], 2),
+            "ms_max": round(ms[-1], 2),
+            "ms_total": round(sum(ms), 1),
+            "switches_sent_to_max": max(self.switches),
+            "bytes_max": max(self.bytes),
+        }
+
+
+def _timed(calls: Calls, fn: Callable[..., list[Effect]], *args: Any) -> list[Effect]:
+    t0 = time.perf_counter()
+    effects = fn(*args)
+    calls.add(time.perf_counter() - t0, effects)
+    return effects
+
+
+def _rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class Fabric:
+    """The core and the agents' side of it: what each switch was last sent, acked at once."""
+
+    def __init__(self, planner: CorePlanner, clock: Clock) -> None:
+        self.planner = planner
+        self.clock = clock
+        self.core = DecisionCore(planner, DampingParams())
+        self.cabled: dict[str, list[int]] = {}
+        for link in planner.links():
+            for name, port in (link.a, link.b):
+                self.cabled.setdefault(name, []).append(port)
+        self.acks = Calls()
+
+    def hello(self, name: str) -> list[Effect]:
+        msg = control_pb2.Hello(switch_name=name, agent_version="bench.core")
+        for port in sorted(self.core.views[name].ports | set(self.cabled.get(name, ()))):
+            msg.ports.add(port=port, oper_up=True)
+        return self.core.hello(msg, self.clock.now)
+
+    def settle(self, effects: list[Effect]) -> int:
+        """Ack every state pushed, and what those acks release, until nothing is sent."""
+        acked = 0
+        while True:
+            pushes = {}
+            for e in effects:
+                if isinstance(e, Push):
+                    pushes[e.switch] = e.message
+            if not pushes:
+                return acked
+            effects = []
+            for name, msg in pushes.items():
+                kind = msg.WhichOneof("msg")
+                if kind == "state_delta":
+                    generation, digest = msg.state_delta.to_generation, msg.state_delta.digest
+                elif kind == "desired_state":
+                    generation, digest = msg.desired_state.generation, msg.desired_state.digest
+                else:
+                    continue
+                applied = control_pb2.Applied(generation=generation, digest=digest)
+                effects += _timed(self.acks, self.core.applied, name, applied, self.clock.now)
+                acked += 1
+
+    def port(self, end: tuple[str, int], up: bool) -> list[Effect]:
+        msg = control_pb2.PortStatus(port=end[1], up=up)
+        return self.core.port_status(end[0], msg, self.clock.now)
+
+    def after_hold_down(self) -> list[Effect]:
+        self.clock.advance(DampingParams().hold_down_ns + 1_000_000)
+        return self.core.tick(self.clock.now)
+
+
+def _links_of(planner: CorePlanner, a: Role, b: Role) -> list[PlannedLink]:
+    role = {s.name: ROLES[s.role] for s in planner.switches()}
+    return [x for x in planner.links() if {role[x.a[0]], role[x.b[0]]} == {a, b}]
+
+
+def run(path: Path, cuts: int, seed: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"fabric": str(path)}
+    t0 = time.perf_counter()
+    planner = load_planner(path)
+    out["load_s"] = round(time.perf_counter() - t0, 2)
+    names = [s.name for s in planner.switches()]
+    out["switches"], out["links"] = len(names), len(planner.links())
+    clock = Clock()
+    fabric = Fabric(planner, clock)
+    core = fabric.core
+
+    t0 = time.perf_counter()
+    core.start(Restored(), clock.now)
+    out["cold_start_s"] = round(time.perf_counter() - t0, 2)
+    out["rss_after_start_mib"] = round(_rss_mib())
+
+    hellos = Calls()
+    for name in names:
+        _timed(hellos, fabric.hello, name)
+    out["storm_hellos"] = hellos.figures()
+    back = Calls()
+    effects = _timed(back, fabric.after_hold_down)
+    out["links_usable"] = back.figures()
+    t0 = time.perf_counter()
+    acked = fabric.settle(effects)
+    out["settle"] = {"acks": acked, "s": round(time.perf_counter() - t0, 2)}
+    out["rss_connected_mib"] = round(_rss_mib())
+    unusable = core.unroutable_links()
+    if unusable:
+        raise SystemExit(f"bench.core: {len(unusable)} links not usable after the storm")
+
+    rng = random.Random(seed)
+    for kind, roles in (
+        ("tor_spine", (Role.TOR, Role.SPINE)),
+        ("spine_core", (Role.SPINE, Role.CORE)),
+    ):
+        candidates = _links_of(planner, *roles)
+        if not candidates:
+            continue
+        down, down_far, up, acks = Calls(), Calls(), Calls(), Calls()
+        for link in rng.sample(candidates, min(cuts, len(candidates))):
+            clock.advance(60 * 1_000_000_000)  # past damping's memory of the last cut
+            effects = _timed(down, fabric.port, link.a, False)
+            effects += _timed(down_far, fabric.port, link.b, False)
+            t0 = time.perf_counter()
+            fabric.settle(effects)
+            acks.seconds.append(time.perf_counter() - t0)
+            fabric.port(link.a, True)
+            fabric.port(link.b, True)
+            fabric.settle(_timed(up, fabric.after_hold_down))
+        out[f"cut_{kind}"] = {
+            "first_end": down.figures(),
+            "second_end": down_far.figures(),
+            "acks_s_max": round(max(acks.seconds), 3),
+            "restore_tick": up.figures(),
+        }
+    out["applied"] = fabric.acks.figures()
+
+    restored = Restored(
+        meta={"topology_digest": topology_digest(planner), ROUTING_BASELINE: EVERY_LINK_USABLE},
+        links={x.key: LinkRecord(x.key, "up", clock.now.wall_ns, 0) for x in planner.links()},
+    )
+    again = Fabric(planner, clock)
+    t0 = time.perf_counter()
+    again.core.start(restored, clock.now)
+    out["restart_all_up_s"] = round(time.perf_counter() - t0, 2)
+    out["rss_max_mib"] = round(_rss_mib())
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.core", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("fabric", type=Path, help="fabric intent YAML")
+    parser.add_argument("--cuts", type=int, default=8, help="cables cut per kind (each restored)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    args = parser.parse_args(argv)
+    if args.cuts < 1:
+        parser.error("--cuts must be at least 1")
+    gc.collect()
+    out = run(args.fabric, args.cuts, args.seed)
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        for key, value in out.items():
+            print(f"{key:22s} {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
