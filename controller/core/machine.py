@@ -932,14 +932,26 @@ class DecisionCore:
         return v is None or not v.connected or v.applied_generation >= generation
 
     def _release_ready(self, now: Now, out: _Out) -> None:
+        # Deltas released by the deadline, not by their gate: one line per event (a storm of
+        # returning links would otherwise log a line per switch, thousands).
+        late: dict[int, tuple[str, list[str], set[str]]] = {}
         for switch, h in self._held.take_ready(now.mono_ns, self._gate_open):
-            if not all(self._gate_open(s, g) for s, g in h.gate.items()):
-                out.log(
-                    Level.WARNING,
-                    f"{switch}: make-before-break delta released after waiting "
-                    f"{DEFER_LIMIT_NS // 1_000_000} ms for {', '.join(sorted(h.gate))}",
-                )
+            waited = {s for s, g in h.gate.items() if not self._gate_open(s, g)}
+            if waited:
+                conv = self._pending.get(h.event_id)
+                link = f" of {conv.link}" if conv is not None else ""
+                _, switches, ends = late.setdefault(h.event_id, (link, [], set()))
+                switches.append(switch)
+                ends |= waited
             self._release(switch, h, now, out)
+        for link, switches, ends in late.values():
+            shown = ", ".join(sorted(switches)[:5]) + (", ..." if len(switches) > 5 else "")
+            out.log(
+                Level.WARNING,
+                f"make-before-break: {len(switches)} deltas{link} ({shown}) released after "
+                f"waiting {DEFER_LIMIT_NS // 1_000_000} ms for {', '.join(sorted(ends))} "
+                f"to apply theirs",
+            )
 
     def _push_now(
         self, switch: str, delta: state_pb2.StateDelta, event_id: int, now: Now, out: _Out

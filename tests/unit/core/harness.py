@@ -91,6 +91,7 @@ class Harness:
         self.pushed: list[str] = []
         # Log lines at ERROR the core asked for: a correct core never needs one.
         self.errors: list[str] = []
+        self.warnings: list[str] = []
         self.core = self._start()
         self.agents = {name: Agent(name) for name in self.core.views}
         # Physical carrier of every switch-to-switch port.
@@ -141,6 +142,8 @@ class Harness:
                 self.deadline = e.at_mono_ns
             elif isinstance(e, Log) and e.level >= Level.ERROR:
                 self.errors.append(e.text)
+            elif isinstance(e, Log) and e.level == Level.WARNING:
+                self.warnings.append(e.text)
 
     # -- agents
     def hello(self, name: str, unmapped: frozenset[int] = frozenset()) -> None:

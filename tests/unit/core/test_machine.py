@@ -116,8 +116,15 @@ def test_held_back_deltas_go_out_when_the_ends_do_not_answer() -> None:
     assert h.deadline == h.now.mono_ns + DEFER_LIMIT_NS
     h.advance(DEFER_LIMIT_NS - 1)
     assert h.take_pushed() == []
+    h.warnings.clear()
     h.advance(1)
-    assert h.take_pushed()
+    released = h.take_pushed()
+    assert len(released) > 2
+    # One line for the event, not one per switch.
+    link = h.core.planned_link(key)
+    (line,) = h.warnings
+    assert line.startswith(f"make-before-break: {len(released)} deltas of {key} (")
+    assert line.endswith(f"for {', '.join(sorted((link.a[0], link.b[0])))} to apply theirs")
 
 
 @pytest.mark.parametrize("fabric", SHAPES, ids=lambda p: p.stem)
