@@ -7,10 +7,10 @@ the inputs the agents' messages become (controller/core/machine.py) with a synth
 every call is timed. Phases, in order:
 
 - cold start: `DecisionCore.start` with nothing restored (every link out until reported);
-- storm: a Hello from every switch with every cabled port up, one after the other;
-- links usable: the tick after the hold-down, which returns every reported link at once;
-- settle: every switch acknowledges what it was sent (agents that ack at once), until
-  make-before-break holds nothing;
+- storm: a Hello from every switch with every cabled port up, one after the other, spread
+  over `--storm-s` of the synthetic clock with the ticks the core asks for on the way; every
+  switch acknowledges what it is sent at once (agents that ack at once);
+- links usable: the tick after the hold-down, which returns every link still held down;
 - cuts: for each kind (ToR-spine, spine-core), `--cuts` cables cut (PortStatus down from
   both ends), settled, and restored (PortStatus up from both ends, then the tick after the
   hold-down), settled: the time of each call, the switches it sends to and the bytes;
@@ -154,6 +154,16 @@ class Fabric:
         msg = control_pb2.PortStatus(port=end[1], up=up)
         return self.core.port_status(end[0], msg, self.clock.now)
 
+    def run_timers(self, ticks: Calls) -> int:
+        """Tick when the core's earliest deadline has come (as the daemon's runner does);
+        ack what it sent."""
+        acked = 0
+        while (deadline := self.core.next_deadline_ns()) is not None and (
+            deadline <= self.clock.now.mono_ns
+        ):
+            acked += self.settle(_timed(ticks, self.core.tick, self.clock.now))
+        return acked
+
     def after_hold_down(self) -> list[Effect]:
         self.clock.advance(DampingParams().hold_down_ns + 1_000_000)
         return self.core.tick(self.clock.now)
@@ -164,7 +174,7 @@ def _links_of(planner: CorePlanner, a: Role, b: Role) -> list[PlannedLink]:
     return [x for x in planner.links() if {role[x.a[0]], role[x.b[0]]} == {a, b}]
 
 
-def run(path: Path, cuts: int, seed: int) -> dict[str, Any]:
+def run(path: Path, cuts: int, seed: int, storm_s: float) -> dict[str, Any]:
     out: dict[str, Any] = {"fabric": str(path)}
     t0 = time.perf_counter()
     planner = load_planner(path)
@@ -180,16 +190,25 @@ def run(path: Path, cuts: int, seed: int) -> dict[str, Any]:
     out["cold_start_s"] = round(time.perf_counter() - t0, 2)
     out["rss_after_start_mib"] = round(_rss_mib())
 
-    hellos = Calls()
+    hellos, ticks = Calls(), Calls()
+    step = int(storm_s * 1e9 / len(names))
+    t0 = time.perf_counter()
+    acked = 0
     for name in names:
-        _timed(hellos, fabric.hello, name)
+        acked += fabric.settle(_timed(hellos, fabric.hello, name))
+        clock.advance(step)
+        acked += fabric.run_timers(ticks)
     out["storm_hellos"] = hellos.figures()
     back = Calls()
     effects = _timed(back, fabric.after_hold_down)
     out["links_usable"] = back.figures()
-    t0 = time.perf_counter()
-    acked = fabric.settle(effects)
-    out["settle"] = {"acks": acked, "s": round(time.perf_counter() - t0, 2)}
+    acked += fabric.settle(effects)
+    out["storm"] = {
+        "spread_s": storm_s,
+        "s": round(time.perf_counter() - t0, 2),
+        "ticks": ticks.figures() if ticks.seconds else {"calls": 0},
+        "acks": acked,
+    }
     out["rss_connected_mib"] = round(_rss_mib())
     unusable = core.unroutable_links()
     if unusable:
@@ -241,12 +260,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("fabric", type=Path, help="fabric intent YAML")
     parser.add_argument("--cuts", type=int, default=8, help="cables cut per kind (each restored)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--storm-s",
+        type=float,
+        default=0.0,
+        help="spread the Hellos over this many seconds of the synthetic clock, ticking as the "
+        "core asks (0: all at one instant, one tick returns every link)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args(argv)
     if args.cuts < 1:
         parser.error("--cuts must be at least 1")
     gc.collect()
-    out = run(args.fabric, args.cuts, args.seed)
+    out = run(args.fabric, args.cuts, args.seed, args.storm_s)
     if args.json:
         print(json.dumps(out, indent=2))
     else:

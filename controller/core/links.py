@@ -60,11 +60,14 @@ class DampingParams:
 
 @dataclass(frozen=True)
 class Transition(Generic[K]):
-    """Routing must now use (`usable`) or avoid the link."""
+    """Routing must now use (`usable`) or avoid the link. `discovered`: usable for the first
+    time since it was unknown (both ends observed up: a start, an agent back after its grace),
+    not a return after a hold-down."""
 
     link: K
     usable: bool
     state: LinkState
+    discovered: bool = False
 
 
 @dataclass
@@ -276,6 +279,7 @@ class LinkTracker(Generic[K]):
     def _set(self, key: K, link: _Link, state: LinkState, now_ns: int) -> list[Transition[K]]:
         """Move `link` to `state`; the Transition when routing's view of it changes."""
         was_usable = self._usable(link.state)
+        discovered = link.state is LinkState.UNKNOWN
         link.state, link.since_ns = state, now_ns
         self._changed.add(key)
         if state in (LinkState.HOLD_DOWN, LinkState.DAMPED):
@@ -283,4 +287,6 @@ class LinkTracker(Generic[K]):
         else:
             self._timed.discard(key)
         usable = self._usable(state)
-        return [Transition(key, usable, state)] if usable != was_usable else []
+        if usable == was_usable:
+            return []
+        return [Transition(key, usable, state, discovered=usable and discovered)]

@@ -70,8 +70,11 @@ __all__ = [
     "UnknownSwitch",
 ]
 
-# The routing log is replayed at start-up, so it is kept short: past this many steps, the first
-# moment every link is usable and nothing is in flight, routing restarts from scratch.
+# The routing log is replayed at start-up, a computation per batch of joined steps, so it is
+# kept short: past this many computations, the first moment every link is usable and nothing is
+# in flight, routing restarts from scratch. (Counted in computations, not steps: a cold start's
+# one batch of every link of ref-100k is 135k steps, one replay, and worth no from-scratch
+# reload and full state to every switch.)
 ROUTING_LOG_LIMIT = 1000
 # Recent events kept in memory for the admin API (the store keeps its own bounded history).
 EVENTS_IN_MEMORY = 10_000
@@ -86,6 +89,35 @@ EVERY_LINK_USABLE, NO_LINK_USABLE = "every_link_usable", "no_link_usable"
 # between tries), so a controller restart or an agent reconnect changes no route. Past it, the
 # switch's ports count as unobserved and routes go around it.
 SESSION_GRACE_NS = 15_000_000_000
+# Links discovered (usable for the first time since unknown: a start, an agent back after its
+# grace) join routing together: once none has been discovered for DISCOVERY_SETTLE_NS, or
+# DISCOVERY_MAX_NS after the first of them. A storm of Hellos would otherwise cost a routing
+# run, and a delta to every switch it changes, per Hello (on ref-100k, minutes). Returns after
+# a hold-down and links going away are routed at once, as before.
+DISCOVERY_SETTLE_NS = 250_000_000
+DISCOVERY_MAX_NS = 3_000_000_000
+
+
+@dataclass
+class _Discovered:
+    """Links discovered and not routed yet, in discovery order."""
+
+    transitions: dict[str, Transition[str]] = field(default_factory=dict)
+    first_mono_ns: int = 0
+    last_mono_ns: int = 0
+    first_wall_ns: int = 0
+
+    def add(self, t: Transition[str], now: Now) -> None:
+        if not self.transitions:
+            self.first_mono_ns, self.first_wall_ns = now.mono_ns, now.wall_ns
+        self.transitions[t.link] = t
+        self.last_mono_ns = now.mono_ns
+
+    @property
+    def deadline_ns(self) -> int | None:
+        if not self.transitions:
+            return None
+        return min(self.last_mono_ns + DISCOVERY_SETTLE_NS, self.first_mono_ns + DISCOVERY_MAX_NS)
 
 
 @dataclass
@@ -133,6 +165,7 @@ class DecisionCore:
         self._links: dict[str, PlannedLink] = {}
         self._pending: dict[int, Convergence] = {}
         self._held = HeldDeltas()
+        self._discovered = _Discovered()
         self._next_event = 0
         self._started = False
         self._baseline_usable = True
@@ -222,6 +255,8 @@ class DecisionCore:
     ) -> None:
         planner = self.planner
         self._links = {link.key: link for link in planner.links()}
+        for key in [k for k in self._discovered.transitions if k not in self._links]:
+            del self._discovered.transitions[key]
         self.tracker = LinkTracker(
             ((link.key, link.a, link.b) for link in self._links.values()),
             self.damping,
@@ -546,6 +581,12 @@ class DecisionCore:
         out = _Out()
         self._release_ready(now, out)
         self._route(self.tracker.tick(now.mono_ns), now, now.wall_ns, out)
+        deadline = self._discovered.deadline_ns
+        if deadline is not None and deadline <= now.mono_ns:
+            found, self._discovered = self._discovered, _Discovered()
+            batch = [t for t in found.transitions.values() if t.link not in self.drains]
+            if batch:
+                self._route_batch(batch, now, found.first_wall_ns, out, None)
         for name, deadline in sorted(self._absent.items()):
             if deadline > now.mono_ns:
                 continue
@@ -583,6 +624,7 @@ class DecisionCore:
             self._held.next_deadline_ns(),
             self.tracker.next_deadline_ns(),
             min(self._absent.values(), default=None),
+            self._discovered.deadline_ns,
         )
         present = [d for d in deadlines if d is not None]
         return min(present) if present else None
@@ -656,7 +698,7 @@ class DecisionCore:
             self.drains[key] = d
             out.records.append(d)
             self._event(out, ev.drain(now.wall_ns, self.drain_message(d)))
-            if self.tracker.usable(key):
+            if self.tracker.usable(key) and key not in self._discovered.transitions:
                 moved.append(Transition(key, False, self.tracker.state(key)))
         self._route(moved, now, now.wall_ns, out, planned=self._drained_side(plan))
         out.log(Level.INFO, f"{plan.target} drained by {who}: {len(plan.links)} links")
@@ -675,6 +717,7 @@ class DecisionCore:
             out.records.append(DrainCleared(key))
             back = DrainRecord(key, who, reason, now.wall_ns, plan.target, was.forced)
             self._event(out, ev.drain(now.wall_ns, self.drain_message(back), undrain=True))
+            self._discovered.transitions.pop(key, None)  # the operator returns it now
             if self.tracker.usable(key):
                 moved.append(Transition(key, True, self.tracker.state(key)))
         self._route(moved, now, now.wall_ns, out, planned=self._drained_side(plan))
@@ -735,12 +778,19 @@ class DecisionCore:
 
     # -- queries (the admin API and metrics read these on the event loop)
     def routable(self, key: str) -> bool:
-        """Routing uses the link: usable as observed, and not drained."""
-        return self.tracker.usable(key) and key not in self.drains
+        """Routing uses the link: usable as observed, not drained, not waiting to join with
+        the links discovered with it."""
+        return (
+            self.tracker.usable(key)
+            and key not in self.drains
+            and key not in self._discovered.transitions
+        )
 
     def unroutable_links(self) -> list[str]:
-        """Links routing avoids: unusable as observed, or drained."""
-        return sorted(set(self.tracker.down_links()) | set(self.drains))
+        """Links routing avoids: unusable as observed, drained, or discovered and waiting."""
+        return sorted(
+            set(self.tracker.down_links()) | set(self.drains) | set(self._discovered.transitions)
+        )
 
     def held_deltas(self, switch: str) -> list[state_pb2.StateDelta]:
         """The deltas make-before-break still holds for `switch`, oldest first (read-only)."""
@@ -795,6 +845,12 @@ class DecisionCore:
         t = self.tracker
         state = t.state(key)
         if state is LinkState.UP:
+            if key in self._discovered.transitions:
+                return (
+                    "discovered: joins routing with the links discovered with it, once none "
+                    f"is found for {DISCOVERY_SETTLE_NS / 1e9:g} s (at most "
+                    f"{DISCOVERY_MAX_NS / 1e9:g} s)"
+                )
             return ""
         if state is LinkState.HOLD_DOWN:
             return (
@@ -817,8 +873,8 @@ class DecisionCore:
         return prefix + ("; ".join(why) or "not observed")
 
     def quiescent(self) -> bool:
-        """Nothing held back and no convergence in flight."""
-        return not self._held and not self._pending
+        """Nothing held back, no convergence in flight, no discovered link waiting."""
+        return not self._held and not self._pending and not self._discovered.transitions
 
     # -- routing
     def _carrier(
@@ -846,6 +902,12 @@ class DecisionCore:
         gone: list[Transition[str]] = []
         back: list[Transition[str]] = []
         for t in transitions:
+            if planned is None:
+                if t.discovered:
+                    self._discovered.add(t, now)  # routed by tick, with the others found
+                    continue
+                if self._discovered.transitions.pop(t.link, None) is not None:
+                    continue  # went away before routing used it: nothing to take out
             link = self._links[t.link]
             if planned is None and not t.usable:
                 # A link that went away: what its own switches hold back (a drain's removal
@@ -959,7 +1021,7 @@ class DecisionCore:
         # Deltas for one switch leave in the order they were computed: flush what is held.
         for h in self._held.take_all(switch):
             self._release(switch, h, now, out)
-        self._apply(switch, delta, event_id, out)
+        self._apply(switch, delta, event_id, out, newest=True)
 
     def _release(self, switch: str, h: Held, now: Now, out: _Out) -> None:
         conv = self._pending.get(h.event_id)
@@ -969,45 +1031,59 @@ class DecisionCore:
         if conv is not None and conv.done and h.event_id in self._pending:
             self._converged(h.event_id, conv, now, out)
 
-    def _apply(self, switch: str, delta: state_pb2.StateDelta, event_id: int, out: _Out) -> None:
+    def _apply(
+        self,
+        switch: str,
+        delta: state_pb2.StateDelta,
+        event_id: int,
+        out: _Out,
+        *,
+        newest: bool = False,
+    ) -> None:
         """Extend `switch`'s chain by one generation and send it, as a delta when the session
-        is at the chain's head, else as a full state."""
+        is at the chain's head, else as a full state. `newest`: nothing computed after the
+        delta is held for the switch, so the planner's state is the chain's next step."""
         v = self.views[switch]
         delta.switch_name = switch
         delta.from_generation = v.state.generation
         delta.to_generation = v.state.generation + 1
-        if v.route_keys is None and (delta.upsert_routes or delta.delete_routes):
-            # Built when first needed: most deltas re-point groups only (a remote cut sends
-            # thousands of switches one group each), and building every switch's keys from
-            # its protobuf routes made the first such cut take seconds.
-            v.route_keys = route_keys(v.state)
-        # The keys are updated in place; a delta that changes nothing keeps them for v.state.
-        keys = None if v.route_keys is None else array("Q", v.route_keys)
-        try:
-            new = apply_delta(v.state, delta, keys)
-            size = delta_size(delta)
-        except DeltaError as err:
-            # Cannot happen with in-order deltas; if it does, the planner's current state is
-            # still right: send that, with what was held for the switch (it is included).
-            out.log(Level.ERROR, f"core delta for {switch} does not apply ({err}); full state")
-            for h in self._held.take_all(switch):
-                conv = self._pending.get(h.event_id)
-                if conv is not None:
-                    conv.held -= 1
-            new = self.planner.full_state(switch)
-            new.switch_name = switch
-            new.generation, new.digest = v.state.generation + 1, new.digest or state_digest(new)
-            size, keys = 0, None
+        size = delta_size(delta)
+        snapshot = False
+        routes_touched = len(delta.upsert_routes) + len(delta.delete_routes)
+        if newest and routes_touched > len(v.state.routes):
+            # A delta that rewrites more routes than the state holds (a cold start's links
+            # joining routing: a ToR goes from its host routes to 1,600): the planner's state,
+            # built whole, costs a third of applying the delta route by route on ref-100k.
+            new, keys, snapshot = self._planned_state(v), None, True
+        else:
+            if v.route_keys is None and routes_touched:
+                # Built when first needed: most deltas re-point groups only (a remote cut
+                # sends thousands of switches one group each), and building every switch's
+                # keys from its protobuf routes made the first such cut take seconds.
+                v.route_keys = route_keys(v.state)
+            # The keys are updated in place; a delta that changes nothing keeps them.
+            keys = None if v.route_keys is None else array("Q", v.route_keys)
+            try:
+                new = apply_delta(v.state, delta, keys)
+            except DeltaError as err:
+                # Cannot happen with in-order deltas; if it does, the planner's current state
+                # is still right: send that, with what was held for the switch (included).
+                out.log(Level.ERROR, f"core delta for {switch} does not apply ({err}); full state")
+                for h in self._held.take_all(switch):
+                    conv = self._pending.get(h.event_id)
+                    if conv is not None:
+                        conv.held -= 1
+                new, keys, snapshot, size = self._planned_state(v), None, True, 0
         if new.digest == v.state.digest:
             return
-        if size:
+        if not snapshot:
             delta.digest = new.digest
         v.state, v.route_keys = new, keys
         out.generations[switch] = SwitchGeneration(switch, new.generation, new.digest)
         out.objects += size
         if not v.connected:
             return
-        if size and v.sent_generation == delta.from_generation:
+        if not snapshot and size and v.sent_generation == delta.from_generation:
             out.effects.append(Push(switch, control_pb2.ControllerMessage(state_delta=delta)))
             out.pushed[switch] = new.generation
         else:
@@ -1018,6 +1094,13 @@ class DecisionCore:
             conv.waiting[switch] = new.generation
             conv.switches += 1
             conv.entries += size
+
+    def _planned_state(self, v: SwitchView) -> state_pb2.DesiredState:
+        """The planner's state for `v` as the next generation of its chain."""
+        new = self.planner.full_state(v.name)
+        new.switch_name = v.name
+        new.generation, new.digest = v.state.generation + 1, new.digest or state_digest(new)
+        return new
 
     def _send_snapshot(self, v: SwitchView, out: _Out) -> None:
         out.effects.append(Push(v.name, control_pb2.ControllerMessage(desired_state=v.state)))
@@ -1046,7 +1129,7 @@ class DecisionCore:
             not self._pending
             and not self._held
             and not self.tracker.down_links()
-            and len(self.routing_log) > ROUTING_LOG_LIMIT
+            and sum(1 for _ in _computations(self.routing_log)) > ROUTING_LOG_LIMIT
         ):
             self._compact(now, out)
 

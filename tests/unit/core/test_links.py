@@ -31,7 +31,8 @@ def test_a_link_is_unknown_and_unused_until_both_ends_report_carrier() -> None:
     assert t.state("L") is LinkState.UNKNOWN and not t.usable("L")
     assert t.report(0, A, up=True) == []
     assert t.unobserved_ends("L") == {B}
-    assert t.report(1, B, up=True) == [Transition("L", True, LinkState.UP)]
+    # Discovered: usable for the first time since unknown (the core batches these).
+    assert t.report(1, B, up=True) == [Transition("L", True, LinkState.UP, discovered=True)]
     assert t.unobserved_ends("L") == frozenset()
 
 
@@ -40,7 +41,7 @@ def test_a_forgotten_end_makes_an_up_link_unknown_until_it_reports_again() -> No
     assert t.forget(S, B) == [Transition("L", False, LinkState.UNKNOWN)]
     assert t.forget(S, B) == []  # already forgotten
     assert t.report(2 * S, A, up=True) == []  # the other end alone proves nothing
-    assert t.report(3 * S, B, up=True) == [Transition("L", True, LinkState.UP)]
+    assert t.report(3 * S, B, up=True) == [Transition("L", True, LinkState.UP, discovered=True)]
     assert t.usable("M")
 
 
@@ -52,7 +53,7 @@ def test_a_held_down_link_whose_end_is_forgotten_settles_unknown_not_up() -> Non
     assert t.forget(3 * S, B) == []
     assert t.tick(4 * S) == []
     assert t.state("L") is LinkState.UNKNOWN
-    assert t.report(5 * S, B, up=True) == [Transition("L", True, LinkState.UP)]
+    assert t.report(5 * S, B, up=True) == [Transition("L", True, LinkState.UP, discovered=True)]
 
 
 def test_either_end_down_takes_the_link_out_at_once_and_only_once() -> None:
@@ -73,7 +74,8 @@ def test_link_returns_only_after_both_ends_are_up_for_the_hold_down() -> None:
     assert t.state("L") is LinkState.HOLD_DOWN
     assert t.next_deadline_ns() == 4 * S
     assert t.tick(4 * S - 1) == []
-    assert t.tick(4 * S) == [Transition("L", True, LinkState.UP)]
+    # A return after the hold-down is not a discovery.
+    assert t.tick(4 * S) == [Transition("L", True, LinkState.UP, discovered=False)]
     assert t.down_links() == []
 
 

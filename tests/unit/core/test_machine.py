@@ -320,6 +320,16 @@ def test_a_long_routing_history_is_compacted_once_the_fabric_is_healthy(
     assert h.take_pushed() == []
 
 
+def test_a_cold_start_with_more_links_than_the_limit_is_one_computation_not_compacted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(machine, "ROUTING_LOG_LIMIT", 3)
+    h = connected(hold_down_s=0)
+    # One computation of every link: kept (a compaction empties the log).
+    assert len(h.core.routing_log) == len(list(h.core.links())) > 3
+    assert sum(1 for step in h.core.routing_log if not step.joined) == 1
+
+
 def test_applied_for_a_generation_never_sent_is_refused() -> None:
     h = connected()
     name = "tor-r1-b1"
@@ -638,3 +648,68 @@ def test_a_cold_start_begins_routing_with_no_link_usable_and_a_restart_replays_i
     for name in h.agents:
         h.hello(name)
     assert h.take_pushed() == []
+
+
+def _computations(h: Harness) -> int:
+    return sum(1 for step in h.core.routing_log if not step.joined)
+
+
+def test_links_discovered_by_a_storm_of_hellos_are_routed_in_one_computation() -> None:
+    """A cold start's Hellos discover every link; routing takes them together once none has
+    been discovered for DISCOVERY_SETTLE_NS, not one computation (and a delta to every switch
+    it changes) per Hello."""
+    h = Harness()
+    for name in h.agents:
+        h.hello(name)
+        h.advance(machine.DISCOVERY_SETTLE_NS // 10)
+    assert _computations(h) == 0
+    # Observed up, not routed yet, and the reason says so.
+    key = uplinks(h, "tor-r1-b1")[0]
+    assert h.core.tracker.usable(key) and not h.core.routable(key)
+    assert key in h.core.unroutable_links()
+    assert h.core.link_reason(key).startswith("discovered: joins routing")
+    assert not h.core.quiescent()
+    h.check_no_route_over_unusable_links()
+    h.advance(machine.DISCOVERY_SETTLE_NS)
+    assert _computations(h) == 1
+    assert h.core.unroutable_links() == []
+    h.settle()
+    h.check_matches_fresh_computation()
+
+
+def test_discovery_that_never_pauses_is_routed_within_its_longest_wait() -> None:
+    """Hellos closer together than the settle time: the batch goes once its first link has
+    waited DISCOVERY_MAX_NS, not when the storm ends."""
+    h = Harness(FABRICS / "pods.yaml")
+    keys = [link.key for link in h.core.links()]
+    step = machine.DISCOVERY_SETTLE_NS * 9 // 10
+    assert len(h.agents) * step > machine.DISCOVERY_MAX_NS
+    first = routed = None
+    for name in sorted(h.agents):
+        h.hello(name)
+        waiting = any(h.core.tracker.usable(k) and not h.core.routable(k) for k in keys)
+        if first is None and waiting:
+            first = h.now.mono_ns
+        if routed is None and _computations(h):
+            routed = h.now.mono_ns
+        h.advance(step)
+    assert first is not None and routed is not None
+    # `routed` is the first Hello seen after the batch went, at most one step after it.
+    assert routed - step <= first + machine.DISCOVERY_MAX_NS <= routed
+    h.settle()
+    h.check_matches_fresh_computation()
+
+
+def test_a_discovered_link_that_goes_away_before_routing_took_it_is_never_routed() -> None:
+    h = Harness()
+    for name in h.agents:
+        h.hello(name)
+    key = uplinks(h, "tor-r1-b1")[0]
+    h.cut(key)
+    assert key not in {step.link for step in h.core.routing_log}
+    h.advance(machine.DISCOVERY_SETTLE_NS)
+    routed = {step.link for step in h.core.routing_log}
+    assert key not in routed and len(routed) == len(list(h.core.links())) - 1
+    h.settle()
+    assert h.core.unroutable_links() == [key]
+    h.check_matches_fresh_computation()
