@@ -126,3 +126,23 @@ def test_shared_qos_objects_digest_as_hashed_one_by_one() -> None:
     # objects follow each port's own cable.
     tor = next(s for s in states if s.switch_name.startswith("tor"))
     assert len({p.headroom_bytes for p in tor.pfc}) > 1
+
+
+@pytest.mark.parametrize("fabric_file", [LAB, LAB.parent / "ref-mid.yaml"], ids=lambda p: p.stem)
+def test_routes_built_from_shared_entries_are_the_routing_engines_in_order(
+    fabric_file: Path,
+) -> None:
+    """Routes come from serialized entries built once per (prefix, group) for all switches:
+    each state's routes are exactly routing's, in its order, and its digest is that of every
+    object hashed afresh, also after links go and the same routes point at other groups."""
+    fabric = load_fabric(fabric_file)
+    routing = FabricRouting(fabric)
+    for phase in ("all links", "some links out"):
+        for sw in fabric.switches:
+            state = desired_state(routing, sw.name)
+            got = [(r.prefix.address, r.prefix.length, r.group_id) for r in state.routes]
+            assert got == list(routing.route_triples(sw.name)), (phase, sw.name)
+            assert state.digest == state_digest(state), (phase, sw.name)
+        if phase == "all links":
+            link = fabric.links[0]
+            routing.apply([LinkEvent(link.a, link.a_port, False)])
