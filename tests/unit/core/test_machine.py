@@ -320,14 +320,23 @@ def test_a_long_routing_history_is_compacted_once_the_fabric_is_healthy(
     assert h.take_pushed() == []
 
 
-def test_a_cold_start_with_more_links_than_the_limit_is_one_computation_not_compacted(
+def test_compaction_counts_computations_not_the_steps_joined_in_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """A batch of many links is one computation to replay: no reason to compact."""
     monkeypatch.setattr(machine, "ROUTING_LOG_LIMIT", 3)
-    h = connected(hold_down_s=0)
-    # One computation of every link: kept (a compaction empties the log).
-    assert len(h.core.routing_log) == len(list(h.core.links())) > 3
-    assert sum(1 for step in h.core.routing_log if not step.joined) == 1
+    h = Harness(hold_down_s=0)
+    key = uplinks(h, "tor-r1-b1")[0]
+    h.set_carrier(key, False)  # not everything comes up: discovered links are routed as a batch
+    h.connect_all()
+    assert len(h.core.routing_log) == len(list(h.core.links())) - 1 > 3
+    h.set_carrier(key, True)
+    h.restore(key)
+    h.settle()
+    # Every link usable and two computations logged (more than 3 steps): kept.
+    assert h.core.unroutable_links() == []
+    assert _computations(h) == 2
+    assert len(h.core.routing_log) == len(list(h.core.links()))
 
 
 def test_applied_for_a_generation_never_sent_is_refused() -> None:
@@ -637,8 +646,11 @@ def test_a_cold_start_begins_routing_with_no_link_usable_and_a_restart_replays_i
     """Nothing is observed at a cold start: routing starts from no usable link (one
     computation, not one per link), and the store says so, so a restart's replay of the
     routing log gives every switch the same state (group ids included)."""
-    h = connected()
+    h = Harness()
     assert h.store.load().meta[machine.ROUTING_BASELINE] == machine.NO_LINK_USABLE
+    h.connect_all()
+    # Every link discovered at once: routing from scratch over all of them, said in the store.
+    assert h.store.load().meta[machine.ROUTING_BASELINE] == machine.EVERY_LINK_USABLE
     h.cut(uplinks(h, "tor-r1-b1")[0])
     h.settle()
     before = {name: v.state.digest for name, v in h.core.views.items()}
@@ -671,8 +683,24 @@ def test_links_discovered_by_a_storm_of_hellos_are_routed_in_one_computation() -
     assert not h.core.quiescent()
     h.check_no_route_over_unusable_links()
     h.advance(machine.DISCOVERY_SETTLE_NS)
+    # Every link discovered at once: routing from scratch, the log starting again from every
+    # link usable (what a restart replays), and an event that says so.
+    assert h.core.unroutable_links() == [] and h.core.routing_log == []
+    (event,) = events_of(h, admin_pb2.EVENT_KIND_ROUTING_COMPACTED)
+    assert event.message.startswith(f"{len(list(h.core.links()))} links discovered together")
+    h.settle()
+    h.check_matches_fresh_computation()
+
+
+def test_links_discovered_while_others_are_out_join_routing_in_one_computation() -> None:
+    h = Harness()
+    h.set_carrier(uplinks(h, "tor-r1-b1")[0], False)
+    for name in h.agents:
+        h.hello(name)
+    assert _computations(h) == 0
+    h.advance(machine.DISCOVERY_SETTLE_NS)
     assert _computations(h) == 1
-    assert h.core.unroutable_links() == []
+    assert len(h.core.routing_log) == len(list(h.core.links())) - 1
     h.settle()
     h.check_matches_fresh_computation()
 
