@@ -3,8 +3,12 @@
 - Keepalive. A peer that hangs (SIGSTOP, a blackholed path) sends no reset, so without pings a
   stream stays open forever. Both sides ping every KEEPALIVE_TIME_MS, even with no call in
   flight, and drop the connection when a ping is not answered within KEEPALIVE_TIMEOUT_MS: a
-  hung peer is detected within their sum (4 s), plus the time to notice the dead stream.
-  Servers accept pings at that rate (they would otherwise answer GOAWAY "too_many_pings").
+  hung peer is detected within their sum (15 s), plus the time to notice the dead stream (a
+  crashed one resets its connections at once). Servers accept pings at that rate (they would
+  otherwise answer GOAWAY "too_many_pings"). The timeout is not shorter because a controller
+  starting on a 100k-GPU fabric is busy for seconds while thousands of agents connect: with
+  2 s, a third of 4,672 sessions were dropped for unanswered pings (bench.swarm, ref-100k),
+  and each dropped session comes back as one more TLS handshake and snapshot.
 - Exclusive bind. gRPC sets SO_REUSEPORT by default, so a second daemon on the same address
   would start and serve next to the first; with it off, the second bind fails.
 - Message size. DesiredStates of large switches and admin answers of a large fabric exceed
@@ -13,8 +17,8 @@
 
 from __future__ import annotations
 
-KEEPALIVE_TIME_MS = 2_000
-KEEPALIVE_TIMEOUT_MS = 2_000
+KEEPALIVE_TIME_MS = 5_000
+KEEPALIVE_TIMEOUT_MS = 10_000
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 
 Options = list[tuple[str, int]]

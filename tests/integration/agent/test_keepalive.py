@@ -3,7 +3,7 @@ processes: the agent daemon programming a softswitch, against the real controlle
 
 A hung process (SIGSTOP) sends no FIN or RST, so without pings a stream to it stays open
 forever. Both ends ping every KEEPALIVE_TIME_MS and drop the connection when a ping is not
-answered within KEEPALIVE_TIMEOUT_MS: a hang is detected within their sum (4 s) plus the time
+answered within KEEPALIVE_TIMEOUT_MS: a hang is detected within their sum (15 s) plus the time
 to notice the dead stream. The tests assert a wide DETECT_WITHIN_S and print what they
 measured."""
 
@@ -30,8 +30,8 @@ pytestmark = pytest.mark.integration
 
 SWITCH = "tor-r1-b1"
 KEEPALIVE_S = (KEEPALIVE_TIME_MS + KEEPALIVE_TIMEOUT_MS) / 1000
-# keepalive time + timeout (4 s) + a margin for a busy machine.
-DETECT_WITHIN_S = 30.0
+# keepalive time + timeout (15 s) + a margin for a busy machine.
+DETECT_WITHIN_S = KEEPALIVE_S + 20.0
 RECONNECT_WITHIN_S = 60.0
 
 
