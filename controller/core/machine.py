@@ -96,6 +96,13 @@ SESSION_GRACE_NS = 15_000_000_000
 # a hold-down and links going away are routed at once, as before.
 DISCOVERY_SETTLE_NS = 250_000_000
 DISCOVERY_MAX_NS = 3_000_000_000
+# After the controller starts, while more than DISCOVERY_QUORUM of the switches have not said
+# Hello yet, discovered links wait for them (at most DISCOVERY_START_MAX_NS after the first
+# discovery): the agents of a large fabric reconnect over tens of seconds (TLS handshakes),
+# and a batch every DISCOVERY_MAX_NS meanwhile would send every connected switch a new state
+# each time (ref-100k: the storm never caught up).
+DISCOVERY_QUORUM = 0.05
+DISCOVERY_START_MAX_NS = 60_000_000_000
 
 
 @dataclass
@@ -166,6 +173,8 @@ class DecisionCore:
         self._pending: dict[int, Convergence] = {}
         self._held = HeldDeltas()
         self._discovered = _Discovered()
+        # Switches that have not said Hello since the controller started.
+        self._unheard: set[str] = set()
         self._next_event = 0
         self._started = False
         self._baseline_usable = True
@@ -205,6 +214,7 @@ class DecisionCore:
                 v.applied_generation = s.applied_generation
         # The links as last observed hold while the agents reconnect.
         self._absent = dict.fromkeys(self.views, now.mono_ns + self.grace_ns)
+        self._unheard = set(self.views)
         return self._finish(out, now)
 
     def reload(self, planner: Planner, now: Now) -> list[Effect]:
@@ -235,6 +245,7 @@ class DecisionCore:
         gone = sorted(set(old_views) - set(self.views))
         for name in gone:
             self._absent.pop(name, None)
+            self._unheard.discard(name)
         for name, v in self.views.items():
             if name not in old_views and not v.connected:
                 self._absent[name] = now.mono_ns + self.grace_ns
@@ -353,6 +364,7 @@ class DecisionCore:
             ),
         )
         self._absent.pop(v.name, None)
+        self._unheard.discard(v.name)
         v.target_health = hello.target_health if hello.HasField("target_health") else None
         # Carrier as the agent sees it now (it may have changed while the agent was away, or
         # the controller restarted): every reported port is an observation, and a port of the
@@ -584,7 +596,7 @@ class DecisionCore:
         out = _Out()
         self._release_ready(now, out)
         self._route(self.tracker.tick(now.mono_ns), now, now.wall_ns, out)
-        deadline = self._discovered.deadline_ns
+        deadline = self._discovery_deadline_ns()
         if deadline is not None and deadline <= now.mono_ns:
             found, self._discovered = self._discovered, _Discovered()
             batch = [t for t in found.transitions.values() if t.link not in self.drains]
@@ -630,10 +642,19 @@ class DecisionCore:
             self._held.next_deadline_ns(),
             self.tracker.next_deadline_ns(),
             min(self._absent.values(), default=None),
-            self._discovered.deadline_ns,
+            self._discovery_deadline_ns(),
         )
         present = [d for d in deadlines if d is not None]
         return min(present) if present else None
+
+    def _discovery_deadline_ns(self) -> int | None:
+        """When the discovered links join routing (DISCOVERY_* above)."""
+        deadline = self._discovered.deadline_ns
+        if deadline is None:
+            return None
+        if len(self._unheard) > DISCOVERY_QUORUM * len(self.views):
+            return max(deadline, self._discovered.first_mono_ns + DISCOVERY_START_MAX_NS)
+        return deadline
 
     def intent_refused(self, error: str, now: Now) -> list[Effect]:
         out = _Out()
