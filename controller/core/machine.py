@@ -1168,36 +1168,23 @@ class DecisionCore:
         a full state to every switch whose state changed. Incrementally, ref-100k's 135k links
         were one computation of 20 s and deltas thrown away for whole states; from scratch
         it is one computation of about 1.5 s."""
-        self.routing_log = []
-        self._baseline_usable = True
-        out.records += [RoutingReset(), Meta(ROUTING_BASELINE, EVERY_LINK_USABLE)]
-        self._reload(self.planner.fresh(), now, out, announce=False)
-        self._event(
-            out,
-            ev.event(
-                now.wall_ns,
-                ev.K.EVENT_KIND_ROUTING_COMPACTED,
-                f"{links} links discovered together joined routing, recomputed from scratch"
-                + (f" ({left_out} links left out)" if left_out else ""),
-            ),
-        )
+        why = f"{links} links discovered together joined routing, recomputed from scratch"
+        self._from_scratch(why + (f" ({left_out} links left out)" if left_out else ""), now, out)
 
     def _compact(self, now: Now, out: _Out) -> None:
         """Forget the routing history: recompute from scratch and send full states to the
         switches whose group ids that renames. Forwarding does not change (every link is up)."""
-        steps = len(self.routing_log)
+        why = f"routing recomputed from scratch after {len(self.routing_log)} link changes"
+        self._from_scratch(why, now, out)
+
+    def _from_scratch(self, why: str, now: Now, out: _Out) -> None:
+        """Routing over every link from scratch, what routing avoids taken out by `_load`'s
+        catch-up, the log starting again there; `why` goes in the event."""
         self.routing_log = []
         self._baseline_usable = True
         out.records += [RoutingReset(), Meta(ROUTING_BASELINE, EVERY_LINK_USABLE)]
         self._reload(self.planner.fresh(), now, out, announce=False)
-        self._event(
-            out,
-            ev.event(
-                now.wall_ns,
-                ev.K.EVENT_KIND_ROUTING_COMPACTED,
-                f"routing recomputed from scratch after {steps} link changes",
-            ),
-        )
+        self._event(out, ev.event(now.wall_ns, ev.K.EVENT_KIND_ROUTING_COMPACTED, why))
 
     # -- alarms and events
     def _raise(self, alarm: AlarmRecord, out: _Out) -> None:
