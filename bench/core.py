@@ -48,6 +48,7 @@ from controller.core.planner import PlannedLink
 from controller.core.records import LinkRecord, Restored
 from controller.daemon.core_planner import CorePlanner, load_planner
 from controller.fabric import Role
+from controller.intent import IntentError
 from railfabric.v1 import admin_pb2, control_pb2
 
 ROLES = {
@@ -272,7 +273,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.cuts < 1:
         parser.error("--cuts must be at least 1")
     gc.collect()
-    out = run(args.fabric, args.cuts, args.seed, args.storm_s)
+    try:
+        out = run(args.fabric, args.cuts, args.seed, args.storm_s)
+    except IntentError as exc:
+        print(f"bench.core: {exc}", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(out, indent=2))
     else:

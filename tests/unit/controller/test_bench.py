@@ -57,3 +57,12 @@ def test_core_bench_storms_cuts_and_restores_every_kind_of_cable(
         assert cut["restore_tick"]["switches_sent_to_max"] == 2
     assert data["applied"]["calls"] > data["switches"]
     assert data["restart_all_up_s"] >= 0
+
+
+def test_core_bench_names_the_file_of_a_bad_fabric(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("bad: [\n")
+    assert core_bench.main([str(bad)]) == 1
+    assert f"bench.core: {bad}:2:" in capsys.readouterr().err
