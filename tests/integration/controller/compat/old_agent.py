@@ -4,8 +4,9 @@ from the .proto files beside this script (compiled by the test), never from rail
 Usage: old_agent.py ADDRESS SWITCH PORTS PORT_TO_CUT --tls-ca CA --tls-cert CERT --tls-key KEY.
 It connects with mutual TLS as the switch the certificate names (TLS is not part of the
 protocol's version), says Hello with ports 1..PORTS up, acknowledges every snapshot and delta
-with the generation and digest it carries, reports PORT_TO_CUT down after the first snapshot,
-and prints one JSON line per message received. It stops when stdin closes.
+with the generation and digest it carries, reports PORT_TO_CUT down once a state it received
+routes over that port (the controller routes links discovered together, a moment after the
+first snapshot), and prints one JSON line per message received. It stops when stdin closes.
 """
 
 from __future__ import annotations
@@ -47,14 +48,16 @@ async def main(
             kind = msg.WhichOneof("msg")
             if kind == "desired_state":
                 generation, digest = msg.desired_state.generation, msg.desired_state.digest
+                groups = list(msg.desired_state.groups)
             elif kind == "state_delta":
                 generation, digest = msg.state_delta.to_generation, msg.state_delta.digest
+                groups = list(msg.state_delta.upsert_groups)
             else:
                 continue
             print(json.dumps({"kind": kind, "generation": generation}), flush=True)
             applied = control_pb2.Applied(generation=generation, digest=digest)
             await outbox.put(control_pb2.AgentMessage(applied=applied))
-            if not cut:
+            if not cut and any(h.port == cut_port for g in groups for h in g.next_hops):
                 cut = True
                 status = control_pb2.PortStatus(port=cut_port, up=False)
                 await outbox.put(control_pb2.AgentMessage(port_status=status))
