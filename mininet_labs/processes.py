@@ -69,6 +69,7 @@ DATA_PLANE_NICE = -5
 # take it as its source port ("address in use"). Below the range only listeners compete.
 _LOWEST_PORT = 10_000
 _handed_out: set[int] = set()
+_rng = random.Random()
 
 
 def _ephemeral_low() -> int:
@@ -82,9 +83,8 @@ def free_port() -> int:
     """A TCP port on 127.0.0.1 nobody listens on, outside the ephemeral range, not handed
     out before by this process."""
     high = _ephemeral_low()
-    rng = random.Random()
     for _ in range(1_000):
-        port = rng.randrange(_LOWEST_PORT, high)
+        port = _rng.randrange(_LOWEST_PORT, high)
         if port in _handed_out:
             continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -1157,7 +1157,7 @@ class DecisionCore:
             not self._pending
             and not self._held
             and not self.tracker.down_links()
-            and sum(1 for _ in _computations(self.routing_log)) > ROUTING_LOG_LIMIT
+            and sum(not step.joined for step in self.routing_log) > ROUTING_LOG_LIMIT
         ):
             self._compact(now, out)
 

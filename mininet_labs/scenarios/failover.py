@@ -279,7 +279,7 @@ def measure(cuts: Sequence[Cut], packets: Sequence[Packet], sent: int, interval_
     """Fill in each cut's windows from the probe's records; the whole probe and what it did
     outside the cut windows. Windows are disjoint, so a gap counts once: a cut's window opens
     CUT_LEAD_NS before it (datagrams queued behind a cable when it is cut are lost with it)
-    and closes the previous restore's window there; an outage that reaches into a cut's
+    and closes the previous restore's window there; an outage that ends inside a cut's
     window is the cut's, wherever it started."""
     spans: list[tuple[int, int]] = []
     for i, c in enumerate(cuts):
