@@ -11,6 +11,13 @@
   and each dropped session comes back as one more TLS handshake and snapshot.
 - Exclusive bind. gRPC sets SO_REUSEPORT by default, so a second daemon on the same address
   would start and serve next to the first; with it off, the second bind fails.
+- Calls waiting for the application. gRPC core queues a call that arrives before the server
+  has asked for the next one (a grpc.aio server asks from its event loop, one at a time) and
+  sheds that queue by random early detection from 1,000 calls (all of it at 3,000) and by age
+  after 30 s: the new calls are cancelled (clients see CANCELLED or INTERNAL "Internal error
+  from Core"). Every agent of a 100k-GPU fabric opens its session at once when the controller
+  starts (4,672 of them on ref-100k), so the queue is sized above the largest fabric and a
+  waiting session may wait for a controller still computing its first states.
 - Message size. DesiredStates of large switches and admin answers of a large fabric exceed
   gRPC's 4 MB default; both ends accept MAX_MESSAGE_BYTES.
 """
@@ -20,6 +27,10 @@ from __future__ import annotations
 KEEPALIVE_TIME_MS = 5_000
 KEEPALIVE_TIMEOUT_MS = 10_000
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+# gRPC core's defaults are 1,000 / 3,000 calls and 30 s (src/core/server/server.h).
+PENDING_CALLS_SOFT = 16_384
+PENDING_CALLS_HARD = 32_768
+PENDING_CALL_MAX_AGE_S = 300
 
 Options = list[tuple[str, int]]
 
@@ -45,6 +56,9 @@ def server_options() -> Options:
         *_KEEPALIVE,
         ("grpc.http2.min_recv_ping_interval_without_data_ms", KEEPALIVE_TIME_MS // 2),
         ("grpc.http2.max_ping_strikes", 0),
+        ("grpc.server.max_pending_requests", PENDING_CALLS_SOFT),
+        ("grpc.server.max_pending_requests_hard_limit", PENDING_CALLS_HARD),
+        ("grpc.server_max_unrequested_time_in_server", PENDING_CALL_MAX_AGE_S),
         *_SIZES,
     ]
 
