@@ -473,7 +473,12 @@ async def _serve(
                 session.close("the controller is stopping")
             # Each step is bounded: a stop that hangs (seen twice in CI, never here) is said,
             # and the store is still closed with everything it holds written.
-            for what, step in (("the gRPC server", stopping), ("push delivery", runner.drain())):
+            steps = (
+                ("the gRPC server", stopping),
+                ("the agent sessions", sessions.ended()),
+                ("push delivery", runner.drain()),
+            )
+            for what, step in steps:
                 try:
                     await asyncio.wait_for(step, STOP_STEP_S)
                 except TimeoutError:

@@ -94,6 +94,13 @@ class Sessions:
         self.waiting: dict[str, int] = {}
         self._request_ids = itertools.count(1)
 
+    async def ended(self) -> None:
+        """Until every session has ended and said so to the core (a stop waits for this
+        before closing the store, so no session's end is lost). A session's end is set in the
+        same step that unregisters it and tells the core."""
+        while self.by_switch:
+            await next(iter(self.by_switch.values())).ended.wait()
+
     def fighting(self, switch: str) -> bool:
         """A session for `switch` is about to replace a live one: is this a second agent?"""
         if switch in self.waiting:

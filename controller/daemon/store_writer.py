@@ -185,6 +185,8 @@ class StoreWriter:
         self._available = True
         self._retry_at = 0.0
         self._closing = False
+        # Inputs submitted after close (logged once).
+        self._after_close = 0
         self._events_shed = 0
         self._commits = 0
         self._failed_commits = 0
@@ -207,10 +209,15 @@ class StoreWriter:
             else:
                 with self._cv:
                     if self._closing:
-                        log.error(
-                            "store writer: %d records submitted after close, not written",
-                            len(records),
-                        )
+                        # Said once: a stop that ends thousands of sessions late would
+                        # otherwise log a line for each.
+                        if not self._after_close:
+                            log.error(
+                                "store writer: records submitted after close are not written "
+                                "(first: %d records; later ones are not logged)",
+                                len(records),
+                            )
+                        self._after_close += 1
                     else:
                         self._events_shed += self._pending.add(records)
                         if self._available:
