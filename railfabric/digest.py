@@ -58,6 +58,11 @@ def object_hash(tag: Tag, obj: Message | str) -> int:
     return int.from_bytes(hashlib.sha256(prefix + data).digest(), "big")
 
 
+def bytes_hash(tag: Tag, data: bytes) -> int:
+    """`object_hash` of an object given as its deterministic serialization."""
+    return int.from_bytes(hashlib.sha256(_PREFIX[tag] + data).digest(), "big")
+
+
 class DigestAccumulator:
     """A digest being built or updated: add or remove objects in any order, read it back."""
 
@@ -97,7 +102,7 @@ def state_digest(state: state_pb2.DesiredState, known: Mapping[Tag, int] | None 
     `known`: the sums (`field_sum`) of some of its repeated fields, by tag, which are then not
     hashed again: objects many states share (a port layout's QoS) are hashed once. The caller
     vouches they are the sums of `state`'s fields."""
-    return f"{_HEADER}{_state_sum(state, known or {}):064x}"
+    return f"{_HEADER}{state_sum(state, known or {}):064x}"
 
 
 def field_sum(tag: Tag, items: Iterable[Message]) -> int:
@@ -105,7 +110,11 @@ def field_sum(tag: Tag, items: Iterable[Message]) -> int:
     return _sum(tag, items) & _MASK
 
 
-def _state_sum(state: state_pb2.DesiredState, known: Mapping[Tag, int]) -> int:
+def state_sum(state: state_pb2.DesiredState, known: Mapping[Tag, int] | None = None) -> int:
+    """The digest of `state` as a number (`DigestAccumulator(n).hex()` writes it), so the
+    digests of parts of a state can be added up; `known` as in `state_digest`."""
+    known = known or {}
+
     def part(tag: Tag, items: Iterable[Message]) -> int:
         value = known.get(tag)
         return _sum(tag, items) if value is None else value
