@@ -29,7 +29,7 @@ from controller.core import events as ev
 from controller.core.alarms import Alarms
 from controller.core.cabling import MISWIRE, SILENT, CablingCheck, CablingPlan, ServerLldp
 from controller.core.clock import Now
-from controller.core.convergence import DEFER_LIMIT_NS, Convergence, Held, HeldDeltas
+from controller.core.convergence import DEFER_LIMIT_NS, Convergence, Gate, Held, HeldDeltas
 from controller.core.drains import (
     DrainConflict,
     DrainError,
@@ -1004,11 +1004,11 @@ class DecisionCore:
         for switch, delta in deltas.items():
             if switch in ends:
                 self._push_now(switch, delta, event_id, now, out)
-        gate = dict(conv.waiting)
+        gate = Gate(conv.waiting)
         for switch, delta in deltas.items():
             if switch in ends:
                 continue
-            if gate:
+            if gate.waiting:
                 deadline = now.mono_ns + DEFER_LIMIT_NS
                 self._held.hold(switch, Held(event_id, delta, gate, deadline))
                 conv.held += 1
@@ -1025,15 +1025,17 @@ class DecisionCore:
         # Deltas released by the deadline, not by their gate: one line per event (a storm of
         # returning links would otherwise log a line per switch, thousands).
         late: dict[int, tuple[str, list[str], set[str]]] = {}
-        for switch, h in self._held.take_ready(now.mono_ns, self._gate_open):
-            waited = {s for s, g in h.gate.items() if not self._gate_open(s, g)}
+        for switch, h, last in self._held.take_ready(now.mono_ns, self._gate_open):
+            waited = {s for s, g in h.gate.waiting.items() if not self._gate_open(s, g)}
             if waited:
                 conv = self._pending.get(h.event_id)
                 link = f" of {conv.link}" if conv is not None else ""
                 _, switches, ends = late.setdefault(h.event_id, (link, [], set()))
                 switches.append(switch)
                 ends |= waited
-            self._release(switch, h, now, out)
+            # The last delta held for a switch takes it to the planner's state: no newer
+            # computation changed the switch, or its delta would be queued behind this one.
+            self._release(switch, h, now, out, newest=last)
         for link, switches, ends in late.values():
             shown = ", ".join(sorted(switches)[:5]) + (", ..." if len(switches) > 5 else "")
             out.log(
@@ -1051,11 +1053,11 @@ class DecisionCore:
             self._release(switch, h, now, out)
         self._apply(switch, delta, event_id, out, newest=True)
 
-    def _release(self, switch: str, h: Held, now: Now, out: _Out) -> None:
+    def _release(self, switch: str, h: Held, now: Now, out: _Out, *, newest: bool = False) -> None:
         conv = self._pending.get(h.event_id)
         if conv is not None:
             conv.held -= 1
-        self._apply(switch, h.delta, h.event_id, out)
+        self._apply(switch, h.delta, h.event_id, out, newest=newest)
         if conv is not None and conv.done and h.event_id in self._pending:
             self._converged(h.event_id, conv, now, out)
 
