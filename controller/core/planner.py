@@ -63,11 +63,11 @@ class Planner(Protocol):
         ...
 
     def set_links_usable(
-        self, changes: Sequence[tuple[str, bool]]
+        self, changes: Sequence[tuple[str, bool]], *, deltas: bool = True
     ) -> Mapping[str, state_pb2.StateDelta]:
         """Take links out of routing or put them back (link key, usable), in one computation;
         the per-switch changes they cause (generations unset). Only switches whose state
-        changes appear."""
+        changes appear. `deltas=False`: none are built (the caller takes whole states)."""
         ...
 
     def isolation(self, unusable: Collection[str]) -> Isolation:

@@ -93,16 +93,18 @@ class CorePlanner:
         return export.desired_state(self.routing, switch)
 
     def set_links_usable(
-        self, changes: Sequence[tuple[str, bool]]
+        self, changes: Sequence[tuple[str, bool]], *, deltas: bool = True
     ) -> Mapping[str, state_pb2.StateDelta]:
         by_key = self._by_key
         events = [LinkEvent(*by_key[key].a, usable) for key, usable in changes]
         t0 = time.perf_counter_ns()
-        deltas = self.routing.apply(events)
+        changed = self.routing.apply(events)
         self.last_compute_ns = time.perf_counter_ns() - t0
+        if not deltas:
+            return {}
         return {
             name: export.state_delta(self.routing, delta, 0, with_digest=False)
-            for name, delta in deltas.items()
+            for name, delta in changed.items()
         }
 
     def isolation(self, unusable: Collection[str]) -> Isolation:

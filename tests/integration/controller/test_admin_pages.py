@@ -64,7 +64,7 @@ class StaticPlanner(CorePlanner):
         return {}
 
     def set_links_usable(
-        self, changes: Sequence[tuple[str, bool]]
+        self, changes: Sequence[tuple[str, bool]], *, deltas: bool = True
     ) -> Mapping[str, state_pb2.StateDelta]:
         return {}
 
