@@ -225,8 +225,17 @@ class DecisionCore:
         self._reload(planner, now, out)
         return self._finish(out, now)
 
-    def _reload(self, planner: Planner, now: Now, out: _Out, *, announce: bool = True) -> None:
-        """`planner` from now on (`announce`: a new intent, said in an event)."""
+    def _reload(
+        self,
+        planner: Planner,
+        now: Now,
+        out: _Out,
+        *,
+        announce: bool = True,
+        same_intent: bool = False,
+    ) -> None:
+        """`planner` from now on (`announce`: a new intent, said in an event; `same_intent`:
+        the same intent computed afresh, so its cabling plan holds)."""
         for switch in self._held.switches():
             for h in self._held.take_all(switch):
                 self._release(switch, h, now, out)
@@ -234,7 +243,7 @@ class DecisionCore:
         old_views, old_tracker = self.views, self.tracker
         self.planner = planner
         previous = {n: (v.state.generation, v.state.digest) for n, v in old_views.items()}
-        self._load(previous, out, now, carry=old_tracker)
+        self._load(previous, out, now, carry=old_tracker, same_intent=same_intent)
         for name, v in list(self.views.items()):
             was = old_views.get(name)
             if was is None:
@@ -266,6 +275,8 @@ class DecisionCore:
         now: Now,
         links: Mapping[str, LinkRecord] | None = None,
         carry: LinkTracker[str] | None = None,
+        *,
+        same_intent: bool = False,
     ) -> None:
         planner = self.planner
         self._links = {link.key: link for link in planner.links()}
@@ -331,8 +342,12 @@ class DecisionCore:
                 out.generations[info.name] = SwitchGeneration(info.name, generation, digest)
         # The cabling check of this plan, with what was heard so far and every cabling alarm
         # (restored or raised under the previous plan) to be looked at again.
+        # The plan is the intent's cabling (states' ports and neighbours, which links do not
+        # change): the same intent keeps it (rebuilt, it cost seconds on ref-100k).
         self.cabling = CablingCheck(
-            CablingPlan(v.state for v in self.views.values()),
+            self.cabling.plan
+            if same_intent
+            else CablingPlan(v.state for v in self.views.values()),
             planner.server_lldp,
             flagged=[
                 (a.switch, a.port)
@@ -1188,7 +1203,7 @@ class DecisionCore:
         self.routing_log = []
         self._baseline_usable = True
         out.records += [RoutingReset(), Meta(ROUTING_BASELINE, EVERY_LINK_USABLE)]
-        self._reload(self.planner.fresh(), now, out, announce=False)
+        self._reload(self.planner.fresh(), now, out, announce=False, same_intent=True)
         self._event(out, ev.event(now.wall_ns, ev.K.EVENT_KIND_ROUTING_COMPACTED, why))
 
     # -- alarms and events

@@ -13,7 +13,7 @@ from controller.core.planner import Isolation, PlannedLink
 from controller.fabric import Fabric, Role
 from controller.intent import load_fabric
 from controller.path import Flow, PathError, predict_path
-from controller.routing import FabricRouting, LinkEvent
+from controller.routing import FabricRouting, LinkEvent, _Topo
 from railfabric import ecmp
 from railfabric.v1 import admin_pb2, state_pb2
 
@@ -35,6 +35,7 @@ class CorePlanner:
         # Computed when first needed: a cold start wants it with every link out
         # (set_all_unusable), and computing it twice costs seconds on a 100k-GPU fabric.
         self._routing: FabricRouting | None = None
+        self._topo: _Topo | None = None
         self._unusable = frozenset(unusable)
         self.last_compute_ns = 0
         self._links = tuple(
@@ -67,9 +68,12 @@ class CorePlanner:
         return self._routing
 
     def _from_scratch(self, unusable: Collection[str]) -> FabricRouting:
-        topo = None if self._routing is None else self._routing.topo
         down = [LinkEvent(*link.a, False) for link in self._links if link.key in unusable]
-        return FabricRouting(self.fabric, down=down, topo=topo)
+        routing = FabricRouting(self.fabric, down=down, topo=self._topo)
+        # The compiled fabric is immutable; export keeps what it derived from it (each
+        # switch's ports, neighbours and QoS, serialized) for as long as it lives.
+        self._topo = routing.topo
+        return routing
 
     @property
     def fabric_name(self) -> str:
@@ -141,7 +145,11 @@ class CorePlanner:
         self._routing = self._from_scratch(self._by_key)
 
     def fresh(self) -> CorePlanner:
-        return CorePlanner(self.fabric)
+        planner = CorePlanner(self.fabric)
+        # Same intent: the compiled fabric, and what export derived from it, carry over (on
+        # ref-100k, building every switch's ports, neighbours and QoS again cost seconds).
+        planner._topo = self._topo
+        return planner
 
     def predict_path(self, request: admin_pb2.PredictPathRequest) -> admin_pb2.PredictPathResponse:
         try:
