@@ -98,8 +98,7 @@ def apply_delta(
     acc = _digest_to_update(state)
     groups = _touched(state.groups, _group_key, delta.upsert_groups, delta.delete_groups)
     routes: dict[Hashable, state_pb2.Route] | None = None
-    # By position unless groups go: then which routes remain is needed as a whole.
-    keyed = route_keys is not None and not delta.delete_groups
+    keyed = route_keys is not None
     if keyed:
         assert route_keys is not None
         _check_deletes(route_keys, delta)
@@ -147,12 +146,24 @@ def apply_delta(
     if delta.upsert_routes or delta.delete_groups:
         # Only new routes, or groups that go, can leave a route without its group.
         live = {g.id for g in state.groups} if groups is None else set(groups)
+        # The upserted routes that remain (a later upsert of a prefix wins, a delete of it
+        # wins over both).
+        gone = {_prefix_key(p) for p in delta.delete_routes}
+        last = {_route_key(r): r.group_id for r in delta.upsert_routes}
+        used = {gid for k, gid in last.items() if k not in gone}
         if delta.delete_groups:
-            used = {r.group_id for r in (state.routes if routes is None else routes.values())}
-        else:  # the upserted routes that remain (a later upsert of a prefix wins)
-            gone = {_prefix_key(p) for p in delta.delete_routes}
-            last = {_route_key(r): r.group_id for r in delta.upsert_routes}
-            used = {gid for k, gid in last.items() if k not in gone}
+            # And the routes the delta leaves alone. By the caller's keys when it has them:
+            # a route that moves to a new group deletes the old one (every switch's delta when
+            # a cable returns), and indexing every route of 1,648 states for it made a restore
+            # on ref-100k take 13 s.
+            if routes is not None:
+                used = {r.group_id for r in routes.values()}
+            elif route_keys is not None:
+                touched = {a << 6 | n for a, n in gone | last.keys()}
+                kept = zip(route_keys, state.routes, strict=True)
+                used |= {r.group_id for k, r in kept if k not in touched}
+            else:
+                used |= {r.group_id for r in state.routes}
         missing = used - live
         if missing:
             raise DeltaError(
@@ -165,12 +176,6 @@ def apply_delta(
     if keyed:
         assert route_keys is not None
         _routes_in_place(out.routes, route_keys, delta, acc)
-    elif routes is not None and route_keys is not None:
-        # Kept ascending for the caller's keys.
-        ordered = sorted(routes.values(), key=_route_key)
-        del out.routes[:]
-        out.routes.extend(ordered)
-        route_keys[:] = array("Q", [r.prefix.address << 6 | r.prefix.length for r in ordered])
     else:
         _replace(out.routes, routes)
     _replace(out.neighbors, neighbors)

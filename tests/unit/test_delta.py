@@ -117,6 +117,11 @@ def test_deleting_a_group_still_in_use_is_refused() -> None:
     )
     with pytest.raises(DeltaError, match=r"routes point at missing groups \[4\]"):
         apply_delta(old, delta)
+    keys = route_keys(old)
+    assert keys is not None
+    with pytest.raises(DeltaError, match=r"routes point at missing groups \[4\]"):
+        apply_delta(old, delta, keys)  # by the caller's keys too
+    assert list(keys) == list(route_keys(old) or [])
     delta = state_pb2.StateDelta(
         switch_name="tor",
         from_generation=1,
