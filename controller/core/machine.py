@@ -345,9 +345,7 @@ class DecisionCore:
         # The plan is the intent's cabling (states' ports and neighbours, which links do not
         # change): the same intent keeps it (rebuilt, it cost seconds on ref-100k).
         self.cabling = CablingCheck(
-            self.cabling.plan
-            if same_intent
-            else CablingPlan(v.state for v in self.views.values()),
+            self.cabling.plan if same_intent else CablingPlan(v.state for v in self.views.values()),
             planner.server_lldp,
             flagged=[
                 (a.switch, a.port)
