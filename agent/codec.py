@@ -36,6 +36,7 @@ from agent.translate import (
 )
 from railfabric import fabric_p4 as p4
 from railfabric.p4bytes import decode_unchecked, encode
+from railfabric.protowire import varint
 
 T = TypeVar("T")
 LOG = logging.getLogger("railfabric.agent.codec")
@@ -90,23 +91,14 @@ _VARINT, _LEN = 0, 2
 _UPDATES_TAG = bytes([p4r.WriteRequest.UPDATES_FIELD_NUMBER << 3 | _LEN])
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _uint(number: int, value: int) -> bytes:
     """A varint field (a tag is one byte: every field number here is below 16)."""
-    return bytes([number << 3 | _VARINT]) + _varint(value)
+    return bytes([number << 3 | _VARINT]) + varint(value)
 
 
 def _sub(number: int, payload: bytes) -> bytes:
     """A length-delimited field: bytes or a sub-message."""
-    return bytes([number << 3 | _LEN]) + _varint(len(payload)) + payload
+    return bytes([number << 3 | _LEN]) + varint(len(payload)) + payload
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +148,7 @@ class _RouteWire:
         update = _uint(p4r.Update.TYPE_FIELD_NUMBER, kind) + _sub(
             p4r.Update.ENTITY_FIELD_NUMBER, _sub(p4r.Entity.TABLE_ENTRY_FIELD_NUMBER, entry)
         )
-        whole = _UPDATES_TAG + _varint(len(update)) + update
+        whole = _UPDATES_TAG + varint(len(update)) + update
         return whole[: len(whole) - len(tail) - lv], tail[: len(tail) - lval]
 
     def field(self, kind: int, entry: RouteEntry) -> bytes:
@@ -481,7 +473,7 @@ class Codec:
                 parts.append(route_field(kind, entry))
             else:
                 data = self.encode_update(update).SerializeToString()
-                parts.append(_UPDATES_TAG + _varint(len(data)) + data)
+                parts.append(_UPDATES_TAG + varint(len(data)) + data)
         return Encoded(b"".join(parts), len(parts))
 
     def _check_route_wire(self) -> None:

@@ -17,6 +17,7 @@ from controller.fabric import Prefix
 from controller.routing import FabricRouting, Group, Route, SwitchDelta
 from railfabric.digest import DigestAccumulator, Tag, bytes_hash, field_sum, state_sum
 from railfabric.ecmp import HashFields
+from railfabric.protowire import varint
 from railfabric.v1 import state_pb2
 
 ECMP_HASH: dict[HashFields, state_pb2.EcmpHash.ValueType] = {
@@ -176,19 +177,10 @@ def _group_entries(groups: Iterable[Group]) -> tuple[bytes, int]:
         hit = cache.get(key)
         if hit is None:
             data = group_message(group).SerializeToString(deterministic=True)
-            hit = cache[key] = (_GROUPS_TAG + _varint(len(data)) + data, bytes_hash("group", data))
+            hit = cache[key] = (_GROUPS_TAG + varint(len(data)) + data, bytes_hash("group", data))
         parts.append(hit[0])
         total += hit[1]
     return b"".join(parts), total
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 # (address, length, group id) -> the route as a serialized `routes` field entry of a

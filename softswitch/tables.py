@@ -17,6 +17,7 @@ from typing import NamedTuple, Protocol
 from finsy.proto import p4r
 
 from railfabric import fabric_p4 as p4
+from railfabric.protowire import varint
 from softswitch.codes import Code, P4Error
 from softswitch.entities import (
     DELETE,
@@ -74,18 +75,9 @@ _TAG_LPM_PREFIX_LEN = p4r.FieldMatch.LPM.PREFIX_LEN_FIELD_NUMBER << 3  # a varin
 _TAG_ENTRY_ACTION = p4r.TableEntry.ACTION_FIELD_NUMBER << 3 | 2  # length-delimited
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _sub(number: int, payload: bytes) -> bytes:
     """A length-delimited field (field numbers here are below 16: one-byte tags)."""
-    return bytes([number << 3 | 2]) + _varint(len(payload)) + payload
+    return bytes([number << 3 | 2]) + varint(len(payload)) + payload
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,8 +123,8 @@ class _EntryShape:
             # prefix length's field after it: a tag and a one-byte varint).
             tail = b"\0\0" if lpm else b""
             kind = _sub(kind_field, _sub(value_field, b"\0" * length) + tail)
-            match = bytes([fm.FIELD_ID_FIELD_NUMBER << 3]) + _varint(field.id) + kind
-            entry = bytes([p4r.TableEntry.TABLE_ID_FIELD_NUMBER << 3]) + _varint(table.id)
+            match = bytes([fm.FIELD_ID_FIELD_NUMBER << 3]) + varint(field.id) + kind
+            entry = bytes([p4r.TableEntry.TABLE_ID_FIELD_NUMBER << 3]) + varint(table.id)
             entry += _sub(p4r.TableEntry.MATCH_FIELD_NUMBER, match)
             heads[length] = entry[: len(entry) - length - len(tail)]
         sizes = {len(head) for head in heads.values()}
