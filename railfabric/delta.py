@@ -98,9 +98,7 @@ def apply_delta(
     acc = _digest_to_update(state)
     groups = _touched(state.groups, _group_key, delta.upsert_groups, delta.delete_groups)
     routes: dict[Hashable, state_pb2.Route] | None = None
-    keyed = route_keys is not None
-    if keyed:
-        assert route_keys is not None
+    if route_keys is not None:
         _check_deletes(route_keys, delta)
     elif delta.upsert_routes or delta.delete_routes:
         # Inlined _by(state.routes, _route_key): routes are most of a state.
@@ -173,8 +171,7 @@ def apply_delta(
     out.CopyFrom(state)
     out.generation = delta.to_generation
     _replace(out.groups, groups)
-    if keyed:
-        assert route_keys is not None
+    if route_keys is not None:
         _routes_in_place(out.routes, route_keys, delta, acc)
     else:
         _replace(out.routes, routes)

@@ -185,8 +185,8 @@ class StoreWriter:
         self._available = True
         self._retry_at = 0.0
         self._closing = False
-        # Inputs submitted after close (logged once).
-        self._after_close = 0
+        # Whether a submission after close was logged (it is, once).
+        self._said_after_close = False
         self._events_shed = 0
         self._commits = 0
         self._failed_commits = 0
@@ -211,13 +211,13 @@ class StoreWriter:
                     if self._closing:
                         # Said once: a stop that ends thousands of sessions late would
                         # otherwise log a line for each.
-                        if not self._after_close:
+                        if not self._said_after_close:
                             log.error(
                                 "store writer: records submitted after close are not written "
                                 "(first: %d records; later ones are not logged)",
                                 len(records),
                             )
-                        self._after_close += 1
+                        self._said_after_close = True
                     else:
                         self._events_shed += self._pending.add(records)
                         if self._available:
