@@ -32,6 +32,7 @@ from typing import Self
 from google.protobuf.message import DecodeError
 
 from controller.core.records import (
+    RESTORED_EVENTS,
     AlarmCleared,
     AlarmRecord,
     DrainCleared,
@@ -57,10 +58,9 @@ FILE_NAME = "controller.sqlite3"
 SCHEMA_VERSION = 4
 # The store's own meta key; Restored.meta does not include it and commit refuses to write it.
 SCHEMA_KEY = "_store.schema_version"
-# Events kept in the file (older ones are pruned at each commit that adds events) and events
-# given back by load().
+# Events kept in the file (older ones are pruned at each commit that adds events); load() gives
+# back the newest records.RESTORED_EVENTS of them.
 MAX_EVENTS = 10_000
-RESTORED_EVENTS = 1_000
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _SQLITE_CORRUPT = 11
@@ -172,15 +172,18 @@ class StoreCorrupt(StoreError):
     """The file is not a readable controller store. The message tells the operator both ways
     out; nothing is ever reset without them."""
 
-    def __init__(self, path: str, cause: str) -> None:
+    def __init__(self, path: str, cause: str, ways_out: str | None = None) -> None:
         self.path = path
         self.cause = cause
-        super().__init__(
-            f"{path}: the controller's store cannot be read ({cause}). Either move it aside to "
-            f"start with an empty store (mv {path} {path}.corrupt) — the controller then "
-            "recomputes routes from the intent and agents resync — or restore a backup of the "
-            "state directory."
-        )
+        # The file's; another backend says its own (etcd_store: delete the prefix, or restore
+        # an etcd snapshot).
+        if ways_out is None:
+            ways_out = (
+                f"Either move it aside to start with an empty store (mv {path} {path}.corrupt) "
+                "— the controller then recomputes routes from the intent and agents resync — "
+                "or restore a backup of the state directory."
+            )
+        super().__init__(f"{path}: the controller's store cannot be read ({cause}). {ways_out}")
 
 
 def _is_corruption(exc: sqlite3.Error) -> bool:

@@ -1,0 +1,243 @@
+"""A local etcd cluster for the highly-available controller's tests, lab and benchmarks: N
+members (1 by default, 3 to lose one) on free loopback ports, data under a given directory.
+
+Members elect quickly (heartbeat 100 ms, election timeout 1 s; etcd's defaults are 100 ms and
+1 s too, but spelled out: tests that kill the leader wait for one election) and keep every
+write durable as a production member does (fsync on), so figures measured on them are real.
+Each member is its own session and dies with this process (setpriv --pdeathsig), like the
+lab's other children; `kill(i)` is SIGKILL (a crash), `start(i)` brings it back with its data.
+
+Ready means answering: every running member serves a linearizable read (it has a leader and
+the leader has a quorum), which is what `etcdctl endpoint health` checks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+import grpc
+from aetcd import rpc
+
+from mininet_labs.netlinks import LabError
+from mininet_labs.processes import DIE_WITH_PARENT, free_port, tail
+
+HEARTBEAT_MS = 100
+ELECTION_MS = 1_000
+READY_TIMEOUT_S = 20.0
+INSTALL_HINT = "etcd is not installed (Debian: apt-get install etcd-server; scripts/setup.sh does)"
+
+
+def etcd_path() -> str | None:
+    """The etcd binary, or None when it is not installed."""
+    return shutil.which("etcd") or (
+        "/usr/bin/etcd" if os.access("/usr/bin/etcd", os.X_OK) else None
+    )
+
+
+@dataclass
+class _Member:
+    name: str
+    client_port: int
+    peer_port: int
+    data_dir: Path
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def client_url(self) -> str:
+        return f"http://127.0.0.1:{self.client_port}"
+
+    @property
+    def peer_url(self) -> str:
+        return f"http://127.0.0.1:{self.peer_port}"
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+class EtcdCluster:
+    """`with EtcdCluster(3, tmp_path / "etcd") as cluster:` ... `cluster.url`. Members' data
+    and logs (`m0.data`, `m0.log`, ...) go under `directory` (a temporary one, removed at stop,
+    when None). LabError when etcd is absent or a member does not come up (its log's tail in
+    the message)."""
+
+    def __init__(
+        self,
+        members: int = 1,
+        directory: Path | None = None,
+        *,
+        heartbeat_ms: int = HEARTBEAT_MS,
+        election_ms: int = ELECTION_MS,
+        ready_timeout_s: float = READY_TIMEOUT_S,
+    ) -> None:
+        if members < 1:
+            raise ValueError(f"{members} members: an etcd cluster has at least one")
+        binary = etcd_path()
+        if binary is None:
+            raise LabError(INSTALL_HINT)
+        # Without a directory, a temporary one, removed by stop().
+        self._own_directory = directory is None
+        self.directory = Path(tempfile.mkdtemp(prefix="etcd-")) if directory is None else directory
+        self.binary = binary
+        self.heartbeat_ms = heartbeat_ms
+        self.election_ms = election_ms
+        self.ready_timeout_s = ready_timeout_s
+        # One token per cluster: members of two clusters never join each other.
+        self._token = f"railfabric-{secrets.token_hex(4)}"
+        self._members = [
+            _Member(
+                f"m{i}",
+                free_port(),
+                free_port(),
+                self.directory / f"m{i}.data",
+                self.directory / f"m{i}.log",
+            )
+            for i in range(members)
+        ]
+
+    # -- the cluster
+
+    @property
+    def size(self) -> int:
+        return len(self._members)
+
+    @property
+    def url(self) -> str:
+        """The store URL of every member, without a prefix (append "/PREFIX")."""
+        return "etcd://" + ",".join(f"127.0.0.1:{m.client_port}" for m in self._members)
+
+    def member_url(self, i: int) -> str:
+        return f"etcd://127.0.0.1:{self._members[i].client_port}"
+
+    def pids(self) -> list[int]:
+        """The running members' pids, in member order."""
+        return [m.proc.pid for m in self._members if m.proc is not None and m.running()]
+
+    def pid(self, i: int) -> int | None:
+        m = self._members[i]
+        return m.proc.pid if m.proc is not None and m.running() else None
+
+    def __enter__(self) -> Self:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            for i in range(self.size):
+                self._launch(i)
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop every member (SIGTERM, SIGKILL after 5 s) and reap it. One at a time: members
+        stopped together each wait for the others to take over (5 s for three)."""
+        for i, m in enumerate(self._members):
+            if m.proc is None:
+                continue
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(m.proc.pid, signal.SIGTERM)
+            try:
+                m.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.kill(i)
+            m.proc = None
+        if self._own_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    # -- one member
+
+    def kill(self, i: int) -> None:
+        """SIGKILL member `i` (a crash) and reap it; its data stays for start(i)."""
+        m = self._members[i]
+        if m.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(m.proc.pid, signal.SIGKILL)
+        m.proc.wait(timeout=10)
+        m.proc = None
+
+    def start(self, i: int, *, wait: bool = True) -> None:
+        """Start member `i` again (after kill) with its data; by default wait until it
+        answers (which needs a quorum of members running)."""
+        if self._members[i].running():
+            return
+        self._launch(i)
+        if wait:
+            self.wait_ready([i])
+
+    def _launch(self, i: int) -> None:
+        m = self._members[i]
+        cluster = ",".join(f"{o.name}={o.peer_url}" for o in self._members)
+        argv = [
+            *DIE_WITH_PARENT,
+            self.binary,
+            f"--name={m.name}",
+            f"--data-dir={m.data_dir}",
+            f"--listen-client-urls={m.client_url}",
+            f"--advertise-client-urls={m.client_url}",
+            f"--listen-peer-urls={m.peer_url}",
+            f"--initial-advertise-peer-urls={m.peer_url}",
+            # Read only at the first start: a restarted member has its cluster in its data.
+            f"--initial-cluster={cluster}",
+            f"--initial-cluster-token={self._token}",
+            "--initial-cluster-state=new",
+            f"--heartbeat-interval={self.heartbeat_ms}",
+            f"--election-timeout={self.election_ms}",
+            "--logger=zap",
+            "--log-outputs=stderr",
+        ]
+        with m.log.open("ab") as log:
+            m.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
+
+    def wait_ready(self, members: list[int] | None = None) -> None:
+        """Until each of `members` (every running one by default) serves a linearizable read;
+        LabError naming the member, with its log's tail, after ready_timeout_s."""
+        which = [i for i in range(self.size) if self._members[i].running()]
+        deadline = time.monotonic() + self.ready_timeout_s
+        for i in which if members is None else members:
+            m = self._members[i]
+            channel = grpc.insecure_channel(f"127.0.0.1:{m.client_port}")
+            try:
+                stub = rpc.KVStub(channel)
+                while True:
+                    if not m.running():
+                        code = None if m.proc is None else m.proc.returncode
+                        raise LabError(f"etcd member {m.name} exited ({code}):\n{tail(m.log)}")
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise LabError(
+                            f"etcd member {m.name} ({m.client_url}) not ready after "
+                            f"{self.ready_timeout_s:g} s:\n{tail(m.log)}"
+                        )
+                    try:
+                        stub.Range(rpc.RangeRequest(key=b"health"), timeout=min(left, 1.0))
+                        break
+                    except grpc.RpcError:
+                        time.sleep(0.05)
+            finally:
+                channel.close()
