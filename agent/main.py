@@ -72,7 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
         "Switch agent: programs a P4Runtime target from the controller's state.",
     )
     parser.add_argument("--switch", required=True, help="switch name in the fabric intent")
-    parser.add_argument("--controller", required=True, help="controller address HOST:PORT")
+    parser.add_argument(
+        "--controller",
+        required=True,
+        type=cli.addresses,
+        help="controller address HOST:PORT, or every replica's: HOST:PORT,HOST:PORT,... (the "
+        "agent follows the one that leads)",
+    )
     parser.add_argument("--target", required=True, help="P4Runtime target address HOST:PORT")
     parser.add_argument("--device-id", type=int, required=True, help="P4Runtime device id")
     parser.add_argument("--port-map", required=True, help="PORT=IFNAME[,PORT=IFNAME...]")

@@ -12,7 +12,14 @@ agent's --switch: those retries slow down to one per REFUSED_BACKOFF.maximum_s (
 refusal, with the controller's words, is logged once per REFUSAL_LOG_S rather than at every try.
 
 The channel pings the controller (railfabric.grpcopts keepalive): a controller that hangs is
-noticed within the keepalive time + timeout, and the agent reconnects."""
+noticed within the keepalive time + timeout, and the agent reconnects.
+
+Several controllers (replicas sharing an etcd store, one of them leader): the agent knows them
+all (`--controller a,b,c`). A follower answers UNAVAILABLE naming the leader
+(railfabric.redirect), and the agent goes there next; any other failure moves it to the next
+controller of the list. Every message carries the leader's term: the agent keeps the highest
+term it has seen and ends a session whose messages carry an older one (a deposed leader that
+has not noticed yet), without applying them."""
 
 from __future__ import annotations
 
@@ -20,13 +27,14 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import grpc
 
 from railfabric import tls
 from railfabric.grpcopts import channel_options
+from railfabric.redirect import leader_of
 from railfabric.v1 import control_pb2, control_pb2_grpc
 
 LOG = logging.getLogger("railfabric.agent.session")
@@ -83,12 +91,16 @@ async def _delays(
 REFUSED_BACKOFF = Backoff(initial_s=1.0, maximum_s=60.0)
 
 
+class StaleTerm(Exception):
+    """The controller spoke for a term older than one the agent has seen."""
+
+
 class ControllerSession:
     """Owns the stream to the controller; run() forever in a named task."""
 
     def __init__(
         self,
-        address: str,
+        addresses: str | Sequence[str],
         make_hello: Callable[[], control_pb2.Hello],
         on_message: Callable[[control_pb2.ControllerMessage], Awaitable[None]],
         *,
@@ -105,7 +117,14 @@ class ControllerSession:
         self.connect_timeout_s = connect_timeout_s
         self._refused_backoff = refused_backoff
         self._refusal_log_s = refusal_log_s
-        self.address = address
+        self.addresses = (addresses,) if isinstance(addresses, str) else tuple(addresses)
+        if not self.addresses:
+            raise ValueError("no controller address")
+        # The controller tried now, or next.
+        self.address = self.addresses[0]
+        # The highest leader's term seen (0: none, or controllers without election).
+        self.term = 0
+        self.redirects = 0
         self._make_hello = make_hello
         self._on_message = on_message
         self._outbox_size = outbox_size
@@ -144,6 +163,7 @@ class ControllerSession:
         while True:
             started = loop.time()
             refused = False
+            leader: str | None = None
             try:
                 await self._one_session()
                 self.last_error = "stream closed by the controller"
@@ -151,6 +171,10 @@ class ControllerSession:
                 details = (err.details() or "")[:_MAX_LOGGED_DETAILS]
                 self.last_error = f"{err.code().name}: {details}"
                 refused = err.code() in REFUSALS
+                if err.code() == grpc.StatusCode.UNAVAILABLE:
+                    leader = leader_of(err.trailing_metadata())
+            except StaleTerm as err:
+                self.last_error = str(err)
             except TimeoutError:
                 self.last_error = f"not reachable within {self.connect_timeout_s} s"
             except tls.TlsError as err:  # certificate files changed under us: said, retried
@@ -158,6 +182,12 @@ class ControllerSession:
             finally:
                 self.connected.clear()
                 self._outbox = None
+            if leader is not None and leader != self.address:
+                # A follower named the leader: go there at once (a little jitter, so the
+                # agents of a whole fabric do not arrive in one burst).
+                self._redirect(leader)
+                await asyncio.sleep(self._rng.uniform(0, self._backoff.initial_s))
+                continue
             if refused:
                 self.refusals += 1
                 delay = await anext(refused_delays)
@@ -175,7 +205,28 @@ class ControllerSession:
                     self.last_error,
                     delay,
                 )
+            self._next_address()
             await asyncio.sleep(delay)
+
+    def _redirect(self, leader: str) -> None:
+        self.redirects += 1
+        if leader in self.addresses:
+            LOG.info("controller %s: a follower; the leader is %s", self.address, leader)
+            self.address = leader
+            return
+        # Only controllers the operator listed are trusted with the switch.
+        LOG.error(
+            "controller %s names %s as the leader, which is not among --controller %s; "
+            "trying the next one listed",
+            self.address,
+            leader,
+            ",".join(self.addresses),
+        )
+        self._next_address()
+
+    def _next_address(self) -> None:
+        i = self.addresses.index(self.address) if self.address in self.addresses else -1
+        self.address = self.addresses[(i + 1) % len(self.addresses)]
 
     def _log_refusal(self, now: float, delay: float) -> None:
         """The first refusal, then one line per `refusal_log_s` (sooner if the controller's
@@ -225,6 +276,16 @@ class ControllerSession:
             writer = asyncio.create_task(_pump(call, outbox), name="controller-outbox")
             try:
                 async for reply in call:
+                    if reply.term:
+                        if reply.term < self.term:
+                            raise StaleTerm(
+                                f"controller {self.address} speaks for term {reply.term}, older "
+                                f"than term {self.term} already seen: a deposed leader; its "
+                                "messages are not applied"
+                            )
+                        self.term = reply.term
+                    if reply.WhichOneof("msg") is None:
+                        continue  # the leader announcing its term: nothing to apply
                     if self.refusals:
                         LOG.info(
                             "controller %s: session taken after %d refusals",

@@ -52,6 +52,14 @@ def address(value: str) -> str:
     return value
 
 
+def addresses(value: str) -> tuple[str, ...]:
+    """An argparse type: HOST:PORT[,HOST:PORT...], each refused with `host_port`'s words."""
+    listed = tuple(address(part.strip()) for part in value.split(","))
+    if len(set(listed)) != len(listed):
+        raise argparse.ArgumentTypeError(f"{value!r}: an address is listed twice")
+    return listed
+
+
 def parser(prog: str, description: str) -> argparse.ArgumentParser:
     """A parser with --version and --log-level; --help shows every default."""
     p = argparse.ArgumentParser(

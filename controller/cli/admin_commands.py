@@ -27,6 +27,7 @@ from controller.cli.output import when as _when
 from controller.fabric import ipv4_str, mac_str
 from railfabric import tls
 from railfabric.grpcopts import channel_options
+from railfabric.redirect import leader_of
 from railfabric.v1 import admin_pb2, admin_pb2_grpc
 
 if TYPE_CHECKING:  # the async stub type exists only in the generated .pyi
@@ -444,10 +445,23 @@ def ask_controller(query: Query, args: argparse.Namespace) -> Message | None:
         return None
 
     answer: list[Message] = []
+    asked = [args.controller]
 
     async def ask() -> None:
-        async with tls.aio_channel(args.controller, files, _CHANNEL_OPTIONS) as channel:
-            answer.append(await query(admin_pb2_grpc.FabricAdminStub(channel), args))
+        while True:
+            async with tls.aio_channel(asked[-1], files, _CHANNEL_OPTIONS) as channel:
+                try:
+                    answer.append(await query(admin_pb2_grpc.FabricAdminStub(channel), args))
+                    return
+                except grpc.aio.AioRpcError as err:
+                    # A follower of several controllers names the leader: asked once.
+                    leader = leader_of(err.trailing_metadata())
+                    if len(asked) > 1 or leader is None or leader == asked[-1]:
+                        raise
+                    print(
+                        f"railctl: {asked[-1]} follows; asking the leader {leader}", file=sys.stderr
+                    )
+                    asked.append(leader)
 
     try:
         # Not the task's result: asyncio.run formats its task when it puts the SIGINT handler
@@ -466,7 +480,7 @@ def ask_controller(query: Query, args: argparse.Namespace) -> Message | None:
                 "the controller's certificate and --tls-cert is signed by the controller's CA)"
             )
         print(
-            f"railctl {args.command}: {args.controller}: {err.code().name}: {err.details()}{hint}",
+            f"railctl {args.command}: {asked[-1]}: {err.code().name}: {err.details()}{hint}",
             file=sys.stderr,
         )
         return None

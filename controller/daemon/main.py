@@ -34,6 +34,9 @@ from controller.core.machine import SESSION_GRACE_NS, DecisionCore
 from controller.daemon import store_url
 from controller.daemon.admin import AdminService
 from controller.daemon.core_planner import load_planner
+from controller.daemon.election import DEFAULT_TTL_S, Election, Leader, LeaseKeeper
+from controller.daemon.etcd_store import EtcdStore
+from controller.daemon.leader_gate import LeaderGate
 from controller.daemon.metrics import Metrics, snapshot
 from controller.daemon.reloads import DEFAULT_MAX_WITHDRAW, Reloader
 from controller.daemon.runner import Runner, now
@@ -49,6 +52,11 @@ from railfabric.metrics import MetricsError
 from railfabric.v1 import admin_pb2, admin_pb2_grpc, control_pb2, control_pb2_grpc
 
 log = logging.getLogger("railfabric.controller")
+
+
+# A leader that lost its lease (or could not write the shared store) exits with this code after
+# dropping everything it had not delivered; its supervisor restarts it as a follower.
+EXIT_DEPOSED = 3
 
 
 class Fatal(Exception):
@@ -78,6 +86,18 @@ def _fraction(value: str) -> float:
     if not 0 <= share <= 1:
         raise argparse.ArgumentTypeError(f"{value!r}: expected a share between 0 and 1")
     return share
+
+
+def _ttl(value: str) -> int:
+    try:
+        ttl = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: expected whole seconds (etcd leases)"
+        ) from None
+    if ttl < 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected at least 1 second")
+    return ttl
 
 
 def _penalty(value: str) -> float:
@@ -125,7 +145,22 @@ def build_parser() -> argparse.ArgumentParser:
         default=store_url.DEFAULT,
         metavar="URL",
         help=f"where the state is kept: sqlite:///ABSOLUTE/PATH (a file, its directory "
-        f"created) or {MEMORY} (lost at exit)",
+        f"created), etcd://HOST:PORT[,HOST:PORT...][/PREFIX] (shared by several controllers, "
+        f"one elected leader) or {MEMORY} (lost at exit)",
+    )
+    parser.add_argument(
+        "--advertise",
+        type=cli.address,
+        metavar="HOST:PORT",
+        help="with an etcd store: the address agents reach this controller at, which followers "
+        "send them to when it leads (unset: --listen, which must then name a host)",
+    )
+    parser.add_argument(
+        "--lease-ttl-s",
+        type=_ttl,
+        default=DEFAULT_TTL_S,
+        help="with an etcd store: the leader's lease; a leader that cannot refresh it stops "
+        "deciding and a follower takes over after it expires",
     )
     parser.add_argument(
         "--state-dir",
@@ -349,39 +384,104 @@ def access_rules() -> tls.Rules:
     }
 
 
+def _advertised(args: argparse.Namespace, where: StoreUrl) -> str:
+    """The address followers send agents to when this replica leads (etcd store only)."""
+    if args.advertise is not None:
+        address: str = args.advertise
+        return address
+    host, port = cli.host_port(args.listen)
+    if where.etcd is not None and (host.strip("[]") in ("0.0.0.0", "::") or port == 0):
+        raise Fatal(
+            f"--listen {args.listen} is not an address agents can be sent to: give --advertise "
+            "HOST:PORT (needed with an etcd store)",
+            2,
+        )
+    listen: str = args.listen
+    return listen
+
+
 async def serve(args: argparse.Namespace) -> int:
     server_tls = _server_tls(args)
+    where = store_of(args)
+    advertise = _advertised(args, where)
     core = DecisionCore(load_planner(args.fabric), _damping(args), int(args.session_grace_s * 1e9))
     guard = tls.RoleGuard(access_rules(), insecure=server_tls is None)
     gate = StartupGate(FABRIC_SERVICES)
+    leader_gate = LeaderGate(FABRIC_SERVICES)
+    if where.etcd is None:
+        leader_gate.lead()  # alone: always the leader
     # Bound first: a second controller on the address stops here, before it opens the store.
-    server = grpc.aio.server(options=server_options(), interceptors=[guard, gate, _CapDetails()])
+    server = grpc.aio.server(
+        options=server_options(), interceptors=[guard, leader_gate, gate, _CapDetails()]
+    )
     try:
         _listen(server, args.listen, server_tls)
-        return await _serve(args, core, server, server_tls, gate)
+        return await _serve(
+            args,
+            where=where,
+            advertise=advertise,
+            core=core,
+            server=server,
+            server_tls=server_tls,
+            gate=gate,
+            leader_gate=leader_gate,
+        )
     finally:
         # Also when startup failed: an aio server left to the garbage collector after the
         # loop closed prints "Exception ignored in Server.__del__".
         await server.stop(None)
 
 
+async def _until(work: Awaitable[Leader], stop: asyncio.Event) -> Leader | None:
+    """`work`'s result, or None when `stop` is set first (work cancelled)."""
+    task = asyncio.ensure_future(work)
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return None
+
+
 async def _serve(
     args: argparse.Namespace,
+    *,
+    where: StoreUrl,
+    advertise: str,
     core: DecisionCore,
     server: grpc.aio.Server,
     server_tls: tls.ServerTls | None,
     gate: StartupGate,
+    leader_gate: LeaderGate,
 ) -> int:
-    where = store_of(args)
     try:
         store = where.open()
     except OSError as err:  # StoreError says what to do itself
         raise Fatal(f"{where.given_as}: {err.strerror or err}") from None
-    restored = store.load()
+    # An etcd store is read once this replica leads (what the last leader wrote).
+    restored = None if isinstance(store, EtcdStore) else store.load()
     loop = asyncio.get_running_loop()
     sessions = Sessions()
     metrics = Metrics(insecure=server_tls is None)
     runner: Runner | None = None
+    stop, reload = asyncio.Event(), asyncio.Event()
+    # Why this replica stopped leading ("" while it leads or never led).
+    deposed = ""
+
+    def step_down(why: str) -> None:
+        nonlocal deposed
+        if deposed:
+            return
+        deposed = why
+        if runner is not None:
+            runner.halt()
+        log.critical("no longer the leader: %s; deciding nothing more, exiting", why)
+        for session in list(sessions.by_switch.values()):
+            session.close(f"this controller is no longer the leader ({why})")
+        stop.set()
 
     def store_health(available: bool, reason: str) -> None:  # on the writer's thread
         def on_loop() -> None:
@@ -391,8 +491,20 @@ async def _serve(
         loop.call_soon_threadsafe(on_loop)
 
     writer = StoreWriter(store, on_health=store_health)
+    election: Election | None = None
+    keeper: LeaseKeeper | None = None
     try:
-        runner = Runner(core, writer, sessions, metrics.event)
+        runner = Runner(
+            core,
+            writer,
+            sessions,
+            metrics.event,
+            on_unwritten=(
+                partial(step_down, f"the store {where} could not be written")
+                if isinstance(store, EtcdStore)
+                else None
+            ),
+        )
         if args.metrics:  # bound before serving: a bad address stops the start, nothing half-up
             try:
                 metrics.serve(
@@ -402,9 +514,8 @@ async def _serve(
             except MetricsError as err:
                 raise Fatal(str(err)) from None
 
-        control_pb2_grpc.add_FabricControlServicer_to_server(
-            ControlService(runner, sessions, secure=server_tls is not None), server
-        )
+        control = ControlService(runner, sessions, secure=server_tls is not None)
+        control_pb2_grpc.add_FabricControlServicer_to_server(control, server)
         reloader = Reloader(args.fabric, runner, server_tls, args.reload_max_withdraw)
         admin_pb2_grpc.add_FabricAdminServicer_to_server(
             AdminService(
@@ -416,14 +527,32 @@ async def _serve(
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         services = (*FABRIC_SERVICES, reflection.SERVICE_NAME, health.SERVICE_NAME)
         reflection.enable_server_reflection(services, server)
-        stop, reload = asyncio.Event(), asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         loop.add_signal_handler(signal.SIGHUP, reload.set)
         # Listening and SERVING while the core computes every desired state off the loop;
         # the fabric's calls wait at the gate until it is done (controller.daemon.startup).
         await server.start()
-        for name in ("", *FABRIC_SERVICES):
+        await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+        if isinstance(store, EtcdStore):
+            election = Election(
+                store.endpoints, advertise, args.lease_ttl_s, on_leader=leader_gate.follow
+            )
+            await election.__aenter__()
+            for name in FABRIC_SERVICES:
+                await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+            log.info("listening on %s as a follower of %s; campaigning", args.listen, where)
+            won = await _until(election.campaign(), stop)
+            if won is None:
+                return 0
+            keeper = election.keep(partial(_lost, loop, runner, step_down))
+            # StoreFenced here: another replica won meanwhile (said, exit 1, restarted).
+            await asyncio.to_thread(store.fence, election.key, won.term)
+            control.term = won.term
+            # From here the start-up gate holds the fabric's calls until the state is ready.
+            leader_gate.lead()
+            restored = await asyncio.to_thread(store.load)
+        for name in FABRIC_SERVICES:
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info(
             "serving fabric %s (%d switches, %d links) on %s; computing desired states",
@@ -433,6 +562,7 @@ async def _serve(
             args.listen,
         )
         started = time.monotonic()
+        assert restored is not None
         runner.apply(await asyncio.to_thread(core.start, restored, now()))
         gate.open()
         log.info(
@@ -449,7 +579,9 @@ async def _serve(
                 tg.create_task(runner.deliver(), name="push-delivery"),
                 tg.create_task(reloader.on_signals(reload), name="reload"),
             ]
-            if where.path is None:
+            if where.etcd is not None:
+                log.info("state kept in %s (term %d)", where, control.term)
+            elif where.path is None:
                 log.warning(
                     "state kept in memory (--store %s), lost at exit: a restart re-pushes "
                     "every switch; give --store sqlite:///PATH to keep it",
@@ -488,7 +620,21 @@ async def _serve(
     finally:
         writer.close()
         faulthandler.cancel_dump_traceback_later()
-    return 0
+        if keeper is not None:
+            keeper.stop()
+        if election is not None:
+            if not deposed:  # written all it had: hand over now rather than after the TTL
+                await election.resign()
+            await election.__aexit__(None, None, None)
+    return EXIT_DEPOSED if deposed else 0
+
+
+def _lost(
+    loop: asyncio.AbstractEventLoop, runner: Runner, step_down: Callable[[str], None], why: str
+) -> None:
+    """The lease keeper's thread: stop deciding now, then step down on the loop."""
+    runner.halt()
+    loop.call_soon_threadsafe(step_down, why)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

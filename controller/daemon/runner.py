@@ -7,6 +7,10 @@ transaction is durable — or once the writer says the store is unavailable, whe
 store's policy is to keep forwarding from memory — so a restarted controller never meets an
 agent holding a generation it has no record of. Pushes of later inputs queue behind earlier
 ones, so nothing is reordered by waiting.
+
+A replicated store (etcd) has the other policy: pushes whose records could not be written are
+dropped and `on_unwritten` is called (the daemon steps down: another replica may lead). `halt()`
+stops everything at once: no input is decided and nothing more is delivered.
 """
 
 from __future__ import annotations
@@ -52,8 +56,12 @@ class Runner:
         writer: Writer,
         outlet: Outlet,
         on_event: Callable[[admin_pb2.Event], None] = lambda _e: None,
+        *,
+        on_unwritten: Callable[[], None] | None = None,
     ) -> None:
         self.core = core
+        self.on_unwritten = on_unwritten
+        self.halted = False
         self.writer = writer
         self.outlet = outlet
         self.on_event = on_event
@@ -68,10 +76,18 @@ class Runner:
     ) -> concurrent.futures.Future[bool] | None:
         """Run one input (a core method bound to its arguments, taking `now`); what the core
         raises propagates before any effect is applied. Returns the durability of its records
-        (None when it had none)."""
+        (None when it had none, or when halted)."""
+        if self.halted:
+            return None
         return self.apply(decide(now()))
 
+    def halt(self) -> None:
+        """Decide and deliver nothing more (a deposed leader)."""
+        self.halted = True
+
     def apply(self, effects: Sequence[Effect]) -> concurrent.futures.Future[bool] | None:
+        if self.halted:
+            return None
         durable: concurrent.futures.Future[bool] | None = None
         deliveries: list[Push | CloseSession] = []
         for effect in effects:
@@ -95,13 +111,18 @@ class Runner:
         """Owned task: send each input's pushes once its records are durable, in order."""
         while True:
             durable, deliveries = await self._deliveries.get()
-            if durable is not None:
-                await asyncio.wrap_future(durable)  # False: store unavailable, go on anyway
-            for d in deliveries:
-                if isinstance(d, Push):
-                    self.outlet.send(d.switch, d.message)
-                else:
-                    self.outlet.close(d.switch, d.reason)
+            written = True if durable is None else await asyncio.wrap_future(durable)
+            if not written and self.on_unwritten is not None:
+                self.halt()
+                self.on_unwritten()
+            # Written False without on_unwritten: the embedded store is unavailable and the
+            # pushes go on from memory.
+            if not self.halted:
+                for d in deliveries:
+                    if isinstance(d, Push):
+                        self.outlet.send(d.switch, d.message)
+                    else:
+                        self.outlet.close(d.switch, d.reason)
             self._deliveries.task_done()
 
     async def drain(self) -> None:

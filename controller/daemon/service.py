@@ -159,6 +159,8 @@ class ControlService(control_pb2_grpc.FabricControlServicer):
         # With TLS a session speaks only for the switch its certificate names: everything it
         # sends (PortStatus, Neighbors, ...) is that switch's, and nobody else's.
         self.secure = secure
+        # The leader's term (controller.daemon.election), stamped on every message; 0 alone.
+        self.term = 0
 
     async def Session(
         self, request_iterator: AsyncIterator[control_pb2.AgentMessage], context: _Context
@@ -207,6 +209,10 @@ class ControlService(control_pb2_grpc.FabricControlServicer):
             self._read(name, request_iterator, session), name=f"read-{name}"
         )
         try:
+            if self.term:
+                # The term first: an agent that moved here refuses its old leader from now on,
+                # even when this leader has nothing to push to it.
+                yield control_pb2.ControllerMessage(term=self.term)
             while True:
                 getter = asyncio.create_task(session.outbox.get(), name=f"outbox-{name}")
                 done, _ = await asyncio.wait({getter, reader}, return_when=asyncio.FIRST_COMPLETED)
@@ -218,6 +224,7 @@ class ControlService(control_pb2_grpc.FabricControlServicer):
                     msg = getter.result()
                 except Closed as closed:
                     await context.abort(grpc.StatusCode.ABORTED, closed.reason)
+                msg.term = self.term
                 yield msg
         finally:
             reader.cancel()

@@ -1,8 +1,10 @@
 """`--store URL`: where the controller keeps its state.
 
 `sqlite:///ABSOLUTE/PATH` is a SQLite file (its directory is created), `memory:` a store that
-is lost at exit (the daemon warns). `--state-dir DIR`, the older flag, means
-`sqlite:///DIR/controller.sqlite3`, the file it has always used there.
+is lost at exit (the daemon warns), `etcd://HOST:PORT[,HOST:PORT...][/PREFIX]` an etcd cluster
+shared by several controller replicas, one of them elected leader (controller.daemon.election,
+etcd_channel). `--state-dir DIR`, the older flag, means `sqlite:///DIR/controller.sqlite3`, the
+file it has always used there.
 """
 
 from __future__ import annotations
@@ -11,18 +13,25 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
+from controller.daemon import etcd_channel
+from controller.daemon.etcd_channel import EtcdEndpoints
+from controller.daemon.etcd_store import EtcdStore
 from controller.daemon.store import FILE_NAME, SqliteStore
 
 MEMORY = "memory:"
 SQLITE = "sqlite://"
-EXPECTED = f"expected {SQLITE}/ABSOLUTE/PATH/{FILE_NAME} or {MEMORY}"
+EXPECTED = (
+    f"expected {SQLITE}/ABSOLUTE/PATH/{FILE_NAME}, {etcd_channel.SCHEME}HOST:PORT[,...][/PREFIX] "
+    f"or {MEMORY}"
+)
 
 
 @dataclass(frozen=True)
 class StoreUrl:
     url: str
-    path: Path | None  # None: in memory
+    path: Path | None  # None: in memory or in etcd
     flag: str = "--store"  # the flag that gave it, for errors
+    etcd: EtcdEndpoints | None = None
 
     def __str__(self) -> str:
         return self.url
@@ -34,9 +43,11 @@ class StoreUrl:
             return f"--state-dir {self.path.parent}"
         return f"--store {self.url}"
 
-    def open(self) -> SqliteStore:
+    def open(self) -> SqliteStore | EtcdStore:
         """Open (creating the file and its directory) the store; OSError and StoreError
         propagate."""
+        if self.etcd is not None:
+            return EtcdStore.open(self.etcd)
         if self.path is None:
             return SqliteStore.open(":memory:")
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -56,12 +67,11 @@ def parse(value: str) -> StoreUrl:
         if path.endswith("/"):
             raise argparse.ArgumentTypeError(f"{value!r} names a directory; name the file")
         return StoreUrl(value, Path("/" + path.lstrip("/")))
-    scheme, sep, _ = value.partition("://")
-    if sep and scheme == "etcd":
-        raise argparse.ArgumentTypeError(
-            f"{value!r}: etcd:// is for the highly available controller (its own issue), "
-            f"not available yet; {EXPECTED}"
-        )
+    if value.startswith(etcd_channel.SCHEME):
+        try:
+            return StoreUrl(value, None, etcd=etcd_channel.parse(value))
+        except etcd_channel.EtcdUrlError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
     raise argparse.ArgumentTypeError(f"{value!r}: unknown store; {EXPECTED}")
 
 

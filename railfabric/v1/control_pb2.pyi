@@ -751,6 +751,14 @@ class ControllerMessage(_message.Message):
     DESIRED_STATE_FIELD_NUMBER: _builtins.int
     STATE_DELTA_FIELD_NUMBER: _builtins.int
     READ_TABLES_FIELD_NUMBER: _builtins.int
+    TERM_FIELD_NUMBER: _builtins.int
+    term: _builtins.int
+    """The leader's term when several controllers share an etcd store (the create revision of
+    the leader key, growing with every election); 0 from a controller without election. An
+    agent refuses messages of a term older than one it has seen: a deposed leader that has
+    not noticed yet cannot change a switch. An elected leader opens every session with a
+    message carrying only the term (no msg set), which agents do not apply.
+    """
     @_builtins.property
     def desired_state(self) -> _state_pb2.DesiredState: ...
     @_builtins.property
@@ -763,10 +771,11 @@ class ControllerMessage(_message.Message):
         desired_state: _state_pb2.DesiredState | None = ...,
         state_delta: _state_pb2.StateDelta | None = ...,
         read_tables: Global___ReadTables | None = ...,
+        term: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["desired_state", b"desired_state", "msg", b"msg", "read_tables", b"read_tables", "state_delta", b"state_delta"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["desired_state", b"desired_state", "msg", b"msg", "read_tables", b"read_tables", "state_delta", b"state_delta"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["desired_state", b"desired_state", "msg", b"msg", "read_tables", b"read_tables", "state_delta", b"state_delta", "term", b"term"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["desired_state", "state_delta", "read_tables"]  # noqa: Y015
     _WhichOneofArgType_msg: _TypeAlias = _typing.Literal["msg", b"msg"]  # noqa: Y015

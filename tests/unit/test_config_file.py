@@ -119,7 +119,7 @@ def test_an_empty_file_sets_nothing(tmp_path: Path) -> None:
 BAD = [
     # (file text, the error after "--config FILE: ")
     ("hold_down: 1\n", "unknown key 'hold_down' (did you mean 'hold_down_s'?)"),
-    ("help: true\n", "unknown key 'help' (valid keys: damping_half_life_s, "),
+    ("help: true\n", "unknown key 'help' (valid keys: advertise, damping_half_life_s, "),
     ("config: other.yaml\n", "unknown key 'config' "),
     ("1: x\n", "unknown key 1 (valid keys: "),
     ("hold_down_s: nan\n", "hold_down_s (--hold-down-s): 'nan': expected a finite number >= 0"),
@@ -129,7 +129,7 @@ BAD = [
         "log_level (--log-level): invalid choice: 'loud' (choose from 'debug', 'info', "
         "'warning', 'error')",
     ),
-    ("store: etcd://ha:2379\n", "store (--store): 'etcd://ha:2379': etcd:// is for the"),
+    ("store: etcd://ha\n", "store (--store): 'etcd://ha': endpoint 'ha' lacks HOST:PORT"),
     ("listen: true\n", "listen (--listen): expected a string or a number, got a boolean: True"),
     ("listen: [a, b]\n", "listen (--listen): expected a string or a number, got a YAML list"),
     ("insecure: 1\n", "insecure (--insecure): an on/off flag takes true or false, not 1"),

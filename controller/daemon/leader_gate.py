@@ -1,0 +1,81 @@
+"""Only the leader serves the fabric: a follower sends callers to it.
+
+While this replica is not the leader, every call of the fabric's services ends at once with
+UNAVAILABLE, the leader's address in the details and in the trailing metadata
+(`railfabric.redirect.LEADER_KEY`): an agent's session moves there without trying every
+controller it knows. Health and reflection answer on every replica (health says SERVING for
+the fabric's services on the leader only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Collection
+from typing import Any
+
+import grpc
+from google.protobuf import descriptor_pool
+
+from controller.daemon.election import Leader
+from railfabric.redirect import LEADER_KEY
+
+
+class LeaderGate(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+    """Redirects calls of `services` (full names) until `lead()`."""
+
+    def __init__(self, services: Collection[str]) -> None:
+        # "/package.Service/Method" -> (request streaming, response streaming): the kind of
+        # handler a refusal must be, known without asking the interceptors after this one (the
+        # start-up gate would hold the call until this replica leads).
+        pool = descriptor_pool.Default()
+        self._kinds = {
+            f"/{name}/{m.name}": (m.client_streaming, m.server_streaming)
+            for name in services
+            for m in pool.FindServiceByName(name).methods
+        }
+        self.leading = False
+        self.leader: Leader | None = None
+        self.redirected = 0
+
+    def lead(self) -> None:
+        self.leading = True
+
+    def follow(self, leader: Leader | None) -> None:
+        self.leader = leader
+
+    def _why(self) -> tuple[str, tuple[tuple[str, str], ...]]:
+        leader = self.leader
+        if leader is None:
+            return "this controller is a follower and no leader is elected yet; retry", ()
+        return (
+            f"this controller is a follower; the leader is {leader.address} (term {leader.term})",
+            ((LEADER_KEY, leader.address),),
+        )
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],  # type: ignore[type-arg]
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:  # type: ignore[type-arg]
+        kind = self._kinds.get(handler_call_details.method or "")
+        if self.leading or kind is None:
+            return await continuation(handler_call_details)
+        self.redirected += 1
+        details, metadata = self._why()
+
+        async def refuse(_request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, details, metadata)
+
+        async def refuse_streaming(
+            _request: Any, context: grpc.aio.ServicerContext[Any, Any]
+        ) -> Any:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, details, metadata)
+            yield  # an async generator, as a streaming handler must be
+
+        requests, responses = kind
+        if requests and responses:
+            return grpc.stream_stream_rpc_method_handler(refuse_streaming)
+        if responses:
+            return grpc.unary_stream_rpc_method_handler(refuse_streaming)
+        if requests:
+            return grpc.stream_unary_rpc_method_handler(refuse)
+        return grpc.unary_unary_rpc_method_handler(refuse)
