@@ -16,10 +16,13 @@ noticed within the keepalive time + timeout, and the agent reconnects.
 
 Several controllers (replicas sharing an etcd store, one of them leader): the agent knows them
 all (`--controller a,b,c`). A follower answers UNAVAILABLE naming the leader
-(railfabric.redirect), and the agent goes there next; any other failure moves it to the next
-controller of the list. Every message carries the leader's term: the agent keeps the highest
-term it has seen and ends a session whose messages carry an older one (a deposed leader that
-has not noticed yet), without applying them."""
+(railfabric.redirect), and the agent goes there next; any other failure moves it at once to the
+next controller of the list, and the backoff applies only once every listed controller failed
+in a row. The agent tells a follower which controller it just failed to reach: a follower that
+knows that one as the leader (it died; its lease runs until the election) holds the call and
+names the new leader as soon as there is one. Every message carries the leader's term: the
+agent keeps the highest term it has seen and ends a session whose messages carry an older one
+(a deposed leader that has not noticed yet), without applying them."""
 
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ import grpc
 
 from railfabric import tls
 from railfabric.grpcopts import channel_options
-from railfabric.redirect import leader_of
+from railfabric.redirect import UNREACHABLE_KEY, leader_of
 from railfabric.v1 import control_pb2, control_pb2_grpc
 
 LOG = logging.getLogger("railfabric.agent.session")
@@ -125,6 +128,8 @@ class ControllerSession:
         # The highest leader's term seen (0: none, or controllers without election).
         self.term = 0
         self.redirects = 0
+        # Controllers tried and failed since the last session opened (said to the next one).
+        self._unreachable: list[str] = []
         self._make_hello = make_hello
         self._on_message = on_message
         self._outbox_size = outbox_size
@@ -160,6 +165,8 @@ class ControllerSession:
         loop = asyncio.get_running_loop()
         delays = self._backoff.delays(self._rng)
         refused_delays = self._refused_backoff.spaced(self._rng)
+        # Controllers that failed in a row since the last backoff.
+        failed = 0
         while True:
             started = loop.time()
             refused = False
@@ -177,6 +184,8 @@ class ControllerSession:
                 self.last_error = str(err)
             except TimeoutError:
                 self.last_error = f"not reachable within {self.connect_timeout_s} s"
+            except Unreachable as err:
+                self.last_error = str(err)
             except tls.TlsError as err:  # certificate files changed under us: said, retried
                 self.last_error = str(err)
             finally:
@@ -184,8 +193,10 @@ class ControllerSession:
                 self._outbox = None
             if leader is not None and leader != self.address:
                 # A follower named the leader: go there at once (a little jitter, so the
-                # agents of a whole fabric do not arrive in one burst).
+                # agents of a whole fabric do not arrive in one burst), the backoff over.
                 self._redirect(leader)
+                delays = self._backoff.delays(self._rng)
+                failed = 0
                 await asyncio.sleep(self._rng.uniform(0, self._backoff.initial_s))
                 continue
             if refused:
@@ -198,7 +209,16 @@ class ControllerSession:
                 refused_delays = self._refused_backoff.spaced(self._rng)
                 if loop.time() - started > _STABLE_S:
                     delays = self._backoff.delays(self._rng)
-                delay = await anext(delays)
+                    failed = 0
+                if len(self.addresses) > 1 and self.address not in self._unreachable:
+                    self._unreachable.append(self.address)
+                failed += 1
+                if failed < len(self.addresses):
+                    # Another controller may lead (or know who does): ask it now.
+                    delay = self._rng.uniform(0, self._backoff.initial_s)
+                else:
+                    failed = 0
+                    delay = await anext(delays)
                 LOG.warning(
                     "controller %s: %s; reconnecting in %.2f s",
                     self.address,
@@ -254,15 +274,17 @@ class ControllerSession:
         async with channel:
             stub = control_pb2_grpc.FabricControlStub(channel)
             async with asyncio.timeout(self.connect_timeout_s):
-                await channel.channel_ready()
+                await _ready(channel)
             hello = control_pb2.AgentMessage(hello=self._make_hello())
             # Writes go through call.write() from a task we own and cancel, not a request
             # generator grpc would consume: a generator parked in outbox.get() when the stream
             # dies is destroyed pending ("Task was destroyed but it is pending").
-            call = stub.Session(None)
+            hint = ",".join(self._unreachable)
+            call = stub.Session(None, metadata=((UNREACHABLE_KEY, hint),) if hint else None)
             await call.write(hello)
             self._outbox = outbox
             self.connections += 1
+            self._unreachable = []
             self.connected.set()
             # While the controller refuses this agent, every try opens a stream it closes at
             # once: that is said once a minute by run(), not at every try.
@@ -300,6 +322,21 @@ class ControllerSession:
                 call.cancel()
                 with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
                     await writer
+
+
+class Unreachable(Exception):
+    """The connection to the controller failed (refused, reset, TLS): said without waiting
+    for the connect timeout."""
+
+
+async def _ready(channel: grpc.aio.Channel) -> None:
+    """Until the channel is connected; Unreachable as soon as its first try failed."""
+    state = channel.get_state(try_to_connect=True)
+    while state != grpc.ChannelConnectivity.READY:
+        if state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+            raise Unreachable("cannot connect (refused, reset or TLS handshake failed)")
+        await channel.wait_for_state_change(state)
+        state = channel.get_state(try_to_connect=True)
 
 
 async def _pump(

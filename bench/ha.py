@@ -30,7 +30,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from agent.session import Backoff, ControllerSession
+from agent.session import ControllerSession
 from bench.swarm import certs
 from bench.swarm.plan import AgentSpec, make_plan
 from mininet_labs.etcd import EtcdCluster, etcd_path
@@ -56,12 +56,9 @@ class Switch:
         self.digest = ""
         # (controller address, message kind) of every desired state and delta received.
         self.pushes: list[tuple[str, str]] = []
+        # The real agent's backoff and connect timeout: what they cost is part of a takeover.
         self.session = ControllerSession(
-            controllers,
-            self.hello,
-            self.on_message,
-            backoff=Backoff(initial_s=0.05, maximum_s=0.5),
-            tls_files=tls_files,
+            controllers, self.hello, self.on_message, tls_files=tls_files
         )
 
     def hello(self) -> control_pb2.Hello:

@@ -80,6 +80,7 @@ class EtcdCluster:
         heartbeat_ms: int = HEARTBEAT_MS,
         election_ms: int = ELECTION_MS,
         ready_timeout_s: float = READY_TIMEOUT_S,
+        also_on: tuple[str, ...] = (),
     ) -> None:
         if members < 1:
             raise ValueError(f"{members} members: an etcd cluster has at least one")
@@ -93,6 +94,9 @@ class EtcdCluster:
         self.heartbeat_ms = heartbeat_ms
         self.election_ms = election_ms
         self.ready_timeout_s = ready_timeout_s
+        # Other loopback addresses (127.0.0.0/8) the members' client ports listen on too: a
+        # test cuts one of them off (tc on lo) to partition one client from the cluster.
+        self.also_on = also_on
         # One token per cluster: members of two clusters never join each other.
         self._token = f"railfabric-{secrets.token_hex(4)}"
         self._members = [
@@ -116,6 +120,12 @@ class EtcdCluster:
     def url(self) -> str:
         """The store URL of every member, without a prefix (append "/PREFIX")."""
         return "etcd://" + ",".join(f"127.0.0.1:{m.client_port}" for m in self._members)
+
+    def url_on(self, host: str) -> str:
+        """Like `url`, reaching the members at `host` (one of `also_on`)."""
+        if host not in self.also_on:
+            raise ValueError(f"{host}: the members do not listen there (also_on={self.also_on})")
+        return "etcd://" + ",".join(f"{host}:{m.client_port}" for m in self._members)
 
     def member_url(self, i: int) -> str:
         return f"etcd://127.0.0.1:{self._members[i].client_port}"
@@ -192,7 +202,8 @@ class EtcdCluster:
             self.binary,
             f"--name={m.name}",
             f"--data-dir={m.data_dir}",
-            f"--listen-client-urls={m.client_url}",
+            "--listen-client-urls="
+            + ",".join([m.client_url, *(f"http://{h}:{m.client_port}" for h in self.also_on)]),
             f"--advertise-client-urls={m.client_url}",
             f"--listen-peer-urls={m.peer_url}",
             f"--initial-advertise-peer-urls={m.peer_url}",

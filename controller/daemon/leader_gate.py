@@ -5,10 +5,18 @@ UNAVAILABLE, the leader's address in the details and in the trailing metadata
 (`railfabric.redirect.LEADER_KEY`): an agent's session moves there without trying every
 controller it knows. Health and reflection answer on every replica (health says SERVING for
 the fabric's services on the leader only).
+
+A call that says the leader this replica knows was unreachable for it
+(`railfabric.redirect.UNREACHABLE_KEY`: the leader died, and its lease has not expired yet) is
+held until the leadership changes, at most `hold_s`, and so is any call while no leader is
+known: the agent learns the new leader the moment it is elected, with one call, instead of
+retrying through the election.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
@@ -16,13 +24,16 @@ import grpc
 from google.protobuf import descriptor_pool
 
 from controller.daemon.election import Leader
-from railfabric.redirect import LEADER_KEY
+from railfabric.redirect import LEADER_KEY, unreachable_of
+
+# How long a call naming an unreachable leader is held, by default: a lease of 2 s and 1 s.
+HOLD_S = 3.0
 
 
 class LeaderGate(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     """Redirects calls of `services` (full names) until `lead()`."""
 
-    def __init__(self, services: Collection[str]) -> None:
+    def __init__(self, services: Collection[str], hold_s: float = HOLD_S) -> None:
         # "/package.Service/Method" -> (request streaming, response streaming): the kind of
         # handler a refusal must be, known without asking the interceptors after this one (the
         # start-up gate would hold the call until this replica leads).
@@ -35,12 +46,32 @@ class LeaderGate(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         self.leading = False
         self.leader: Leader | None = None
         self.redirected = 0
+        self.held = 0
+        self.hold_s = hold_s
+        # Set (and replaced) at every change of the leadership: wakes held calls.
+        self._changed = asyncio.Event()
 
     def lead(self) -> None:
         self.leading = True
+        self._changed.set()
+        self._changed = asyncio.Event()
 
     def follow(self, leader: Leader | None) -> None:
-        self.leader = leader
+        if leader != self.leader:
+            self.leader = leader
+            self._changed.set()
+            self._changed = asyncio.Event()
+
+    async def _until_changed(self, unreachable: frozenset[str]) -> None:
+        """Hold while no leader is known, or the known one is one the caller could not
+        reach."""
+        changed = self._changed
+        leader = self.leader
+        if self.leading or (leader is not None and leader.address not in unreachable):
+            return
+        self.held += 1
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait(), self.hold_s)
 
     def _why(self) -> tuple[str, tuple[tuple[str, str], ...]]:
         leader = self.leader
@@ -57,6 +88,8 @@ class LeaderGate(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:  # type: ignore[type-arg]
         kind = self._kinds.get(handler_call_details.method or "")
+        if kind is not None and not self.leading:
+            await self._until_changed(unreachable_of(handler_call_details.invocation_metadata))
         if self.leading or kind is None:
             return await continuation(handler_call_details)
         self.redirected += 1

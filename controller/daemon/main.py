@@ -407,7 +407,8 @@ async def serve(args: argparse.Namespace) -> int:
     core = DecisionCore(load_planner(args.fabric), _damping(args), int(args.session_grace_s * 1e9))
     guard = tls.RoleGuard(access_rules(), insecure=server_tls is None)
     gate = StartupGate(FABRIC_SERVICES)
-    leader_gate = LeaderGate(FABRIC_SERVICES)
+    # An agent that lost the leader waits at a follower for the next one: a lease and 1 s.
+    leader_gate = LeaderGate(FABRIC_SERVICES, hold_s=args.lease_ttl_s + 1.0)
     if where.etcd is None:
         leader_gate.lead()  # alone: always the leader
     # Bound first: a second controller on the address stops here, before it opens the store.
@@ -545,12 +546,13 @@ async def _serve(
             won = await _until(election.campaign(), stop)
             if won is None:
                 return 0
+            # At once (no await since the win): the start-up gate now holds the fabric's calls
+            # until the state is ready, where a follower's gate would send them back here.
+            leader_gate.lead()
             keeper = election.keep(partial(_lost, loop, runner, step_down))
             # StoreFenced here: another replica won meanwhile (said, exit 1, restarted).
             await asyncio.to_thread(store.fence, election.key, won.term)
             control.term = won.term
-            # From here the start-up gate holds the fabric's calls until the state is ready.
-            leader_gate.lead()
             restored = await asyncio.to_thread(store.load)
         for name in FABRIC_SERVICES:
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
