@@ -35,8 +35,9 @@ from bench.swarm import certs
 from bench.swarm.plan import AgentSpec, make_plan
 from mininet_labs.etcd import EtcdCluster, etcd_path
 from railfabric import tls
+from railfabric.delta import apply_delta
 from railfabric.grpcopts import channel_options
-from railfabric.v1 import control_pb2
+from railfabric.v1 import control_pb2, state_pb2
 
 CONTROL = control_pb2.DESCRIPTOR.services_by_name["FabricControl"].full_name
 CONTROLLER = str(Path(sys.executable).parent / "railfabric-controller")
@@ -56,6 +57,10 @@ class Switch:
         self.digest = ""
         # (controller address, message kind) of every desired state and delta received.
         self.pushes: list[tuple[str, str]] = []
+        # Ports without carrier (cables the test cut): every Hello says so.
+        self.down: set[int] = set()
+        # The state held, as an agent keeps it (deltas applied by railfabric.delta).
+        self.state: state_pb2.DesiredState | None = None
         # The real agent's backoff and connect timeout: what they cost is part of a takeover.
         self.session = ControllerSession(
             controllers, self.hello, self.on_message, tls_files=tls_files
@@ -67,7 +72,9 @@ class Switch:
             agent_version="ha-bench",
             target=control_pb2.TARGET_KIND_OTHER,
             ports=[
-                control_pb2.PortInfo(port=port, ifname=f"eth{port}", oper_up=True, mac=mac)
+                control_pb2.PortInfo(
+                    port=port, ifname=f"eth{port}", oper_up=port not in self.down, mac=mac
+                )
                 for port, mac in self.spec.ports
             ],
             applied_generation=self.generation,
@@ -80,8 +87,11 @@ class Switch:
         kind = msg.WhichOneof("msg")
         if kind == "desired_state":
             self.generation, self.digest = msg.desired_state.generation, msg.desired_state.digest
+            self.state = msg.desired_state
         elif kind == "state_delta":
             self.generation, self.digest = msg.state_delta.to_generation, msg.state_delta.digest
+            assert self.state is not None, f"{self.spec.name}: a delta before any state"
+            self.state = apply_delta(self.state, msg.state_delta)
         else:
             return
         self.pushes.append((self.session.address, kind))
@@ -90,6 +100,34 @@ class Switch:
                 applied=control_pb2.Applied(generation=self.generation, digest=self.digest)
             )
         )
+
+    def carrier(self, port: int, up: bool) -> bool:
+        """Report a carrier change of `port` now (and in every Hello from now on); False
+        without a session."""
+        if up:
+            self.down.discard(port)
+        else:
+            self.down.add(port)
+        return self.session.send(
+            control_pb2.AgentMessage(
+                port_status=control_pb2.PortStatus(
+                    port=port, up=up, monotonic_ns=time.monotonic_ns(), wall_ns=time.time_ns()
+                )
+            )
+        )
+
+    def routes(self) -> dict[tuple[int, int], tuple[tuple[int, int, int], ...]]:
+        """What the switch forwards: per prefix, its next hops (port, MAC, weight), whatever
+        the group ids (a controller computing from scratch numbers groups its own way)."""
+        if self.state is None:
+            return {}
+        groups = {g.id: g for g in self.state.groups}
+        return {
+            (r.prefix.address, r.prefix.length): tuple(
+                (h.port, h.dmac, h.weight) for h in groups[r.group_id].next_hops
+            )
+            for r in self.state.routes
+        }
 
     def on(self, address: str) -> bool:
         return self.session.address == address and self.session.connected.is_set()

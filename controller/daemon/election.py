@@ -213,7 +213,12 @@ class Election:
             )
             log.info("resigned the leadership of %s", self.endpoints)
         except grpc.aio.AioRpcError as err:
-            log.warning("resigning: etcd %s: %s (the lease expires by itself)", self.endpoints, err)
+            log.warning(
+                "resigning: etcd %s: %s: %s (the lease expires by itself)",
+                self.endpoints,
+                err.code().name,
+                err.details(),
+            )
         self._lease = 0
 
 
@@ -271,8 +276,12 @@ class LeaseKeeper:
                     self.refreshes += 1
                     wait = every - (time.monotonic() - sent)
                 except (grpc.RpcError, RuntimeError) as err:
-                    code = err.code().name if isinstance(err, grpc.Call) else ""
-                    log.warning("etcd %s: lease refresh failed (%s %s)", e.endpoints, code, err)
+                    said = (
+                        f"{err.code().name}: {err.details()}"
+                        if isinstance(err, grpc.Call)
+                        else str(err)
+                    )
+                    log.warning("etcd %s: lease refresh failed (%s)", e.endpoints, said)
                     wait = 0.1
                 self._stopping.wait(max(0.0, min(wait, deadline - time.monotonic())))
             return None

@@ -1,6 +1,15 @@
 """Three controller processes on one real etcd cluster (3 members on loopback): one leads, the
-followers send agents to it, and when the leader is killed with SIGKILL a follower takes over
-and, resuming from etcd, pushes nothing to agents that hold the right state.
+followers send agents to it, and faults of the leader or of etcd never cost a switch a write it
+did not need nor leave routes wrong:
+- the leader killed with SIGKILL: a follower takes over and pushes nothing to agents that hold
+  the right state; a clean stop hands over without waiting for the lease;
+- the leader killed while a cable is cut: the new leader handles the cut, and every switch ends
+  with the state a controller computing from scratch gives it;
+- one etcd member down: nothing changes, and a cut is still handled;
+- etcd's quorum lost: the leader steps down (exit 3), nobody decides, agents keep what they
+  hold; when quorum returns a leader is elected and pushes nothing;
+- the leader cut off from etcd (no route left to the loopback address it reaches etcd at): it
+  steps down and a follower takes over.
 
 The agents are the real agent's controller session (agent/session.py: every controller
 listed, redirects followed, terms checked) over a switch that applies every state at once: no
@@ -9,15 +18,19 @@ P4 target, so what is counted is what the controller sends."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import shutil
 import signal
+import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from bench.ha import HOLD_DOWN_S, Switch, leading, quiet, running, until
-from bench.swarm.plan import make_plan
+from bench.swarm.plan import Plan, make_plan
 from mininet_labs.etcd import EtcdCluster, etcd_path
 from tests import pki
 from tests.conftest import Processes
@@ -29,21 +42,24 @@ pytestmark = [
 ]
 
 TTL_S = 2
+EXIT_DEPOSED = 3
+# A loopback address only this module uses: the partitioned leader reaches etcd through it.
+CUT_OFF = "127.77.0.1"
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[EtcdCluster]:
-    with EtcdCluster(3, tmp_path / "etcd") as members:
-        yield members
+@dataclass
+class Fabric:
+    """The controllers (address -> process), the plan and the agents."""
 
+    processes: Processes
+    store: str
+    addresses: list[str]
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    plan: Plan = field(default_factory=lambda: make_plan(LAB, None, 1, 1))
+    switches: list[Switch] = field(default_factory=list)
 
-async def test_killing_the_leader_hands_over_without_a_push(
-    cluster: EtcdCluster, processes: Processes, free_port: Callable[[], int]
-) -> None:
-    # The cluster first: torn down after the controllers, which would otherwise log it.
-    addresses = [f"127.0.0.1:{free_port()}" for _ in range(3)]
-    procs = {
-        address: processes.start(
+    def start(self, address: str, store: str | None = None) -> None:
+        self.procs[address] = self.processes.start(
             [
                 CONTROLLER,
                 "--fabric",
@@ -52,50 +68,208 @@ async def test_killing_the_leader_hands_over_without_a_push(
                 "--listen",
                 address,
                 "--store",
-                f"{cluster.url}/ha-test",
+                store or self.store,
                 "--lease-ttl-s",
                 str(TTL_S),
                 "--hold-down-s",
                 str(HOLD_DOWN_S),
             ]
         )
-        for address in addresses
-    }
-    first = await leading(addresses, pki.operator(), 30)
-    plan = make_plan(LAB, None, 1, 0)
-    switches = [Switch(spec, addresses, pki.switch(spec.name)) for spec in plan.agents]
-    async with running(switches):
+
+    async def leader(self, among: list[str] | None = None, timeout_s: float = 30) -> str:
+        return await leading(among or self.addresses, pki.operator(), timeout_s)
+
+    def agents(self) -> list[Switch]:
+        self.switches = [
+            Switch(spec, self.addresses, pki.switch(spec.name)) for spec in self.plan.agents
+        ]
+        return self.switches
+
+    async def settled_on(self, address: str) -> int:
+        """Until every switch holds a state from `address` and nothing more comes; the pushes
+        so far."""
         await until(
-            lambda: all(s.generation and s.session.address == first for s in switches),
+            lambda: all(s.generation and s.on(address) for s in self.switches),
             30,
-            "every switch applied a state from the first leader",
+            f"every switch applied a state from {address}",
         )
+        return await quiet(self.switches, 1.0, 30)
+
+    def pushes(self) -> int:
+        return sum(len(s.pushes) for s in self.switches)
+
+    def cut(self) -> None:
+        """Both ends of the plan's cable report it down."""
+        link = self.plan.cuts[0].link
+        by_name = {s.spec.name: s for s in self.switches}
+        assert by_name[link.a].carrier(link.a_port, False)
+        assert by_name[link.b].carrier(link.b_port, False)
+
+    def routes(self) -> dict[str, dict[tuple[int, int], tuple[tuple[int, int, int], ...]]]:
+        return {s.spec.name: s.routes() for s in self.switches}
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[EtcdCluster]:
+    with EtcdCluster(3, tmp_path / "etcd", also_on=(CUT_OFF,)) as members:
+        yield members
+
+
+@pytest.fixture
+def fabric(cluster: EtcdCluster, processes: Processes, free_port: Callable[[], int]) -> Fabric:
+    # The cluster first: torn down after the controllers, which would otherwise log it.
+    return Fabric(processes, f"{cluster.url}/ha", [f"127.0.0.1:{free_port()}" for _ in range(3)])
+
+
+@contextlib.asynccontextmanager
+async def _three(fabric: Fabric) -> AsyncIterator[str]:
+    """Every controller started and every agent running; the first leader."""
+    for address in fabric.addresses:
+        fabric.start(address)
+    first = await fabric.leader()
+    async with running(fabric.agents()):
+        await fabric.settled_on(first)
+        yield first
+
+
+def _exits(proc: subprocess.Popen[bytes], timeout_s: float) -> int:
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"still running after {timeout_s} s") from None
+
+
+async def test_killing_the_leader_hands_over_without_a_push(fabric: Fabric) -> None:
+    async with _three(fabric) as first:
+        switches = fabric.switches
         old_term = max(s.session.term for s in switches)
         assert old_term > 0 and all(s.session.term == old_term for s in switches)
-        # Settled: every link up and out of hold-down, nothing more to push.
-        await quiet(switches, 1.0, 30)
+        pushed = fabric.pushes()
 
-        procs[first].send_signal(signal.SIGKILL)
+        fabric.procs[first].send_signal(signal.SIGKILL)
         killed = time.monotonic()
-        others = [a for a in addresses if a != first]
-        second = await leading(others, pki.operator(), TTL_S + 10)
+        others = [a for a in fabric.addresses if a != first]
+        second = await fabric.leader(others, TTL_S + 10)
         elected_s = time.monotonic() - killed
-        await until(
-            lambda: all(s.on(second) for s in switches),
-            30,
-            "every switch's session moved to the new leader",
-        )
+        await until(lambda: all(s.on(second) for s in switches), 30, "sessions on the leader")
         reconnected_s = time.monotonic() - killed
         await asyncio.sleep(1.0)
         print(
             f"takeover: new leader {second} in {elected_s:.2f} s, {len(switches)} sessions on "
             f"it in {reconnected_s:.2f} s (lease TTL {TTL_S} s)"
         )
-        after = [(s.spec.name, p) for s in switches for p in s.pushes if p[0] != first]
-        assert after == [], "the new leader pushed to switches that held the right state"
+        assert fabric.pushes() == pushed, "the new leader pushed to switches holding their state"
+        # The new leader announced its term: the killed one would be refused now.
         assert all(s.session.term > old_term for s in switches)
     # A clean stop of the new leader resigns: the last follower leads without waiting a TTL.
-    procs[second].send_signal(signal.SIGTERM)
-    assert procs[second].wait(timeout=20) == 0
-    third = await leading([a for a in others if a != second], pki.operator(), TTL_S + 10)
+    fabric.procs[second].send_signal(signal.SIGTERM)
+    assert _exits(fabric.procs[second], 20) == 0
+    third = await fabric.leader([a for a in others if a != second], TTL_S + 10)
     assert third not in (first, second)
+
+
+async def test_the_leader_killed_during_a_cut_the_next_one_routes_around_it(
+    fabric: Fabric, free_port: Callable[[], int]
+) -> None:
+    async with _three(fabric) as first:
+        pushed = fabric.pushes()
+        fabric.cut()
+        fabric.procs[first].send_signal(signal.SIGKILL)
+        others = [a for a in fabric.addresses if a != first]
+        second = await fabric.leader(others, TTL_S + 10)
+        await fabric.settled_on(second)
+        assert fabric.pushes() > pushed, "nobody routed around the cut"
+        after = fabric.routes()
+    # From scratch: one controller with an empty store, agents reporting the same cable down.
+    alone = f"127.0.0.1:{free_port()}"
+    fabric.start(alone, "memory:")
+    fresh = Fabric(fabric.processes, "memory:", [alone], plan=fabric.plan)
+    for switch, before in zip(fresh.agents(), fabric.switches, strict=True):
+        switch.down = set(before.down)
+    async with running(fresh.switches):
+        await fresh.leader()
+        await fresh.settled_on(alone)
+        assert fresh.routes() == after
+        link = fabric.plan.cuts[0].link
+        # Not trivially equal: the cut changed what its ToR forwards.
+        assert link.a_port not in {hop[0] for hops in after[link.a].values() for hop in hops}
+
+
+async def test_one_etcd_member_down_changes_nothing_and_cuts_are_handled(
+    fabric: Fabric, cluster: EtcdCluster
+) -> None:
+    async with _three(fabric) as first:
+        term = fabric.switches[0].session.term
+        # Every controller reaches etcd through the first member listed: that one goes.
+        cluster.kill(0)
+        await asyncio.sleep(2 * TTL_S)
+        assert await fabric.leader(timeout_s=5) == first
+        assert all(p.poll() is None for p in fabric.procs.values())
+        pushed = fabric.pushes()
+        fabric.cut()
+        await until(lambda: fabric.pushes() > pushed, 20, "the cut handled")
+        assert all(s.on(first) and s.session.term == term for s in fabric.switches)
+
+
+async def test_without_quorum_nobody_decides_and_the_fabric_resumes_as_it_was(
+    fabric: Fabric, cluster: EtcdCluster
+) -> None:
+    async with _three(fabric) as first:
+        generations = {s.spec.name: s.generation for s in fabric.switches}
+        pushed = fabric.pushes()
+        term = fabric.switches[0].session.term
+        cluster.kill(1)
+        cluster.kill(2)
+        lost = time.monotonic()
+        # The lease cannot be refreshed: the leader stops deciding and exits for a restart.
+        assert _exits(fabric.procs[first], TTL_S + 10) == EXIT_DEPOSED
+        print(f"leader stepped down {time.monotonic() - lost:.2f} s after quorum was lost")
+        await asyncio.sleep(TTL_S)
+        others = [a for a in fabric.addresses if a != first]
+        with pytest.raises(TimeoutError):
+            await fabric.leader(others, 1.0)
+        assert fabric.pushes() == pushed
+        assert {s.spec.name: s.generation for s in fabric.switches} == generations
+        cluster.start(1)
+        cluster.start(2)
+        second = await fabric.leader(others, 30)
+        await until(lambda: all(s.on(second) for s in fabric.switches), 30, "sessions back")
+        await asyncio.sleep(1.0)
+        assert fabric.pushes() == pushed, "the store came back other than it was"
+        assert all(s.session.term > term for s in fabric.switches)
+
+
+@contextlib.contextmanager
+def _unroutable(address: str) -> Iterator[None]:
+    """No packet to or from `address` gets through: a blackhole route for it in the local
+    table, where loopback's 127.0.0.0/8 is (the longer prefix wins)."""
+    route = ["ip", "route", "{}", "blackhole", f"{address}/32", "table", "local"]
+    added = subprocess.run(
+        [w.format("add") for w in route], capture_output=True, text=True, check=False
+    )
+    if added.returncode != 0:
+        pytest.skip(f"cannot add a blackhole route for {address}: {added.stderr.strip()}")
+    try:
+        yield
+    finally:
+        subprocess.run([w.format("del") for w in route], check=False)
+
+
+@pytest.mark.skipif(shutil.which("ip") is None, reason="ip (iproute2) is not installed")
+async def test_a_leader_cut_off_from_etcd_steps_down(fabric: Fabric, cluster: EtcdCluster) -> None:
+    first, *others = fabric.addresses
+    # The first controller reaches etcd only through CUT_OFF, and leads.
+    fabric.start(first, f"{cluster.url_on(CUT_OFF)}/ha")
+    assert await fabric.leader([first]) == first
+    for address in others:
+        fabric.start(address)
+    async with running(fabric.agents()):
+        pushed = await fabric.settled_on(first)
+        with _unroutable(CUT_OFF):
+            cut = time.monotonic()
+            assert _exits(fabric.procs[first], TTL_S + 10) == EXIT_DEPOSED
+            print(f"cut-off leader stepped down after {time.monotonic() - cut:.2f} s")
+            second = await fabric.leader(others, TTL_S + 10)
+            await until(lambda: all(s.on(second) for s in fabric.switches), 30, "sessions moved")
+        await asyncio.sleep(1.0)
+        assert fabric.pushes() == pushed
