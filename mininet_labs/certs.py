@@ -4,6 +4,7 @@ and an operator identity for the lab's own reads and railctl (never a switch's).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
@@ -39,9 +40,11 @@ class LabCerts:
     def operator(self) -> tls.TlsFiles:
         return self.files(Identity(Kind.OPERATOR, OPERATOR))
 
-    def sync_channel(self, address: str) -> grpc.Channel:
-        """A blocking channel to a lab daemon as the lab's operator."""
-        return grpc.secure_channel(address, tls.channel_credentials(self.operator()))
+    def sync_channel(self, address: str, options: Sequence[tuple[str, int]] = ()) -> grpc.Channel:
+        """A blocking channel to a lab daemon as the lab's operator (with gRPC `options`)."""
+        return grpc.secure_channel(
+            address, tls.channel_credentials(self.operator()), options=list(options)
+        )
 
 
 def flags(files: tls.TlsFiles | None) -> list[str]:

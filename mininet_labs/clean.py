@@ -1,5 +1,6 @@
 """`python -m mininet_labs clean`: remove whatever any lab run could have left behind, found
-by the `rfl` + 4-hex-digit prefix: processes (by their command line; the servers' lldpd, which
+by the `rfl` + 4-hex-digit prefix: processes (by their command line, e.g. an etcd member of a
+lab with controller replicas by its data directory in /tmp/rfl<tag>/; the servers' lldpd, which
 rewrites its own, by its standard output and error: the run's logs), namespaces, veths, and
 the /tmp/rfl<tag>/ logs that failed runs keep."""
 
@@ -14,7 +15,8 @@ from pathlib import Path
 
 from mininet_labs.netlinks import PREFIX, TAG_RE, ip
 
-OUR_PROGRAMS = ("railfabric-", "simple_switch_grpc", "mininet_labs", "python")
+# etcd: the members a lab with controller replicas starts (mininet_labs/etcd.py).
+OUR_PROGRAMS = ("railfabric-", "simple_switch_grpc", "mininet_labs", "python", "etcd")
 
 
 def _ours(text: str, tag: str | None) -> bool:

@@ -1,7 +1,14 @@
 """A running lab: its Mininet network (mininet_labs/network.py: servers, switches running a
 target and its agent, cables, the controller), and the handles scenarios use (admin API,
 switch counters, traffic tools). `with Lab(...) as lab:` tears everything down whatever
-happens, SIGINT/SIGTERM included; a lab killed outright is cleaned up by its reaper."""
+happens, SIGINT/SIGTERM included; a lab killed outright is cleaned up by its reaper.
+
+The controller is one process with its state in SQLite under the run directory, or, with
+`LabOptions(controllers=3)`, that many replicas sharing a 3-member etcd cluster whose members
+keep their data and logs under the run directory too (docs/architecture.md §12): one leads,
+every agent lists them all. The lab then supervises them as systemd would (a replica that
+exits, deposed, is started again as a follower), and its admin channel, `controller_addr`
+and railctl command lines reach whichever replica leads at the time."""
 
 from __future__ import annotations
 
@@ -22,6 +29,7 @@ from typing import Any
 
 import grpc
 from finsy.proto import p4r, p4r_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from mininet.net import Mininet
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -30,6 +38,7 @@ from controller.fabric import Fabric, LldpIntent
 from controller.intent import load_fabric, to_explicit_yaml
 from mininet_labs import certs, lldpd
 from mininet_labs.clean import clean
+from mininet_labs.etcd import EtcdCluster
 from mininet_labs.netlinks import PREFIX, LabError, Names, new_tag
 from mininet_labs.network import build_network
 from mininet_labs.processes import (
@@ -51,7 +60,7 @@ from railfabric import fabric_p4 as p4
 from railfabric.ecmp import HashFields
 from railfabric.p4format import EntityFormatter
 from railfabric.p4info import DEFAULT_P4INFO, load_p4info
-from railfabric.v1 import admin_pb2, admin_pb2_grpc
+from railfabric.v1 import admin_pb2, admin_pb2_grpc, control_pb2
 
 # The QoS formulas know speeds from 1G up; the lab's fabric declares 1G links and each target
 # runs its ports (or its lossless queues) at the target's `port_rate_mbps`, slow enough for a
@@ -84,6 +93,22 @@ OBSERVED = {
 # Agents report counters this often in the lab (the daemon's default is 5 s).
 AGENT_COUNTERS_INTERVAL_S = 1.0
 
+# Controller replicas (LabOptions.controllers > 1) share an etcd cluster of this many members:
+# the smallest that survives losing one.
+ETCD_MEMBERS = 3
+# The service whose health says SERVING on the leading replica only (NOT_SERVING on followers).
+FABRIC_CONTROL = control_pb2.DESCRIPTOR.services_by_name["FabricControl"].full_name
+# A replica that exits is started again (as systemd's Restart= would) at most this many times
+# in one lab: one that cannot start at all is a broken lab, not a supervisor's job.
+REPLICA_RESTARTS = 10
+# The lab's channels to replicas reconnect quickly after a replica is killed and started
+# again at the same address (gRPC's default backoff grows to 120 s).
+REPLICA_CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 500),
+]
+
 
 @dataclass(frozen=True)
 class LabOptions:
@@ -93,6 +118,12 @@ class LabOptions:
     damping_half_life_s: float = 1.0
     lldp_interval_s: float = 1.0
     keep_logs: bool = False
+    # Controller processes. 1: one controller, its state in SQLite (--state-dir) under the run
+    # directory. More: replicas on an etcd cluster of ETCD_MEMBERS members started with the
+    # lab (a LabError when etcd is not installed), one of them elected leader on a lease of
+    # `lease_ttl_s`.
+    controllers: int = 1
+    lease_ttl_s: int = 2
     # Called with a line for each long step (building, starting, converging); None: quiet.
     progress: Callable[[str], None] | None = None
 
@@ -137,6 +168,95 @@ class Burster:
         return int(line[1])
 
 
+class _LeaderChannel(grpc.Channel):
+    """The lab's admin channel when the controller has replicas: each call goes to the replica
+    that leads. A call that ends UNAVAILABLE (the leader died, or no longer leads: a follower
+    refuses the fabric's calls, naming the leader) is made once more at the leader found then
+    (health SERVING; found while an election runs). The admin API is unary calls only."""
+
+    def __init__(self, lab: Lab) -> None:
+        self._lab = lab
+
+    def unary_unary(
+        self,
+        method: str,
+        request_serializer: Callable[..., Any] | None = None,
+        response_deserializer: Callable[..., Any] | None = None,
+        **_options: Any,
+    ) -> grpc.UnaryUnaryMultiCallable[Any, Any]:
+        return _ToLeader(self._lab, method, request_serializer, response_deserializer)
+
+    def _unary_only(self, method: str) -> LabError:
+        return LabError(f"{method}: the lab's channel to the leading replica carries unary calls")
+
+    def unary_stream(
+        self, method: str, *args: Any, **kwargs: Any
+    ) -> grpc.UnaryStreamMultiCallable[Any, Any]:
+        raise self._unary_only(method)
+
+    def stream_unary(
+        self, method: str, *args: Any, **kwargs: Any
+    ) -> grpc.StreamUnaryMultiCallable[Any, Any]:
+        raise self._unary_only(method)
+
+    def stream_stream(
+        self, method: str, *args: Any, **kwargs: Any
+    ) -> grpc.StreamStreamMultiCallable[Any, Any]:
+        raise self._unary_only(method)
+
+    def subscribe(self, callback: Callable[..., None], try_to_connect: bool = False) -> None:
+        raise LabError("the lab's channel to the leading replica has no connectivity of its own")
+
+    def unsubscribe(self, callback: Callable[..., None]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass  # the channels to the replicas are the lab's (Lab._stop_replicas closes them)
+
+    def __enter__(self) -> _LeaderChannel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+class _ToLeader(grpc.UnaryUnaryMultiCallable):  # type: ignore[type-arg]
+    """One admin method, called on the replica that leads (see _LeaderChannel)."""
+
+    def __init__(
+        self,
+        lab: Lab,
+        method: str,
+        request_serializer: Callable[..., Any] | None,
+        response_deserializer: Callable[..., Any] | None,
+    ) -> None:
+        self._lab = lab
+        self._method = method
+        self._codec = (request_serializer, response_deserializer)
+
+    def _at(self, addr: str) -> grpc.UnaryUnaryMultiCallable[Any, Any]:
+        return self._lab._replica_channel(addr).unary_unary(self._method, *self._codec)
+
+    def _retried(self, call: Callable[[grpc.UnaryUnaryMultiCallable[Any, Any]], Any]) -> Any:
+        addr = self._lab._last_leader()
+        try:
+            return call(self._at(addr))
+        except grpc.RpcError as err:
+            if err.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
+        self._lab._forget_leader(addr)
+        return call(self._at(self._lab.find_leader()))
+
+    def __call__(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        return self._retried(lambda at: at(request, *args, **kwargs))
+
+    def with_call(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        return self._retried(lambda at: at.with_call(request, *args, **kwargs))
+
+    def future(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        return self._at(self._lab._last_leader()).future(request, *args, **kwargs)
+
+
 class Lab:
     def __init__(
         self, fabric_path: Path, target: SwitchTarget, options: LabOptions | None = None
@@ -149,7 +269,10 @@ class Lab:
         self.fabric = lab_fabric(load_fabric(fabric_path))
         self.topology = LabTopology(self.fabric, self.names)
         self.processes = Processes(self.run_dir)
-        self.controller_addr = ""
+        if self.options.controllers < 1:
+            raise LabError(f"{self.options.controllers} controllers: a lab needs at least one")
+        # Every controller process's address (one, or one per replica).
+        self._controller_addrs: list[str] = []
         self.switch_addr: dict[str, str] = {}
         # Where each switch's agent serves /metrics (kept across agent restarts).
         self.agent_metrics: dict[str, str] = {}
@@ -161,6 +284,13 @@ class Lab:
         self._counter_ids: dict[str, int] = {}
         self._old_handlers: dict[int, Any] = {}
         self._controller: Child | None = None
+        # With replicas: the etcd cluster, each replica's process (None while it is down), the
+        # leader last seen, the lab's channel to each replica, and what the supervisor did.
+        self.etcd: EtcdCluster | None = None
+        self._replicas: list[Child | None] = []
+        self._leader: str | None = None
+        self._replica_channels: dict[str, grpc.Channel] = {}
+        self.replica_restarts: list[str] = []
         self._switches: dict[str, Child] = {}
         self._lldpd: dict[str, tuple[lldpd.ServerLldpd, Child]] = {}
         self.net: Mininet | None = None
@@ -233,8 +363,12 @@ class Lab:
         self.net = build_network(self)
         self.progress(f"starting the controller and {len(self.fabric.switches)} switches")
         self.net.start()
-        channel = self.certs.sync_channel(self.controller_addr)
-        self._channels.append(channel)
+        channel: grpc.Channel
+        if self.replicated:
+            channel = _LeaderChannel(self)
+        else:
+            channel = self.certs.sync_channel(self.controller_addr)
+            self._channels.append(channel)
         self._admin = admin_pb2_grpc.FabricAdminStub(channel)
         self.wait_converged(timeout_s=60)
         for name in self._switches:
@@ -248,7 +382,10 @@ class Lab:
     # -- processes, started and stopped by the Mininet nodes (network.py) ----------------
 
     def start_controller(self) -> None:
-        self.controller_addr = f"127.0.0.1:{free_port()}"
+        if self.replicated:
+            self._start_replicas()
+            return
+        self._controller_addrs = [f"127.0.0.1:{free_port()}"]
         o = self.options
         controller = self.processes.start(
             "controller",
@@ -270,6 +407,202 @@ class Lab:
         if self._controller is not None:
             self.processes.stop(self._controller)
             self._controller = None
+        self._stop_replicas()
+
+    # -- controller replicas (LabOptions.controllers > 1) --------------------------------
+
+    @property
+    def replicated(self) -> bool:
+        """Does this lab run controller replicas on etcd (rather than one controller)?"""
+        return self.options.controllers > 1
+
+    @property
+    def controller_addrs(self) -> tuple[str, ...]:
+        """Every controller process's address, in replica order (what each agent is given)."""
+        return tuple(self._controller_addrs)
+
+    @property
+    def controller_addr(self) -> str:
+        """The controller's address: with replicas, the one that leads now (waiting while an
+        election runs); "" before the lab starts."""
+        if not self.replicated or not self._controller_addrs:
+            return self._controller_addrs[0] if self._controller_addrs else ""
+        return self.leader()
+
+    def _start_replicas(self) -> None:
+        o = self.options
+        self.progress(
+            f"starting a {ETCD_MEMBERS}-member etcd cluster and {o.controllers} controller "
+            f"replicas (lease {o.lease_ttl_s} s)"
+        )
+        # LabError when etcd is not installed or a member does not come up.
+        cluster = EtcdCluster(ETCD_MEMBERS, self.run_dir / "etcd")
+        self.etcd = cluster.__enter__()  # stopped by _stop_replicas (and close)
+        self._controller_addrs = [f"127.0.0.1:{free_port()}" for _ in range(o.controllers)]
+        self._replicas = [None] * o.controllers
+        for i in range(o.controllers):
+            self.start_replica(i, wait=False)
+        for addr, child in zip(self._controller_addrs, self._replicas, strict=True):
+            assert child is not None and child.log is not None
+            wait_listening(addr, 20, child.proc, child.log)
+        self.find_leader(timeout_s=30)
+
+    def replica_argv(self, i: int) -> list[str]:
+        """Replica `i`'s command line: the etcd store (its prefix the lab's tag), its own
+        address (which followers send agents to: --listen names a host), the lease."""
+        assert self.etcd is not None
+        o = self.options
+        return [
+            str(BIN / "railfabric-controller"),
+            "--fabric", str(self.fabric_file),
+            "--listen", self._controller_addrs[i],
+            "--store", f"{self.etcd.url}/{self.names.tag}",
+            "--lease-ttl-s", str(o.lease_ttl_s),
+            "--hold-down-s", f"{o.hold_down_s:g}",
+            "--damping-half-life-s", f"{o.damping_half_life_s:g}",
+            *certs.flags(self.certs.controller()),
+        ]  # fmt: skip
+
+    def start_replica(self, i: int, *, wait: bool = True) -> None:
+        """Start replica `i` (again, after `kill_replica`: a follower while another leads);
+        with `wait`, until it answers health (as a follower or the leader)."""
+        if self._replicas[i] is not None:
+            return
+        child = self.processes.start(f"controller-{i}", self.replica_argv(i))
+        self._replicas[i] = child
+        if wait:
+            addr = self._controller_addrs[i]
+            wait_for(
+                f"controller replica {i} ({addr}) to answer health",
+                lambda: None if self._alive(child) and self.serving(addr) is None else True,
+                timeout_s=30,
+                every_s=0.02,
+            )
+            self._check_alive()
+
+    def kill_replica(self, i: int) -> None:
+        """SIGKILL replica `i` (a crash: no resignation, its lease expires) and reap it."""
+        child = self._replicas[i]
+        if child is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.proc.pid, signal.SIGKILL)
+        child.proc.wait(timeout=10)
+        self.processes.stop(child)
+        self._replicas[i] = None
+        addr = self._controller_addrs[i]
+        if self._leader == addr:
+            self._leader = None
+        # A fresh channel for its next process: the old one waits out a reconnect backoff.
+        channel = self._replica_channels.pop(addr, None)
+        if channel is not None:
+            channel.close()
+
+    def replica_of(self, addr: str) -> int:
+        return self._controller_addrs.index(addr)
+
+    def replica_running(self, i: int) -> bool:
+        child = self._replicas[i]
+        return child is not None and self._alive(child)
+
+    @staticmethod
+    def _alive(child: Child) -> bool:
+        return child.proc.poll() is None
+
+    def _replica_channel(self, addr: str) -> grpc.Channel:
+        channel = self._replica_channels.get(addr)
+        if channel is None:
+            channel = self.certs.sync_channel(addr, REPLICA_CHANNEL_OPTIONS)
+            self._replica_channels[addr] = channel
+        return channel
+
+    def serving(self, addr: str, timeout_s: float = 0.5) -> bool | None:
+        """Does replica `addr` lead (its FabricControl health SERVING)? False: it follows
+        (NOT_SERVING); None: no answer."""
+        stub = health_pb2_grpc.HealthStub(self._replica_channel(addr))
+        try:
+            reply = stub.Check(
+                health_pb2.HealthCheckRequest(service=FABRIC_CONTROL), timeout=timeout_s
+            )
+        except grpc.RpcError:
+            return None
+        return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+
+    def find_leader(
+        self, timeout_s: float | None = None, among: Sequence[str] | None = None
+    ) -> str:
+        """The replica (of `among`, every one by default) whose health says SERVING, polled
+        until one does; LabError after `timeout_s` (default: the lease and 15 s)."""
+        candidates = list(self._controller_addrs if among is None else among)
+        timeout = self.options.lease_ttl_s + 15.0 if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout
+        while True:
+            self._check_alive()  # restarts a replica that exited, as its supervisor would
+            for addr in candidates:
+                if self.replica_running(self.replica_of(addr)) and self.serving(addr):
+                    self._leader = addr
+                    return addr
+            if time.monotonic() > deadline:
+                raise LabError(
+                    f"no controller replica of {', '.join(candidates)} leads after {timeout:g} s"
+                )
+            time.sleep(0.01)
+
+    def leader(self) -> str:
+        """The replica that leads now: the last one seen, if it still says so; else the one
+        found (waiting while an election runs)."""
+        if self._leader is not None and self.serving(self._leader):
+            return self._leader
+        self._leader = None
+        return self.find_leader()
+
+    def _forget_leader(self, addr: str) -> None:
+        if self._leader == addr:
+            self._leader = None
+
+    def _last_leader(self) -> str:
+        """The leader last seen, found when none is known (the admin channel's first try)."""
+        return self._leader if self._leader is not None else self.find_leader()
+
+    def _supervise(self) -> None:
+        """Start again a replica that exited (a deposed leader exits 3, one that lost a race
+        to fence the store 1: their supervisor restarts them as followers)."""
+        for i, child in enumerate(self._replicas):
+            if child is None or self._alive(child):
+                continue
+            code = child.proc.returncode
+            log = tail(child.log) if child.log else ""
+            self.processes.stop(child)
+            self._replicas[i] = None
+            if len(self.replica_restarts) >= REPLICA_RESTARTS:
+                raise LabError(
+                    f"controller replica {i} exited with {code} after {REPLICA_RESTARTS} "
+                    f"restarts:\n{log}"
+                )
+            self.replica_restarts.append(f"replica {i} exited with {code}; started again")
+            self.progress(self.replica_restarts[-1])
+            if self._leader == self._controller_addrs[i]:
+                self._leader = None
+            self.start_replica(i, wait=False)
+
+    def _stop_replicas(self) -> None:
+        """Followers first, then the leader (which resigns: nobody is left to take over and
+        recompute), then the etcd cluster."""
+        order = sorted(
+            (i for i, child in enumerate(self._replicas) if child is not None),
+            key=lambda i: self._controller_addrs[i] == self._leader,
+        )
+        for i in order:
+            child = self._replicas[i]
+            if child is not None:
+                self.processes.stop(child)
+                self._replicas[i] = None
+        for channel in self._replica_channels.values():
+            channel.close()
+        self._replica_channels.clear()
+        if self.etcd is not None:
+            self.etcd.stop()
+            self.etcd = None
 
     def start_target(self, name: str) -> None:
         """Start switch `name`'s P4Runtime target (its agent follows in start_agent)."""
@@ -296,7 +629,7 @@ class Lab:
                 [
                     str(BIN / "railfabric-agent"),
                     "--switch", name,
-                    "--controller", self.controller_addr,
+                    "--controller", ",".join(self.controller_addrs),
                     "--target", addr,
                     "--device-id", str(self.device_id(name)),
                     "--port-map", ",".join(f"{p}={i}" for p, i in ports.items()),
@@ -351,6 +684,7 @@ class Lab:
             self.net.stop()
             self.net = None
         self.processes.stop_all()
+        self._stop_replicas()  # the etcd cluster, if net.stop did not get to it
         # Whatever a build that failed half-way made: namespaces and links by the lab's tag.
         clean(self.names.tag, logs=False)
         defaults = {signal.SIGTERM: signal.SIG_DFL, signal.SIGINT: signal.default_int_handler}
@@ -414,6 +748,7 @@ class Lab:
         raise LabError(f"the fabric did not converge in {timeout_s:.0f} s ({why})")
 
     def _check_alive(self) -> None:
+        self._supervise()
         for child in self.processes.children:
             if child.name.startswith(("controller", "switch-", "agent-", "lldpd-")) and (
                 child.proc.poll() is not None
@@ -439,8 +774,13 @@ class Lab:
         self.fabric = dataclasses.replace(self.fabric, ecmp_hash=fields)
         self._write_fabric()
         since = time.time_ns()
-        assert self._controller is not None
-        self._controller.proc.send_signal(signal.SIGHUP)
+        if self.replicated:  # followers reload nothing: the leader decides
+            leader = self._replicas[self.replica_of(self.leader())]
+            assert leader is not None
+            leader.proc.send_signal(signal.SIGHUP)
+        else:
+            assert self._controller is not None
+            self._controller.proc.send_signal(signal.SIGHUP)
         kinds = (admin_pb2.EVENT_KIND_INTENT_RELOADED, admin_pb2.EVENT_KIND_INTENT_REFUSED)
         deadline = time.monotonic() + timeout_s
         while not (done := self.events(limit=10, types=kinds, after_wall_ns=since)):

@@ -11,6 +11,10 @@ A call that says the leader this replica knows was unreachable for it
 held until the leadership changes, at most `hold_s`, and so is any call while no leader is
 known: the agent learns the new leader the moment it is elected, with one call, instead of
 retrying through the election.
+
+Once its warm copy of the store is built (controller.daemon.warm_copy), a follower answers the
+reads of FOLLOWER_READS itself: what the store holds, as of the etcd revision of that copy.
+Everything else (what only the leader observes, and every change) goes to the leader.
 """
 
 from __future__ import annotations
@@ -28,6 +32,20 @@ from railfabric.redirect import LEADER_KEY, unreachable_of
 
 # How long a call naming an unreachable leader is held, by default: a lease of 2 s and 1 s.
 HOLD_S = 3.0
+_ADMIN = "/railfabric.v1.FabricAdmin/"
+# What a follower answers from its warm copy: the store's contents and what follows from them.
+FOLLOWER_READS = frozenset(
+    _ADMIN + m
+    for m in (
+        "GetTopology",
+        "ListLinks",
+        "GetSwitchState",
+        "ListEvents",
+        "ListAlarms",
+        "PredictPath",
+        "ListDrains",
+    )
+)
 
 
 class LeaderGate(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
@@ -44,9 +62,12 @@ class LeaderGate(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
             for m in pool.FindServiceByName(name).methods
         }
         self.leading = False
+        # The etcd revision of the follower's warm copy the admin API reads; 0: none yet.
+        self.warm_revision = 0
         self.leader: Leader | None = None
         self.redirected = 0
         self.held = 0
+        self.served = 0
         self.hold_s = hold_s
         # Set (and replaced) at every change of the leadership: wakes held calls.
         self._changed = asyncio.Event()
@@ -87,7 +108,16 @@ class LeaderGate(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],  # type: ignore[type-arg]
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:  # type: ignore[type-arg]
-        kind = self._kinds.get(handler_call_details.method or "")
+        method = handler_call_details.method or ""
+        kind = self._kinds.get(method)
+        if (
+            kind is not None
+            and not self.leading
+            and self.warm_revision
+            and method in FOLLOWER_READS
+        ):
+            self.served += 1
+            return await continuation(handler_call_details)
         if kind is not None and not self.leading:
             await self._until_changed(unreachable_of(handler_call_details.invocation_metadata))
         if self.leading or kind is None:

@@ -45,6 +45,7 @@ from controller.daemon.startup import StartupGate
 from controller.daemon.store import FILE_NAME, StoreError
 from controller.daemon.store_url import MEMORY, StoreUrl
 from controller.daemon.store_writer import StoreWriter
+from controller.daemon.warm_copy import WarmCopy
 from controller.yamlnodes import IntentError
 from railfabric import cli, tls
 from railfabric.grpcopts import server_options
@@ -406,9 +407,10 @@ async def serve(args: argparse.Namespace) -> int:
     advertise = _advertised(args, where)
     core = DecisionCore(load_planner(args.fabric), _damping(args), int(args.session_grace_s * 1e9))
     guard = tls.RoleGuard(access_rules(), insecure=server_tls is None)
-    gate = StartupGate(FABRIC_SERVICES)
     # An agent that lost the leader waits at a follower for the next one: a lease and 1 s.
     leader_gate = LeaderGate(FABRIC_SERVICES, hold_s=args.lease_ttl_s + 1.0)
+    # A follower's reads are answered from its warm copy, not held for the leader's state.
+    gate = StartupGate(FABRIC_SERVICES, holds=lambda: leader_gate.leading)
     if where.etcd is None:
         leader_gate.lead()  # alone: always the leader
     # Bound first: a second controller on the address stops here, before it opens the store.
@@ -518,12 +520,10 @@ async def _serve(
         control = ControlService(runner, sessions, secure=server_tls is not None)
         control_pb2_grpc.add_FabricControlServicer_to_server(control, server)
         reloader = Reloader(args.fabric, runner, server_tls, args.reload_max_withdraw)
-        admin_pb2_grpc.add_FabricAdminServicer_to_server(
-            AdminService(
-                core, sessions, insecure=server_tls is None, runner=runner, reloader=reloader
-            ),
-            server,
+        admin = AdminService(
+            core, sessions, insecure=server_tls is None, runner=runner, reloader=reloader
         )
+        admin_pb2_grpc.add_FabricAdminServicer_to_server(admin, server)
         health_servicer = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         services = (*FABRIC_SERVICES, reflection.SERVICE_NAME, health.SERVICE_NAME)
@@ -542,12 +542,32 @@ async def _serve(
             await election.__aenter__()
             for name in FABRIC_SERVICES:
                 await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+            log.warning(
+                "the etcd store %s is reached in plaintext (etcd's client TLS is not supported "
+                "yet): keep its client port on the controllers' management network (SECURITY.md)",
+                where,
+            )
             log.info("listening on %s as a follower of %s; campaigning", args.listen, where)
-            won = await _until(election.campaign(), stop)
+
+            def warm(copy: DecisionCore, revision: int) -> None:
+                if not leader_gate.leading:
+                    admin.fabric = copy
+                    leader_gate.warm_revision = revision
+
+            warming = asyncio.create_task(
+                WarmCopy(store.endpoints, partial(_follower_core, args, core), warm).run(),
+                name="warm-copy",
+            )
+            try:
+                won = await _until(election.campaign(), stop)
+            finally:
+                warming.cancel()
             if won is None:
                 return 0
-            # At once (no await since the win): the start-up gate now holds the fabric's calls
-            # until the state is ready, where a follower's gate would send them back here.
+            # At once (no await since the win): the admin API reads the leader's own core, and
+            # the start-up gate holds the fabric's calls until its state is ready, where a
+            # follower's gate would send them back here.
+            admin.fabric = core
             leader_gate.lead()
             keeper = election.keep(partial(_lost, loop, runner, step_down))
             # StoreFenced here: another replica won meanwhile (said, exit 1, restarted).
@@ -629,6 +649,12 @@ async def _serve(
                 await election.resign()
             await election.__aexit__(None, None, None)
     return EXIT_DEPOSED if deposed else 0
+
+
+def _follower_core(args: argparse.Namespace, core: DecisionCore) -> DecisionCore:
+    """A core for a follower's warm copy: the same intent (its compiled topology shared), the
+    same damping and grace."""
+    return DecisionCore(core.planner.fresh(), _damping(args), int(args.session_grace_s * 1e9))
 
 
 def _lost(

@@ -19,8 +19,11 @@ class StartupGate(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     """Holds calls of `services` (full names) until `open()`. A held call is bounded by its
     own deadline (gRPC ends it with DEADLINE_EXCEEDED) and by the client going away."""
 
-    def __init__(self, services: Collection[str]) -> None:
+    def __init__(self, services: Collection[str], holds: Callable[[], bool] = lambda: True) -> None:
         self._services = frozenset(services)
+        # Whether calls are this replica's to hold (a follower's reads are served from its
+        # warm copy, not from the state this gate waits for).
+        self._holds = holds
         self._ready = asyncio.Event()
         self.held = 0  # calls that waited, for the start-up log line
 
@@ -36,7 +39,7 @@ class StartupGate(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],  # type: ignore[type-arg]
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:  # type: ignore[type-arg]
-        if not self._ready.is_set() and self._gated(handler_call_details.method):
+        if not self._ready.is_set() and self._gated(handler_call_details.method) and self._holds():
             self.held += 1
             await self._ready.wait()
         return await continuation(handler_call_details)

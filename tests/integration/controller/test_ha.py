@@ -23,15 +23,18 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
 import pytest
 
 from bench.ha import HOLD_DOWN_S, Switch, leading, quiet, running, until
 from bench.swarm.plan import Plan, make_plan
 from mininet_labs.etcd import EtcdCluster, etcd_path
+from railfabric.redirect import leader_of
+from railfabric.v1 import admin_pb2, admin_pb2_grpc
 from tests import pki
 from tests.conftest import Processes
 from tests.integration.controller.test_controller_daemon import CONTROLLER, LAB
@@ -273,3 +276,55 @@ async def test_a_leader_cut_off_from_etcd_steps_down(fabric: Fabric, cluster: Et
             await until(lambda: all(s.on(second) for s in fabric.switches), 30, "sessions moved")
         await asyncio.sleep(1.0)
         assert fabric.pushes() == pushed
+
+
+async def _admin_answers(
+    address: str,
+) -> tuple[dict[str, admin_pb2.LinkState.ValueType], dict[str, str]]:
+    """(link key -> state, switch -> desired digest) as `address`'s admin API gives them."""
+    async with pki.channel(address) as channel:
+        stub = admin_pb2_grpc.FabricAdminStub(channel)
+        links = await stub.ListLinks(admin_pb2.ListLinksRequest(page_size=1000), timeout=10)
+        assert not links.next_page_token
+        states = {
+            f"{x.a.switch_name}:{x.a.port}--{x.b.switch_name}:{x.b.port}": x.state
+            for x in links.links
+        }
+        digests = {}
+        for name in ("tor-r1-b1", "spine-p1-1"):
+            state = await stub.GetSwitchState(
+                admin_pb2.GetSwitchStateRequest(switch_name=name), timeout=10
+            )
+            digests[name] = state.digest
+    return states, digests
+
+
+async def test_followers_answer_reads_from_their_warm_copy_and_send_changes_to_the_leader(
+    fabric: Fabric,
+) -> None:
+    async with _three(fabric) as first:
+        follower = next(a for a in fabric.addresses if a != first)
+        leader_view = await _admin_answers(first)
+        await until_async(lambda: _admin_answers(follower), leader_view, 20)
+        # A cut the leader handles shows in the follower's copy too.
+        fabric.cut()
+        await quiet(fabric.switches, 1.0, 30)
+        leader_view = await _admin_answers(first)
+        assert any(s != admin_pb2.LINK_STATE_UP for s in leader_view[0].values())
+        await until_async(lambda: _admin_answers(follower), leader_view, 20)
+        # A change asked of a follower is the leader's: it names it.
+        async with pki.channel(follower) as channel:
+            stub = admin_pb2_grpc.FabricAdminStub(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stub.Drain(admin_pb2.DrainRequest(target="tor-r1-b1:1"), timeout=10)
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert leader_of(refused.value.trailing_metadata()) == first
+
+
+async def until_async(
+    ask: Callable[[], Awaitable[object]], expected: object, timeout_s: float
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while (got := await ask()) != expected:
+        assert time.monotonic() < deadline, (got, expected)
+        await asyncio.sleep(0.2)
