@@ -29,10 +29,11 @@ from google.protobuf import descriptor_pool
 
 from controller.daemon.election import Leader
 from railfabric.redirect import LEADER_KEY, unreachable_of
+from railfabric.v1 import admin_pb2
 
 # How long a call naming an unreachable leader is held, by default: a lease of 2 s and 1 s.
 HOLD_S = 3.0
-_ADMIN = "/railfabric.v1.FabricAdmin/"
+_ADMIN = f"/{admin_pb2.DESCRIPTOR.services_by_name['FabricAdmin'].full_name}/"
 # What a follower answers from its warm copy: the store's contents and what follows from them.
 FOLLOWER_READS = frozenset(
     _ADMIN + m
