@@ -208,6 +208,7 @@ class ControlService(control_pb2_grpc.FabricControlServicer):
         reader = asyncio.create_task(
             self._read(name, request_iterator, session), name=f"read-{name}"
         )
+        getter: asyncio.Task[control_pb2.ControllerMessage] | None = None
         try:
             if self.term:
                 # The term first: an agent that moved here refuses its old leader from now on,
@@ -228,6 +229,12 @@ class ControlService(control_pb2_grpc.FabricControlServicer):
                 yield msg
         finally:
             reader.cancel()
+            # The stream cancelled while waiting (a stop): the getter fails with Closed, which
+            # nobody would retrieve ("Task exception was never retrieved" in the log).
+            if getter is not None and not getter.done():
+                getter.cancel()
+            elif getter is not None and not getter.cancelled():
+                getter.exception()
             session.ended.set()
             session.fail_table_reads(
                 f"{name}: the agent's session ended ({session.close_reason or 'stream closed'}) "
