@@ -128,6 +128,8 @@ class ControllerSession:
         # The highest leader's term seen (0: none, or controllers without election).
         self.term = 0
         self.redirects = 0
+        # Leaders followers named that are not listed (each said once).
+        self._strangers: set[str] = set()
         # Controllers tried and failed since the last session opened (said to the next one).
         self._unreachable: list[str] = []
         self._make_hello = make_hello
@@ -191,10 +193,9 @@ class ControllerSession:
             finally:
                 self.connected.clear()
                 self._outbox = None
-            if leader is not None and leader != self.address:
+            if leader is not None and leader != self.address and self._redirect(leader):
                 # A follower named the leader: go there at once (a little jitter, so the
                 # agents of a whole fabric do not arrive in one burst), the backoff over.
-                self._redirect(leader)
                 delays = self._backoff.delays(self._rng)
                 failed = 0
                 await asyncio.sleep(self._rng.uniform(0, self._backoff.initial_s))
@@ -228,21 +229,22 @@ class ControllerSession:
             self._next_address()
             await asyncio.sleep(delay)
 
-    def _redirect(self, leader: str) -> None:
+    def _redirect(self, leader: str) -> bool:
+        """Go to the leader a follower named; False (said) when it is not a listed
+        controller: only those are trusted with the switch, and the try counts as failed."""
         self.redirects += 1
         if leader in self.addresses:
             LOG.info("controller %s: a follower; the leader is %s", self.address, leader)
             self.address = leader
-            return
-        # Only controllers the operator listed are trusted with the switch.
-        LOG.error(
-            "controller %s names %s as the leader, which is not among --controller %s; "
-            "trying the next one listed",
-            self.address,
-            leader,
-            ",".join(self.addresses),
+            return True
+        self.last_error = (
+            f"names {leader} as the leader, which is not among --controller "
+            f"{','.join(self.addresses)}"
         )
-        self._next_address()
+        if leader not in self._strangers:  # a configuration to fix: said once per address
+            self._strangers.add(leader)
+            LOG.error("controller %s %s", self.address, self.last_error)
+        return False
 
     def _next_address(self) -> None:
         i = self.addresses.index(self.address) if self.address in self.addresses else -1
