@@ -3,7 +3,12 @@
 `list`, `clean`, and `demo` (= `run examples/lab-2rail.yaml --scenario all`).
 
 Exit status: 0 when no scenario failed (each passed, or was skipped as one the target cannot
-run: listed as SKIP with its reason), 1 when one failed, 2 when the lab could not run."""
+run, or one that needs etcd where it is not installed: listed as SKIP with its reason), 1 when
+one failed, 2 when the lab could not run.
+
+Scenarios run on a lab with one controller (its state in SQLite), except those that need
+controller replicas (`Scenario.controllers`, controller-failover): they run on a second lab
+built for them after the others (see `lab_runs`)."""
 
 from __future__ import annotations
 
@@ -18,7 +23,8 @@ from pathlib import Path
 from controller.yamlnodes import IntentError
 from mininet_labs.clean import clean
 from mininet_labs.cli import FabricCLI
-from mininet_labs.lab import Interrupted, Lab, LabOptions
+from mininet_labs.etcd import INSTALL_HINT, etcd_path
+from mininet_labs.lab import ETCD_MEMBERS, Interrupted, Lab, LabOptions
 from mininet_labs.netlinks import PREFIX, TAG_RE, LabError
 from mininet_labs.processes import (
     BMV2_PORT_RATE_MBPS,
@@ -64,6 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
                 help="run these CLI commands (one per line, as Mininet's `source`), then tear "
                 "the fabric down, instead of prompting",
             )
+            p.add_argument(
+                "--controllers",
+                type=int,
+                default=1,
+                help=f"controller processes: 1 (its state in SQLite), or replicas sharing a "
+                f"{ETCD_MEMBERS}-member etcd cluster the lab starts, one elected leader "
+                "(needs etcd; `scenario controller-failover` runs on such a lab)",
+            )
         if name == "run":
             p.add_argument(
                 "--scenario",
@@ -88,6 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
             )
             p.add_argument("--failover-reps", type=int, help="failover repetitions (default 10)")
             p.add_argument("--probe-pps", type=int, help="failover probe rate (default 1000)")
+            p.add_argument(
+                "--controller-kills",
+                type=int,
+                help="controller-failover: kills of the leader (default 3)",
+            )
         p.add_argument("--keep-logs", action="store_true", help="keep /tmp/rfl<tag>/ logs")
     return parser
 
@@ -109,6 +128,48 @@ def _progress(text: str) -> None:
     print(f"  .. {text}", flush=True)
 
 
+def replicas_unavailable(controllers: int) -> str | None:
+    """Why a lab with `controllers` controller processes cannot run here, or None."""
+    if controllers > 1 and etcd_path() is None:
+        return f"{INSTALL_HINT}: the controller's replicas share an etcd cluster"
+    return None
+
+
+def lab_runs(names: Sequence[str]) -> list[tuple[int, list[str]]]:
+    """The labs a run builds, in order: (controller processes, the scenarios run on it), one
+    lab per run of consecutive scenarios that need the same controllers (`all`: two).
+
+    Why not one lab, with replicas when etcd is installed: the other scenarios are measured
+    on one controller with its SQLite store, and stay so. Replicas and etcd members would
+    share the machine's cores (2 here) with the switches whose figures those scenarios judge
+    against milliseconds (failover's loss windows), every commit of the controller would be
+    an fsynced etcd transaction, and a lab whose leader was killed leaves the scenarios after
+    it an election behind. A second lab costs one build and teardown (~13 s here), not a
+    scenario's figures."""
+    runs: list[tuple[int, list[str]]] = []
+    for name in names:
+        controllers = SCENARIOS[name].controllers
+        if runs and runs[-1][0] == controllers:
+            runs[-1][1].append(name)
+        else:
+            runs.append((controllers, [name]))
+    return runs
+
+
+def _describe(lab: Lab, detail: str) -> str:
+    replicas = lab.options.controllers
+    controllers = (
+        f", {replicas} controller replicas on a {ETCD_MEMBERS}-member etcd cluster"
+        if replicas > 1
+        else ""
+    )
+    return (
+        f"lab {lab.names.tag}: fabric {lab.fabric.name} ({len(lab.fabric.switches)} switches, "
+        f"{len(lab.topology.hosts)} servers, {len(lab.fabric.nics)} NICs), target {detail}"
+        f"{controllers}"
+    )
+
+
 def run(  # noqa: PLR0917 - the CLI's options, one call site
     fabric: Path,
     names: list[str],
@@ -124,25 +185,31 @@ def run(  # noqa: PLR0917 - the CLI's options, one call site
     results: list[Result] = []
     started = time.monotonic()
     detail = target.describe()
+    labs: list[Lab] = []
     try:
-        lab = Lab(fabric, target, options)
-        print(
-            f"lab {lab.names.tag}: fabric {lab.fabric.name} ({len(lab.fabric.switches)} switches, "
-            f"{len(lab.topology.hosts)} servers, {len(lab.fabric.nics)} NICs), target {detail}",
-            flush=True,
-        )
-        with lab:
-            print(f"fabric converged in {time.monotonic() - started:.1f} s\n", flush=True)
-            for name in names:
-                t0 = time.monotonic()
-                try:
-                    result = SCENARIOS[name].run(lab, budget)
-                except LabError as err:
-                    result = Result(name, False, f"could not run: {err}")
-                results.append(result)
-                print(render(result), flush=True)
-                print(f"({name}: {time.monotonic() - t0:.1f} s)\n", flush=True)
-                lab.failed = lab.failed or result.failed
+        for controllers, group in lab_runs(names):
+            why = replicas_unavailable(controllers)
+            if why is not None:
+                for name in group:
+                    results.append(Result.skip(name, why))
+                    print(render(results[-1]), flush=True)
+                continue
+            built = time.monotonic()
+            lab = Lab(fabric, target, dataclasses.replace(options, controllers=controllers))
+            labs.append(lab)
+            print(_describe(lab, detail), flush=True)
+            with lab:
+                print(f"fabric converged in {time.monotonic() - built:.1f} s\n", flush=True)
+                for name in group:
+                    t0 = time.monotonic()
+                    try:
+                        result = SCENARIOS[name].run(lab, budget)
+                    except LabError as err:
+                        result = Result(name, False, f"could not run: {err}")
+                    results.append(result)
+                    print(render(result), flush=True)
+                    print(f"({name}: {time.monotonic() - t0:.1f} s)\n", flush=True)
+                    lab.failed = lab.failed or result.failed
     except Interrupted as sig:
         print(f"mininet_labs: interrupted ({sig}); everything was torn down", file=sys.stderr)
         return 2
@@ -158,8 +225,9 @@ def run(  # noqa: PLR0917 - the CLI's options, one call site
         write_json(json_out, str(fabric), target_kind, results, detail, command=COMMAND)
         print(f"results written to {json_out}")
     status = exit_status(results)
-    if status:
-        print(f"logs kept in {lab.run_dir}")
+    for lab in labs:
+        if status and lab.failed:
+            print(f"logs kept in {lab.run_dir}")
     return status
 
 
@@ -174,13 +242,22 @@ def up(
     if script is not None and not script.is_file():
         print(f"mininet_labs: --script {script}: no such file", file=sys.stderr)
         return 2
+    why = replicas_unavailable(options.controllers)
+    if why is not None:
+        print(f"mininet_labs: --controllers {options.controllers}: {why}", file=sys.stderr)
+        return 2
     target = _runnable_target(target_kind, port_rate_mbps)
     if target is None:
         return 2
     started = time.monotonic()
     try:
         lab = Lab(fabric, target, options)
-        print(f"lab {lab.names.tag}: fabric {lab.fabric.name}, target {target.describe()}")
+        replicas = options.controllers
+        controllers = f", {replicas} controller replicas on etcd" if replicas > 1 else ""
+        print(
+            f"lab {lab.names.tag}: fabric {lab.fabric.name}, target {target.describe()}"
+            f"{controllers}"
+        )
         with lab:
             print(
                 f"fabric converged in {time.monotonic() - started:.1f} s; "
@@ -202,9 +279,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "list":
+        width = max(map(len, SCENARIOS))
         for name, scenario in SCENARIOS.items():
-            print(f"{name:13} {scenario.description}")
-        print(f"{'all':13} every scenario above, in this order")
+            print(f"{name:{width}} {scenario.description}")
+        print(f"{'all':{width}} every scenario above, in this order")
         return 0
     if args.command == "clean":
         if args.tag is not None and not TAG_RE.fullmatch(args.tag):
@@ -216,6 +294,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--port-rate-mbps {args.port_rate_mbps:g}: must be > 0")
     options = LabOptions(keep_logs=args.keep_logs, progress=_progress)
     if args.command == "up":
+        if args.controllers < 1:
+            parser.error(f"--controllers {args.controllers}: must be >= 1")
+        options = dataclasses.replace(options, controllers=args.controllers)
         return up(args.fabric, args.target, args.port_rate_mbps, options, args.script)
     fabric = DEMO_FABRIC if args.command == "demo" else args.fabric
     chosen = ["all"] if args.command == "demo" else args.scenario
@@ -224,6 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for flag, field, value in (
         ("--failover-reps", "failover_reps", args.failover_reps),
         ("--probe-pps", "probe_pps", args.probe_pps),
+        ("--controller-kills", "controller_kills", args.controller_kills),
     ):
         if value is not None:
             if value < 1:

@@ -77,7 +77,7 @@ def clean(tag: str | None = None, *, logs: bool = True) -> list[str]:
             removed.append(f"process {pid}")
     deadline = time.monotonic() + 3
     while pids and time.monotonic() < deadline:
-        pids = [p for p in pids if Path(f"/proc/{p}").exists()]
+        pids = [p for p in pids if _running(p)]
         time.sleep(0.05)
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
@@ -102,6 +102,15 @@ def clean(tag: str | None = None, *, logs: bool = True) -> list[str]:
                 ip("link", "del", name, check=False)
                 removed.append(f"link {name}")
     return removed
+
+
+def _running(pid: int) -> bool:
+    """Is `pid` a process that has not exited (a zombie, not yet reaped by its parent, has)?"""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _start_time(pid: int) -> str | None:

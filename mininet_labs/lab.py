@@ -170,9 +170,10 @@ class Burster:
 
 class _LeaderChannel(grpc.Channel):
     """The lab's admin channel when the controller has replicas: each call goes to the replica
-    that leads. A call that ends UNAVAILABLE (the leader died, or no longer leads: a follower
-    refuses the fabric's calls, naming the leader) is made once more at the leader found then
-    (health SERVING; found while an election runs). The admin API is unary calls only."""
+    that leads (never to a follower, which would answer some reads from its warm copy of the
+    store and not the leader's own view). A call that ends UNAVAILABLE (the leader died, or
+    stepped down) is made once more at the leader found then (health SERVING; found while an
+    election runs). The admin API is unary calls only."""
 
     def __init__(self, lab: Lab) -> None:
         self._lab = lab
@@ -320,8 +321,9 @@ class Lab:
         )
         try:
             self.start()
-        except BaseException:
-            self.failed = True
+        except BaseException as err:
+            # Keep the logs of a lab that broke, not of one stopped while it started.
+            self.failed = not isinstance(err, Interrupted)
             self.close()
             raise
         return self
@@ -365,6 +367,7 @@ class Lab:
         self.net.start()
         channel: grpc.Channel
         if self.replicated:
+            self._wait_replicas()
             channel = _LeaderChannel(self)
         else:
             channel = self.certs.sync_channel(self.controller_addr)
@@ -442,6 +445,8 @@ class Lab:
         self._replicas = [None] * o.controllers
         for i in range(o.controllers):
             self.start_replica(i, wait=False)
+
+    def _wait_replicas(self) -> None:
         for addr, child in zip(self._controller_addrs, self._replicas, strict=True):
             assert child is not None and child.log is not None
             wait_listening(addr, 20, child.proc, child.log)
@@ -516,6 +521,12 @@ class Lab:
             self._replica_channels[addr] = channel
         return channel
 
+    def admin_at(self, addr: str) -> admin_pb2_grpc.FabricAdminStub:
+        """The admin API of replica `addr` itself, wherever the leadership is (a follower
+        answers the store's reads from its warm copy, and refuses the rest with UNAVAILABLE
+        naming the leader)."""
+        return admin_pb2_grpc.FabricAdminStub(self._replica_channel(addr))
+
     def serving(self, addr: str, timeout_s: float = 0.5) -> bool | None:
         """Does replica `addr` lead (its FabricControl health SERVING)? False: it follows
         (NOT_SERVING); None: no answer."""
@@ -588,15 +599,12 @@ class Lab:
     def _stop_replicas(self) -> None:
         """Followers first, then the leader (which resigns: nobody is left to take over and
         recompute), then the etcd cluster."""
-        order = sorted(
-            (i for i, child in enumerate(self._replicas) if child is not None),
-            key=lambda i: self._controller_addrs[i] == self._leader,
-        )
-        for i in order:
-            child = self._replicas[i]
-            if child is not None:
-                self.processes.stop(child)
-                self._replicas[i] = None
+        running = [(i, child) for i, child in enumerate(self._replicas) if child is not None]
+        for leading in (False, True):
+            self.processes.stop_many(
+                [c for i, c in running if (self._controller_addrs[i] == self._leader) is leading]
+            )
+        self._replicas = [None] * len(self._replicas)
         for channel in self._replica_channels.values():
             channel.close()
         self._replica_channels.clear()
@@ -669,9 +677,13 @@ class Lab:
 
     def stop_switch(self, name: str) -> None:
         """Stop switch `name`'s agent, then its target."""
-        for child in (self.agents.pop(name, None), self._switches.pop(name, None)):
-            if child is not None:
-                self.processes.stop(child)
+        self.stop_switches([name])
+
+    def stop_switches(self, names: Sequence[str]) -> None:
+        """Stop these switches' agents (together), then their targets (together)."""
+        for group in (self.agents, self._switches):
+            children = [group.pop(name) for name in names if name in group]
+            self.processes.stop_many(children)
 
     def close(self) -> None:
         # A second Ctrl-C must not cut the teardown short.

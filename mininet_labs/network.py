@@ -182,6 +182,16 @@ class P4Switch(_LabShell, Switch):  # type: ignore[misc]
         self.lab.stop_switch(self.name)
         super().stop(deleteIntfs=deleteIntfs)
 
+    @classmethod
+    def batchShutdown(cls, switches: Sequence[P4Switch]) -> Sequence[P4Switch]:
+        """Mininet's teardown: every agent of this class at once, then every target, then
+        each switch's interfaces (one at a time, each agent took ~0.5 s to stop)."""
+        if switches:
+            switches[0].lab.stop_switches([sw.name for sw in switches])
+        for sw in switches:
+            super(P4Switch, sw).stop(deleteIntfs=True)
+        return switches
+
 
 class SoftSwitch(P4Switch):
     """softswitch (this repo's P4Runtime target)."""

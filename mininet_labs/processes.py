@@ -183,17 +183,22 @@ class Processes:
         if child in self.children:
             self.children.remove(child)
 
-    def stop_all(self) -> None:
-        alive = [c for c in self.children if c.proc.poll() is None]
+    def stop_many(self, children: Sequence[Child], timeout: float = 5.0) -> None:
+        """stop() for several children at once: each gets SIGTERM together, then `timeout`
+        in all to end before the stragglers get stop()'s treatment."""
+        alive = [c for c in children if c.proc.poll() is None]
         for c in alive:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(c.proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + timeout
         for c in alive:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 c.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        for c in list(self.children):
+        for c in list(children):
             self.stop(c, timeout=0.5)
+
+    def stop_all(self) -> None:
+        self.stop_many(list(self.children))
 
 
 class SwitchTarget(Protocol):

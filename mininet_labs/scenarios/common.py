@@ -31,10 +31,13 @@ class Budget:
     failover_reps: int = 10
     probe_pps: int = 1000
     incast_s: float = 2.0
+    controller_kills: int = 3
 
     @classmethod
     def quick(cls) -> Budget:
-        return cls(reach_packets=10, ecmp_flows=24, failover_reps=3, incast_s=1.5)
+        return cls(
+            reach_packets=10, ecmp_flows=24, failover_reps=3, incast_s=1.5, controller_kills=2
+        )
 
 
 def nics_on(lab: Lab, switch: str) -> list[Nic]:
