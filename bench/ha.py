@@ -222,7 +222,7 @@ async def run(args: argparse.Namespace, work: Path) -> dict[str, object]:
     ports = [_free_port() for _ in range(3)]
     addresses = [f"{certs.CONTROLLER_HOST}:{p}" for p in ports]
     kills: list[dict[str, float]] = []
-    with EtcdCluster(3, work / "etcd") as cluster:
+    with EtcdCluster(3, work / "etcd", pki=pki_dir) as cluster:
         store = f"{cluster.url}/ha-bench"
         procs = {
             a: _start(controller_argv(args.fabric, a, store, args.lease_ttl_s, pki_dir))

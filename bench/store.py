@@ -9,9 +9,10 @@ every ToR acknowledges (one SwitchApplied input each). Both go through the daemo
 as in the daemon: the event's records are one commit, and acks that arrive while a commit runs
 are merged into the next. Measured per event: the event's commit (submit -> durable) and every
 ack durable. Backends: a SQLite file (WAL, synchronous=FULL) in a temporary directory, and etcd
-with 1 and with 3 members on loopback (real etcd processes, fsync on, the store fenced by a real
-lease as a leader's is). Before the events, each store gets the fabric's full state (every
-switch's generation, every link), as a running controller's has.
+with 1 and with 3 members on loopback (real etcd processes, fsync on, mutual TLS as etcds://
+asks, the store fenced by a real lease as a leader's is). Before the events, each store gets
+the fabric's full state (every switch's generation, every link), as a running controller's
+has.
 
 Goal (issue 16): etcd <= 3x SQLite (`goal_met` says). Prints JSON; exits 1 when a sample is
 short or a commit failed.
@@ -48,6 +49,8 @@ from controller.daemon.store_writer import RecordStore, StoreWriter
 from controller.fabric import Role
 from controller.intent import load_fabric
 from mininet_labs.etcd import EtcdCluster, etcd_path
+from railfabric import pki, tls
+from railfabric.tls import Identity, Kind
 from railfabric.v1 import admin_pb2
 
 REPO = Path(__file__).resolve().parent.parent
@@ -120,9 +123,9 @@ def _measure(
     }
 
 
-async def _fenced_store(url: str) -> tuple[EtcdStore, Election]:
-    """An etcd store fenced by a real election, as the leader's is."""
-    endpoints = parse(url)
+async def _fenced_store(url: str, files: tls.TlsFiles) -> tuple[EtcdStore, Election]:
+    """An etcd store fenced by a real election, as the leader's is (mutual TLS, etcds://)."""
+    endpoints = parse(url).with_tls(files)
     election = Election(endpoints, "bench:0")
     await election.__aenter__()
     won = await election.campaign()
@@ -135,10 +138,14 @@ async def _fenced_store(url: str) -> tuple[EtcdStore, Election]:
 def _etcd(
     members: int, work: Path, switches: list[str], links: list[str], events: int
 ) -> dict[str, Any]:
-    with EtcdCluster(members, work / f"etcd{members}") as cluster:
+    ca = work / f"pki{members}"
+    pki.init_ca(ca)
+    issued = pki.issue(ca, Identity(Kind.CONTROLLER, "127.0.0.1"), ("127.0.0.1",))
+    files = tls.TlsFiles(ca / pki.CA_CERT, issued.cert, issued.key)
+    with EtcdCluster(members, work / f"etcd{members}", pki=ca) as cluster:
         loop = asyncio.new_event_loop()
         try:
-            store, election = loop.run_until_complete(_fenced_store(f"{cluster.url}/bench"))
+            store, election = loop.run_until_complete(_fenced_store(f"{cluster.url}/bench", files))
             # The lease is kept alive meanwhile, as the leader's keeper does.
             keeper = election.keep(lambda why: print(f"bench.store: lost the lease: {why}"))
             try:

@@ -9,6 +9,10 @@ lab's other children; `kill(i)` is SIGKILL (a crash), `start(i)` brings it back 
 
 Ready means answering: every running member serves a linearizable read (it has a leader and
 the leader has a quorum), which is what `etcdctl endpoint health` checks.
+
+With `pki` (a CA directory, railfabric.pki) the members serve their clients mutual TLS, as
+`--store etcds://` expects: each gets a certificate of that CA (`railctl pki issue --etcd`'s
+kind, named railfabric.tls.ETCD_NAME) and accepts only clients with one (`--client-cert-auth`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ from aetcd import rpc
 
 from mininet_labs.netlinks import LabError
 from mininet_labs.processes import DIE_WITH_PARENT, free_port, tail
+from railfabric import pki as fabric_pki
+from railfabric import tls
+from railfabric.tls import Identity, Kind
 
 HEARTBEAT_MS = 100
 ELECTION_MS = 1_000
@@ -54,9 +61,11 @@ class _Member:
     log: Path
     proc: subprocess.Popen[bytes] | None = None
 
+    scheme: str = "http"
+
     @property
     def client_url(self) -> str:
-        return f"http://127.0.0.1:{self.client_port}"
+        return f"{self.scheme}://127.0.0.1:{self.client_port}"
 
     @property
     def peer_url(self) -> str:
@@ -81,6 +90,7 @@ class EtcdCluster:
         election_ms: int = ELECTION_MS,
         ready_timeout_s: float = READY_TIMEOUT_S,
         also_on: tuple[str, ...] = (),
+        pki: Path | None = None,
     ) -> None:
         if members < 1:
             raise ValueError(f"{members} members: an etcd cluster has at least one")
@@ -97,6 +107,10 @@ class EtcdCluster:
         # Other loopback addresses (127.0.0.0/8) the members' client ports listen on too: a
         # test cuts one of them off (tc on lo) to partition one client from the cluster.
         self.also_on = also_on
+        # The CA directory of mutual TLS to clients (etcds://), or None: plaintext (etcd://).
+        self.pki = pki
+        self._member_tls: dict[str, tls.TlsFiles] = {}
+        self._probe_tls: tls.TlsFiles | None = None
         # One token per cluster: members of two clusters never join each other.
         self._token = f"railfabric-{secrets.token_hex(4)}"
         self._members = [
@@ -106,6 +120,7 @@ class EtcdCluster:
                 free_port(),
                 self.directory / f"m{i}.data",
                 self.directory / f"m{i}.log",
+                scheme="http" if pki is None else "https",
             )
             for i in range(members)
         ]
@@ -117,18 +132,22 @@ class EtcdCluster:
         return len(self._members)
 
     @property
+    def scheme(self) -> str:
+        return "etcd://" if self.pki is None else "etcds://"
+
+    @property
     def url(self) -> str:
         """The store URL of every member, without a prefix (append "/PREFIX")."""
-        return "etcd://" + ",".join(f"127.0.0.1:{m.client_port}" for m in self._members)
+        return self.scheme + ",".join(f"127.0.0.1:{m.client_port}" for m in self._members)
 
     def url_on(self, host: str) -> str:
         """Like `url`, reaching the members at `host` (one of `also_on`)."""
         if host not in self.also_on:
             raise ValueError(f"{host}: the members do not listen there (also_on={self.also_on})")
-        return "etcd://" + ",".join(f"{host}:{m.client_port}" for m in self._members)
+        return self.scheme + ",".join(f"{host}:{m.client_port}" for m in self._members)
 
     def member_url(self, i: int) -> str:
-        return f"etcd://127.0.0.1:{self._members[i].client_port}"
+        return f"{self.scheme}127.0.0.1:{self._members[i].client_port}"
 
     def pids(self) -> list[int]:
         """The running members' pids, in member order."""
@@ -194,6 +213,40 @@ class EtcdCluster:
         if wait:
             self.wait_ready([i])
 
+    def _tls_flags(self, m: _Member) -> list[str]:
+        """etcd's flags for mutual TLS to clients with a certificate of `pki` (issued once per
+        member: a restarted member keeps it)."""
+        if self.pki is None:
+            return []
+        files = self._member_tls.get(m.name)
+        if files is None:
+            issued = fabric_pki.issue(
+                self.pki, Identity(Kind.ETCD, f"{self._token}-{m.name}"), ("127.0.0.1",)
+            )
+            files = self._member_tls[m.name] = tls.TlsFiles(
+                self.pki / fabric_pki.CA_CERT, issued.cert, issued.key
+            )
+        return [
+            f"--cert-file={files.cert}",
+            f"--key-file={files.key}",
+            f"--trusted-ca-file={files.ca}",
+            "--client-cert-auth",
+        ]
+
+    def _probe_channel(self, port: int) -> grpc.Channel:
+        """A channel to one member, as a client it accepts."""
+        address = f"127.0.0.1:{port}"
+        if self.pki is None:
+            return grpc.insecure_channel(address)
+        if self._probe_tls is None:
+            issued = fabric_pki.issue(self.pki, Identity(Kind.READER, f"{self._token}-probe"))
+            self._probe_tls = tls.TlsFiles(self.pki / fabric_pki.CA_CERT, issued.cert, issued.key)
+        return grpc.secure_channel(
+            address,
+            tls.channel_credentials(self._probe_tls),
+            options=[("grpc.ssl_target_name_override", tls.ETCD_NAME)],
+        )
+
     def _launch(self, i: int) -> None:
         m = self._members[i]
         cluster = ",".join(f"{o.name}={o.peer_url}" for o in self._members)
@@ -203,7 +256,9 @@ class EtcdCluster:
             f"--name={m.name}",
             f"--data-dir={m.data_dir}",
             "--listen-client-urls="
-            + ",".join([m.client_url, *(f"http://{h}:{m.client_port}" for h in self.also_on)]),
+            + ",".join(
+                [m.client_url, *(f"{m.scheme}://{h}:{m.client_port}" for h in self.also_on)]
+            ),
             f"--advertise-client-urls={m.client_url}",
             f"--listen-peer-urls={m.peer_url}",
             f"--initial-advertise-peer-urls={m.peer_url}",
@@ -215,6 +270,7 @@ class EtcdCluster:
             f"--election-timeout={self.election_ms}",
             "--logger=zap",
             "--log-outputs=stderr",
+            *self._tls_flags(m),
         ]
         with m.log.open("ab") as log:
             m.proc = subprocess.Popen(
@@ -232,7 +288,7 @@ class EtcdCluster:
         deadline = time.monotonic() + self.ready_timeout_s
         for i in which if members is None else members:
             m = self._members[i]
-            channel = grpc.insecure_channel(f"127.0.0.1:{m.client_port}")
+            channel = self._probe_channel(m.client_port)
             try:
                 stub = rpc.KVStub(channel)
                 while True:

@@ -439,7 +439,8 @@ class Lab:
             f"replicas (lease {o.lease_ttl_s} s)"
         )
         # LabError when etcd is not installed or a member does not come up.
-        cluster = EtcdCluster(ETCD_MEMBERS, self.run_dir / "etcd")
+        # Mutual TLS with the lab's CA (etcds://), as every other channel of the lab.
+        cluster = EtcdCluster(ETCD_MEMBERS, self.run_dir / "etcd", pki=self.certs.directory)
         self.etcd = cluster.__enter__()  # stopped by _stop_replicas (and close)
         self._controller_addrs = [f"127.0.0.1:{free_port()}" for _ in range(o.controllers)]
         self._replicas = [None] * o.controllers

@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from railfabric.tls import Identity, Kind
+from railfabric.tls import ETCD_NAME, Identity, Kind
 
 CA_CERT = "ca.crt"
 CA_KEY = "ca.key"
@@ -151,11 +151,13 @@ def issue(
     ca_cert, ca_key = _load_ca(directory)
     key = ec.generate_private_key(ec.SECP256R1())
     now = _now()
-    serves = identity.kind in (Kind.SWITCH, Kind.CONTROLLER)
+    serves = identity.kind in (Kind.SWITCH, Kind.CONTROLLER, Kind.ETCD)
     usages = [ExtendedKeyUsageOID.CLIENT_AUTH]
     if serves:
         usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
     names: list[x509.GeneralName] = [x509.UniformResourceIdentifier(identity.uri)]
+    if identity.kind == Kind.ETCD and ETCD_NAME not in hosts:
+        hosts = [ETCD_NAME, *hosts]  # the name controllers check every member against
     names += [_san_host(host) for host in hosts]
     cert = (
         x509.CertificateBuilder()

@@ -10,6 +10,8 @@ follows from the identity its certificate names (`Identity`, a SPIFFE-style URI 
     spiffe://railfabric/controller/HOST      the controller
     spiffe://railfabric/operator/alice       railctl with the right to change the fabric
     spiffe://railfabric/reader/bob           railctl that may only look
+    spiffe://railfabric/etcd/NAME            a member of the controllers' etcd cluster
+                                             (`--store etcds://...`), also named ETCD_NAME
 
 Certificates are read when a channel is made (an agent reconnecting picks up new files) and,
 for servers, again on `ServerTls.reload()` (SIGHUP): new handshakes use the new files, and a
@@ -42,6 +44,13 @@ class Kind(enum.StrEnum):
     CONTROLLER = "controller"
     OPERATOR = "operator"
     READER = "reader"
+    ETCD = "etcd"
+
+
+# The DNS name every etcd member's certificate carries (railctl pki issue --etcd writes it) and
+# controllers check: they reach the members as one gRPC target listing every address, which
+# checks each member's certificate against a single name.
+ETCD_NAME = "etcd.railfabric"
 
 
 # What an identity of each kind may read, and change, through the admin API.

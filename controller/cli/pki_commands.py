@@ -4,6 +4,7 @@
     railctl pki issue DIR --switch tor-r1-b1 [--host 127.0.0.1]
     railctl pki issue DIR --controller 10.0.0.1 [--host ctl.example]
     railctl pki issue DIR --operator alice | --reader bob
+    railctl pki issue DIR --etcd m1 --host 10.0.0.21     a member of the controllers' etcd
 
 Rotation: issue again with --force (a new key and certificate under the same names), then
 `systemctl reload` (or kill -HUP) the daemon that serves with it; clients pick new files up
@@ -17,7 +18,7 @@ import sys
 from pathlib import Path
 
 from railfabric import pki
-from railfabric.tls import Identity, Kind
+from railfabric.tls import ETCD_NAME, Identity, Kind
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -39,6 +40,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     who.add_argument("--operator", metavar="NAME", help="an operator: may read and change")
     who.add_argument("--reader", metavar="NAME", help="a reader: may only read")
+    who.add_argument(
+        "--etcd",
+        metavar="NAME",
+        help="a member of the controllers' etcd cluster (--store etcds://): serving on its "
+        f"--host addresses, and named {ETCD_NAME}, which controllers check",
+    )
     issue.add_argument(
         "--host",
         action="append",
@@ -69,7 +76,7 @@ def _identity(args: argparse.Namespace) -> tuple[Identity, list[str]]:
     if args.controller is not None:
         # A controller is reached by HOST: its certificate must name it for clients' checks.
         return Identity(Kind.CONTROLLER, args.controller), [args.controller, *args.host]
-    for kind in (Kind.SWITCH, Kind.OPERATOR, Kind.READER):
+    for kind in (Kind.SWITCH, Kind.OPERATOR, Kind.READER, Kind.ETCD):
         name = getattr(args, kind.value)
         if name is not None:
             return Identity(kind, name), list(args.host)

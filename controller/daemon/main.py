@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import faulthandler
 import inspect
@@ -35,6 +36,7 @@ from controller.daemon import store_url
 from controller.daemon.admin import AdminService
 from controller.daemon.core_planner import load_planner
 from controller.daemon.election import DEFAULT_TTL_S, Election, Leader, LeaseKeeper
+from controller.daemon.etcd_channel import EtcdUrlError
 from controller.daemon.etcd_store import EtcdStore
 from controller.daemon.leader_gate import LeaderGate
 from controller.daemon.metrics import Metrics, snapshot
@@ -146,7 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=store_url.DEFAULT,
         metavar="URL",
         help=f"where the state is kept: sqlite:///ABSOLUTE/PATH (a file, its directory "
-        f"created), etcd://HOST:PORT[,HOST:PORT...][/PREFIX] (shared by several controllers, "
+        f"created), etcds://HOST:PORT[,HOST:PORT...][/PREFIX] (etcd, mutual TLS; etcd:// "
+        f"plaintext; shared by several controllers, "
         f"one elected leader) or {MEMORY} (lost at exit)",
     )
     parser.add_argument(
@@ -404,6 +407,12 @@ def _advertised(args: argparse.Namespace, where: StoreUrl) -> str:
 async def serve(args: argparse.Namespace) -> int:
     server_tls = _server_tls(args)
     where = store_of(args)
+    if where.etcd is not None:
+        try:  # etcds://: the controller's certificate is its identity to etcd too
+            etcd = where.etcd.with_tls(None if server_tls is None else server_tls.files)
+        except EtcdUrlError as err:
+            raise Fatal(str(err), 2) from None
+        where = dataclasses.replace(where, etcd=etcd)
     advertise = _advertised(args, where)
     core = DecisionCore(load_planner(args.fabric), _damping(args), int(args.session_grace_s * 1e9))
     guard = tls.RoleGuard(access_rules(), insecure=server_tls is None)
@@ -542,11 +551,13 @@ async def _serve(
             await election.__aenter__()
             for name in FABRIC_SERVICES:
                 await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-            log.warning(
-                "the etcd store %s is reached in plaintext (etcd's client TLS is not supported "
-                "yet): keep its client port on the controllers' management network (SECURITY.md)",
-                where,
-            )
+            if not store.endpoints.secure:
+                log.warning(
+                    "the etcd store %s is reached in plaintext, as etcd:// asks: anyone who "
+                    "reaches its client port can rewrite the fabric's state (etcds:// is mutual "
+                    "TLS; SECURITY.md)",
+                    where,
+                )
             log.info("listening on %s as a follower of %s; campaigning", args.listen, where)
 
             def warm(copy: DecisionCore, revision: int) -> None:

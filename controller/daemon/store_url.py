@@ -1,10 +1,10 @@
 """`--store URL`: where the controller keeps its state.
 
 `sqlite:///ABSOLUTE/PATH` is a SQLite file (its directory is created), `memory:` a store that
-is lost at exit (the daemon warns), `etcd://HOST:PORT[,HOST:PORT...][/PREFIX]` an etcd cluster
-shared by several controller replicas, one of them elected leader (controller.daemon.election,
-etcd_channel). `--state-dir DIR`, the older flag, means `sqlite:///DIR/controller.sqlite3`, the
-file it has always used there.
+is lost at exit (the daemon warns), `etcds://HOST:PORT[,HOST:PORT...][/PREFIX]` an etcd
+cluster (mutual TLS; `etcd://` plaintext) shared by several controller replicas, one of them
+elected leader (controller.daemon.election, etcd_channel). `--state-dir DIR`, the older flag,
+means `sqlite:///DIR/controller.sqlite3`, the file it has always used there.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from controller.daemon.store import FILE_NAME, SqliteStore
 MEMORY = "memory:"
 SQLITE = "sqlite://"
 EXPECTED = (
-    f"expected {SQLITE}/ABSOLUTE/PATH/{FILE_NAME}, {etcd_channel.SCHEME}HOST:PORT[,...][/PREFIX] "
-    f"or {MEMORY}"
+    f"expected {SQLITE}/ABSOLUTE/PATH/{FILE_NAME}, "
+    f"{etcd_channel.TLS_SCHEME}HOST:PORT[,...][/PREFIX] or {MEMORY}"
 )
 
 
@@ -67,7 +67,7 @@ def parse(value: str) -> StoreUrl:
         if path.endswith("/"):
             raise argparse.ArgumentTypeError(f"{value!r} names a directory; name the file")
         return StoreUrl(value, Path("/" + path.lstrip("/")))
-    if value.startswith(etcd_channel.SCHEME):
+    if value.startswith((etcd_channel.SCHEME, etcd_channel.TLS_SCHEME)):
         try:
             return StoreUrl(value, None, etcd=etcd_channel.parse(value))
         except etcd_channel.EtcdUrlError as err:

@@ -34,6 +34,17 @@ def test_a_certificate_names_its_identity_and_hosts(ca: Path) -> None:
     assert files.identity() == Identity(Kind.SWITCH, "tor-r1-b1")
 
 
+def test_an_etcd_member_serves_under_the_name_controllers_check(ca: Path) -> None:
+    issued = pki.issue(ca, Identity(Kind.ETCD, "m1"), ["10.0.0.21"])
+    cert = x509.load_pem_x509_certificate(issued.cert.read_bytes())
+    assert tls.identities_in(cert) == [Identity(Kind.ETCD, "m1")]
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.DNSName) == [tls.ETCD_NAME]
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["10.0.0.21"]
+    usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert x509.oid.ExtendedKeyUsageOID.SERVER_AUTH in usages
+
+
 def test_nothing_is_overwritten_unless_forced(ca: Path) -> None:
     before = (ca / pki.CA_KEY).read_bytes()
     with pytest.raises(pki.PkiError, match=r"ca.key exists; --force replaces it"):

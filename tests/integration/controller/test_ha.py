@@ -114,7 +114,7 @@ class Fabric:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[EtcdCluster]:
-    with EtcdCluster(3, tmp_path / "etcd", also_on=(CUT_OFF,)) as members:
+    with EtcdCluster(3, tmp_path / "etcd", also_on=(CUT_OFF,), pki=pki.ca_dir()) as members:
         yield members
 
 

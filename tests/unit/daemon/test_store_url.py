@@ -66,7 +66,7 @@ def test_store_and_state_dir_together_are_refused(tmp_path: Path) -> None:
             "argument --store: 'etcd://10.0.0.1:2379,etcd-b:2379': 'etcd-b' is a name; several "
             "endpoints must be IP addresses",
         ),
-        ("etcd:///rf", "argument --store: 'etcd:///rf': no endpoint; expected etcd://HOST:PORT"),
+        ("etcd:///rf", "argument --store: 'etcd:///rf': no endpoint; expected etcds://HOST:PORT"),
         (
             "etcd://10.0.0.1:70000",
             "argument --store: 'etcd://10.0.0.1:70000': endpoint '10.0.0.1:70000': port 70000 "
