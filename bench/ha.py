@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import json
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,8 +31,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agent.session import ControllerSession
 from bench.swarm import certs
+from bench.swarm.figures import percentile
 from bench.swarm.plan import AgentSpec, make_plan
 from mininet_labs.etcd import EtcdCluster, etcd_path
+from mininet_labs.processes import free_port
 from railfabric import tls
 from railfabric.delta import apply_delta
 from railfabric.grpcopts import channel_options
@@ -219,7 +220,7 @@ async def run(args: argparse.Namespace, work: Path) -> dict[str, object]:
     pki_dir = work / "pki"
     certs.make(pki_dir, (a.name for a in plan.agents))
     reader = certs.reader(pki_dir)
-    ports = [_free_port() for _ in range(3)]
+    ports = [free_port() for _ in range(3)]
     addresses = [f"{certs.CONTROLLER_HOST}:{p}" for p in ports]
     kills: list[dict[str, float]] = []
     with EtcdCluster(3, work / "etcd", pki=pki_dir) as cluster:
@@ -287,18 +288,6 @@ def _start(argv: list[str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def _summary(
     args: argparse.Namespace, kills: list[dict[str, float]], agents: int
 ) -> dict[str, object]:
@@ -312,12 +301,12 @@ def _summary(
         "kills": len(kills),
         "lease_ttl_s": args.lease_ttl_s,
         "elected_p50_s": round(statistics.median(elected), 3),
-        "elected_p99_s": round(_pct(elected, 0.99), 3),
+        "elected_p99_s": round(percentile(elected, 99), 3),
         "all_reconnected_p50_s": round(statistics.median(reconnected), 3),
-        "all_reconnected_p99_s": round(_pct(reconnected, 0.99), 3),
+        "all_reconnected_p99_s": round(percentile(reconnected, 99), 3),
         "pushes_after_takeover": sum(int(k["pushes_after"]) for k in kills),
         "goal_p99_s": args.lease_ttl_s + 1,
-        "goal_met": _pct(reconnected, 0.99) <= args.lease_ttl_s + 1,
+        "goal_met": percentile(reconnected, 99) <= args.lease_ttl_s + 1,
     }
 
 
