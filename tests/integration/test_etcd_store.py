@@ -284,6 +284,9 @@ def test_three_members_one_killed_still_commit_and_load(three: EtcdCluster) -> N
         store.commit([Meta("before", "1")])
         # Member 0 is the one the channel talks to (the first listed).
         three.kill(0)
+        # If it was etcd's own leader the other two elect one first (1 s election timeout, more
+        # on a loaded machine: a commit in CI once outlived its 5 s deadline meanwhile).
+        three.wait_ready()
         store.commit([Meta("after", "1"), generations(2_000)])
         assert loaded(k.endpoints) == sqlite_after(
             [[Meta("before", "1")], [Meta("after", "1"), generations(2_000)]]
