@@ -281,6 +281,27 @@ class EtcdCluster:
                 start_new_session=True,
             )
 
+    def leader_member(self, timeout_s: float = 10.0) -> int:
+        """The member that leads the cluster now (its Raft leader), as told by the first
+        running member that answers Status; LabError after timeout_s without one."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for i, m in enumerate(self._members):
+                if not m.running():
+                    continue
+                channel = self._probe_channel(m.client_port)
+                try:
+                    status = rpc.MaintenanceStub(channel).Status(rpc.StatusRequest(), timeout=0.5)
+                except grpc.RpcError:
+                    continue
+                finally:
+                    channel.close()
+                if status.leader == status.header.member_id:
+                    return i
+            if time.monotonic() > deadline:
+                raise LabError(f"no etcd member says it leads after {timeout_s:g} s")
+            time.sleep(0.05)
+
     def wait_ready(self, members: list[int] | None = None) -> None:
         """Until each of `members` (every running one by default) serves a linearizable read;
         LabError naming the member, with its log's tail, after ready_timeout_s."""

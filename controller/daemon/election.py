@@ -11,9 +11,14 @@ partitioned) can neither overwrite the store nor change a switch.
 The leader keeps its lease alive every third of the TTL, from a thread of its own (the event
 loop of a 100k-GPU fabric is busy for seconds at a time). It counts its lease from the moment it
 *sent* the last refresh that etcd answered: etcd's own expiry is later than that, so the leader
-knows it is deposed before any other replica can win. Then it stops deciding at once: the
-daemon drops every push and exits, like Kubernetes' controller-manager on a lost lease; its
-supervisor restarts it as a follower.
+knows when another replica could win. From then on it pushes nothing (`on_hold`), and keeps
+asking: etcd electing a leader of its own (one member died) answers nobody for a second or two,
+and expires no lease meanwhile (a new etcd leader extends every lease), so an answer with the
+lease still alive means nobody else won and the leader goes on (`on_resume`). An answer that the
+lease is gone, or no answer within HOLD_GRACE_S more, and it has lost: the daemon drops every
+push and exits, like Kubernetes' controller-manager on a lost lease; its supervisor restarts it
+as a follower. The grace is what a leader cut off from etcd costs its agents before they move
+to the new leader.
 
 Followers watch the key: when it disappears (lease expired or revoked at a clean stop) they
 campaign again; meanwhile they know the leader's address and send agents there.
@@ -43,6 +48,10 @@ RPC_TIMEOUT_S = 1.0
 # Deposed this long before the lease could expire at etcd: covers the scheduling of the
 # step-down itself.
 SAFETY_S = 0.1
+# After its lease could have expired, a leader that pushes nothing waits this long more for etcd
+# to answer a refresh: etcd's own election (randomized between its election timeout, 1 s by
+# default, and twice that) with time to spare.
+HOLD_GRACE_S = 3.0
 # A follower re-checks the key at least this often, whatever its watch says.
 RECHECK_S = 2.0
 THREAD_NAME = "railfabric-lease"
@@ -193,11 +202,20 @@ class Election:
         finally:
             call.cancel()
 
-    def keep(self, on_lost: Callable[[str], None]) -> LeaseKeeper:
+    def keep(
+        self,
+        on_lost: Callable[[str], None],
+        on_hold: Callable[[str], None] = lambda _why: None,
+        on_resume: Callable[[], None] = lambda: None,
+        *,
+        grace_s: float = HOLD_GRACE_S,
+    ) -> LeaseKeeper:
         """Keep the lease alive from a thread of its own (the event loop of a large fabric is
-        busy for seconds at a time: that must not cost the leadership); `on_lost(why)` is
-        called from that thread, once, when leadership ends."""
-        keeper = LeaseKeeper(self, on_lost)
+        busy for seconds at a time: that must not cost the leadership). Called from that
+        thread: `on_hold(why)` when the lease could have expired unseen (push nothing),
+        `on_resume()` when etcd answered that it had not, `on_lost(why)` once, when leadership
+        ended (nothing answered within `grace_s` more, or the lease is gone)."""
+        keeper = LeaseKeeper(self, on_lost, on_hold, on_resume, grace_s)
         keeper.start()
         return keeper
 
@@ -225,12 +243,25 @@ class Election:
 class LeaseKeeper:
     """The leader's lease refreshes, on a thread with a blocking channel of its own."""
 
-    def __init__(self, election: Election, on_lost: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        election: Election,
+        on_lost: Callable[[str], None],
+        on_hold: Callable[[str], None],
+        on_resume: Callable[[], None],
+        grace_s: float,
+    ) -> None:
         self._election = election
         self._on_lost = on_lost
+        self._on_hold = on_hold
+        self._on_resume = on_resume
+        self._grace_s = grace_s
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
         self.refreshes = 0
+        # Times the lease was overdue and pushes held, and times etcd answered in the grace.
+        self.holds = 0
+        self.resumes = 0
 
     def start(self) -> None:
         self._thread.start()
@@ -253,19 +284,39 @@ class LeaseKeeper:
         e = self._election
         lease = e._lease
         every = e.ttl_s / 3
+        # Until `deadline` no other replica can win; until `give_up` this one may still hear
+        # that the lease lives (pushes held meanwhile).
         deadline = e._granted_at + e.ttl_s - SAFETY_S
+        overdue_since: float | None = None
         channel = e.endpoints.channel()
         stub = rpc.LeaseStub(channel)
         try:
             while not self._stopping.is_set():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return f"lease {lease:x} not refreshed within its {e.ttl_s} s TTL"
-                sent = time.monotonic()
+                now = time.monotonic()
+                give_up = deadline + self._grace_s
+                if now >= give_up:
+                    return (
+                        f"lease {lease:x} not refreshed within its {e.ttl_s} s TTL and "
+                        f"{self._grace_s:g} s more"
+                    )
+                if now >= deadline and overdue_since is None:
+                    overdue_since = now
+                    self.holds += 1
+                    log.warning(
+                        "etcd %s: lease %x not refreshed within its %d s TTL: pushing nothing "
+                        "until etcd answers (%g s more at most)",
+                        e.endpoints,
+                        lease,
+                        e.ttl_s,
+                        self._grace_s,
+                    )
+                    self._on_hold("lease overdue")
+                until = deadline if overdue_since is None else give_up
+                sent = now
                 try:
                     answers = stub.LeaseKeepAlive(
                         iter([rpc.LeaseKeepAliveRequest(ID=lease)]),
-                        timeout=min(left, e.rpc_timeout_s),
+                        timeout=min(until - now, e.rpc_timeout_s),
                     )
                     answer = next(answers, None)
                     if answer is None:
@@ -274,6 +325,18 @@ class LeaseKeeper:
                         return f"lease {lease:x} expired at etcd"
                     deadline = sent + e.ttl_s - SAFETY_S
                     self.refreshes += 1
+                    if overdue_since is not None:
+                        # Alive at etcd: the leader key (on this lease) was never deleted, so
+                        # nobody else won and the term is unchanged.
+                        log.warning(
+                            "etcd %s: lease %x alive after %.2f s overdue: leading on",
+                            e.endpoints,
+                            lease,
+                            time.monotonic() - overdue_since,
+                        )
+                        overdue_since = None
+                        self.resumes += 1
+                        self._on_resume()
                     wait = every - (time.monotonic() - sent)
                 except (grpc.RpcError, RuntimeError) as err:
                     said = (
@@ -283,7 +346,8 @@ class LeaseKeeper:
                     )
                     log.warning("etcd %s: lease refresh failed (%s)", e.endpoints, said)
                     wait = 0.1
-                self._stopping.wait(max(0.0, min(wait, deadline - time.monotonic())))
+                until = deadline if overdue_since is None else deadline + self._grace_s
+                self._stopping.wait(max(0.0, min(wait, until - time.monotonic())))
             return None
         finally:
             channel.close()

@@ -30,7 +30,9 @@ store then refuses every commit until fenced again (a new term: it first re-read
 written since). A commit before fence() is refused: only the leader writes.
 
 Each RPC has a deadline of `timeout_s`, waits that long for a member to answer (gRPC moves to
-the next listed member when one is down) and retries UNAVAILABLE within it. Retrying the
+the next listed member when one is down), and is tried again within it, each try given
+ATTEMPT_S, then twice as long each time: while etcd elects a leader of its own (a member died) it
+drops what it is asked and answers nothing, and the try after the election lands. Retrying the
 commit's transaction is safe: it writes only if `log/<seq>` does not exist yet, and finding it
 holding this commit's bytes means an earlier try landed. A commit whose outcome is still
 unknown at the deadline leaves the store refusing commits until fenced again: its records may
@@ -67,6 +69,14 @@ from controller.daemon.store_codec import Manifest, Staged
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 5.0
+# One try of an RPC: etcd drops a proposal made while it has no leader, and answers it only at
+# its own request timeout (7 s by default), later than the RPC's deadline.
+ATTEMPT_S = 1.0
+# Failures a later try may not meet: etcd without a leader (UNAVAILABLE "no leader", a dropped
+# proposal ending as DEADLINE_EXCEEDED, or UNKNOWN "context deadline exceeded").
+_RETRIED = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNKNOWN}
+)
 # A batch up to this size is the log entry itself; a larger one is staged in parts of
 # PART_BYTES (etcd's --max-request-bytes is 1.5 MiB by default).
 INLINE_BYTES = 1 << 20
@@ -416,20 +426,24 @@ class EtcdStore:
             key = bytes(answer.kvs[-1].key) + b"\0"
 
     def _call(self, method: Any, request: Any, what: str, *, outcome_matters: bool = False) -> Any:
-        """One RPC within timeout_s, UNAVAILABLE retried; StoreError naming the endpoints and
-        the cause (_Unknown when `outcome_matters` and etcd may have applied it)."""
+        """One RPC within timeout_s, tried again (every one of ours is safe to repeat) while
+        etcd may be electing; StoreError naming the endpoints and the cause (_Unknown when
+        `outcome_matters` and etcd may have applied it)."""
         deadline = time.monotonic() + self.timeout_s
-        pause = 0.05
+        pause, attempt_s = 0.05, ATTEMPT_S
         while True:
             left = deadline - time.monotonic()
             try:
-                return method(request, timeout=max(left, 0.001), wait_for_ready=True)
+                return method(
+                    request, timeout=max(min(left, attempt_s), 0.001), wait_for_ready=True
+                )
             except grpc.RpcError as exc:
                 code, _ = _status(exc)
                 left = deadline - time.monotonic()
-                if code == grpc.StatusCode.UNAVAILABLE and left > pause:
+                if code in _RETRIED and left > pause:
                     time.sleep(pause)
                     pause = min(pause * 2, 0.5)
+                    attempt_s *= 2  # a slow etcd, not an electing one, gets its time
                     continue
                 error = _Unknown if outcome_matters and code not in _REFUSED else StoreError
                 raise error(f"{self.path}: cannot {what} ({_describe(exc)})") from exc

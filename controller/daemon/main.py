@@ -580,7 +580,10 @@ async def _serve(
             # follower's gate would send them back here.
             admin.fabric = core
             leader_gate.lead()
-            keeper = election.keep(partial(_lost, loop, runner, step_down))
+            holding = _Holding(loop, runner)
+            keeper = election.keep(
+                partial(_lost, loop, runner, step_down), holding.hold, holding.resume
+            )
             # StoreFenced here: another replica won meanwhile (said, exit 1, restarted).
             await asyncio.to_thread(store.fence, election.key, won.term)
             control.term = won.term
@@ -671,9 +674,24 @@ def _follower_core(args: argparse.Namespace, core: DecisionCore) -> DecisionCore
 def _lost(
     loop: asyncio.AbstractEventLoop, runner: Runner, step_down: Callable[[str], None], why: str
 ) -> None:
-    """The lease keeper's thread: stop deciding now, then step down on the loop."""
-    runner.halt()
+    """The lease keeper's thread: push nothing from now, then step down on the loop."""
+    runner.hold()
     loop.call_soon_threadsafe(step_down, why)
+
+
+class _Holding:
+    """The lease keeper's hold and resume (on its thread), applied to the runner's pushes."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, runner: Runner) -> None:
+        self._loop = loop
+        self._runner = runner
+        self._token = 0
+
+    def hold(self, _why: str) -> None:
+        self._token = self._runner.hold()  # at once, from this thread: no push after it
+
+    def resume(self) -> None:
+        self._loop.call_soon_threadsafe(self._runner.release, self._token)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

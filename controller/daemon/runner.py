@@ -10,7 +10,9 @@ ones, so nothing is reordered by waiting.
 
 A replicated store (etcd) has the other policy: pushes whose records could not be written are
 dropped and `on_unwritten` is called (the daemon steps down: another replica may lead). `halt()`
-stops everything at once: no input is decided and nothing more is delivered.
+stops everything at once: no input is decided and nothing more is delivered. `hold()` only
+keeps pushes back until `release()`: a leader whose lease refresh is overdue (etcd electing a
+leader of its own) must not push, and may lead on once etcd answers.
 """
 
 from __future__ import annotations
@@ -62,6 +64,10 @@ class Runner:
         self.core = core
         self.on_unwritten = on_unwritten
         self.halted = False
+        # Deliveries held (hold(), from any thread) until release(token) of the latest hold.
+        self.held = False
+        self._holds = 0
+        self._released = asyncio.Event()
         self.writer = writer
         self.outlet = outlet
         self.on_event = on_event
@@ -82,8 +88,24 @@ class Runner:
         return self.apply(decide(now()))
 
     def halt(self) -> None:
-        """Decide and deliver nothing more (a deposed leader)."""
+        """Decide and deliver nothing more (a deposed leader). On the loop."""
         self.halted = True
+        self._released.set()
+
+    def hold(self) -> int:
+        """Deliver nothing until release(token) with the token returned here (a leader that
+        cannot vouch for its lease just now). Decisions go on: their records are fenced at the
+        store, and only pushes could reach a switch behind a newer leader's back. Callable from
+        any thread: the flag is read by the delivery task before each input's pushes."""
+        self._holds += 1
+        self.held = True
+        return self._holds
+
+    def release(self, token: int) -> None:
+        """Deliver again, unless a hold newer than `token` came since. On the loop."""
+        if token == self._holds:
+            self.held = False
+            self._released.set()
 
     def apply(self, effects: Sequence[Effect]) -> concurrent.futures.Future[bool] | None:
         if self.halted:
@@ -115,6 +137,10 @@ class Runner:
             if not written and self.on_unwritten is not None:
                 self.halt()
                 self.on_unwritten()
+            while self.held and not self.halted:
+                self._released.clear()
+                if self.held and not self.halted:
+                    await self._released.wait()
             # Written False without on_unwritten: the embedded store is unavailable and the
             # pushes go on from memory.
             if not self.halted:

@@ -1,6 +1,6 @@
 """Leader election on a real etcd (controller.daemon.election): one leader at a time, terms that
 grow, a clean hand-over without waiting for the lease, and a leader that cannot reach etcd
-knows it is deposed before its lease can expire there."""
+holds its pushes before its lease can expire there, and steps down when etcd stays silent."""
 
 from __future__ import annotations
 
@@ -61,31 +61,41 @@ async def test_one_leader_then_a_clean_handover_with_a_higher_term(cluster: Etcd
         assert handover_s < TTL_S
 
 
-async def test_a_leader_cut_off_from_etcd_steps_down_before_its_lease_expires(
+async def test_a_leader_cut_off_from_etcd_holds_before_its_lease_expires_then_steps_down(
     cluster: EtcdCluster,
 ) -> None:
     endpoints = parse(_url(cluster, "cut"))
+    grace_s = 1.0
     async with Election(endpoints, "a:1", TTL_S) as a:
         await asyncio.wait_for(a.campaign(), 10)
         loop = asyncio.get_running_loop()
-        lost: asyncio.Future[str] = loop.create_future()
+        held: asyncio.Future[float] = loop.create_future()
+        lost: asyncio.Future[tuple[str, float]] = loop.create_future()
+
+        def on_hold(_why: str) -> None:
+            loop.call_soon_threadsafe(held.set_result, time.monotonic())
 
         def on_lost(why: str) -> None:
-            loop.call_soon_threadsafe(lost.set_result, why)
+            loop.call_soon_threadsafe(lost.set_result, (why, time.monotonic()))
 
-        keeper = a.keep(on_lost)
+        keeper = a.keep(on_lost, on_hold, grace_s=grace_s)
         await asyncio.sleep(0.5)
         pid = cluster.pids()[0]
         os.kill(pid, signal.SIGSTOP)  # etcd frozen: no refresh is answered
         frozen = time.monotonic()
         try:
-            why = await asyncio.wait_for(lost, TTL_S + 5)
-            after_s = time.monotonic() - frozen
+            held_at = await asyncio.wait_for(held, TTL_S + 5)
+            why, lost_at = await asyncio.wait_for(lost, grace_s + 5)
         finally:
             os.kill(pid, signal.SIGCONT)
             keeper.stop()
-        print(f"stepped down {after_s:.2f} s after etcd froze: {why}")
-        assert "not refreshed" in why
+        print(
+            f"pushes held {held_at - frozen:.2f} s after etcd froze, stepped down "
+            f"{lost_at - frozen:.2f} s after: {why}"
+        )
+        assert "not refreshed" in why and keeper.resumes == 0
         # The last refresh answered was sent before the freeze, and the deadline counts from
-        # that send: deposed within the TTL of the freeze (plus scheduling on a busy machine).
-        assert after_s <= TTL_S - SAFETY_S + 1.0
+        # that send: pushes held within the TTL of the freeze (plus scheduling on a busy
+        # machine), before etcd could expire the lease; the step-down after the grace.
+        assert held_at - frozen <= TTL_S - SAFETY_S + 1.0
+        assert lost_at - held_at >= grace_s - 0.1

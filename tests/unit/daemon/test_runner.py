@@ -1,0 +1,114 @@
+"""The runner's delivery of pushes: in order, after their records are durable, and never while
+held (a leader whose lease is overdue) or after a halt."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import AsyncIterator, Sequence
+from typing import cast
+
+import pytest
+
+from controller.core.effects import Persist, Push
+from controller.core.machine import DecisionCore
+from controller.core.records import Record
+from controller.daemon.runner import Runner
+from railfabric.v1 import control_pb2
+
+pytestmark = pytest.mark.unit
+
+
+class Writer:
+    """Durability decided by the test: each submit's future, in order."""
+
+    def __init__(self) -> None:
+        self.futures: list[concurrent.futures.Future[bool]] = []
+
+    def submit(self, records: Sequence[Record]) -> concurrent.futures.Future[bool]:
+        self.futures.append(concurrent.futures.Future())
+        return self.futures[-1]
+
+
+class Outlet:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, int]] = []
+
+    def send(self, switch: str, msg: control_pb2.ControllerMessage) -> None:
+        self.sent.append((switch, msg.term))
+
+    def close(self, switch: str, reason: str) -> None:
+        raise AssertionError("no session is closed here")
+
+
+def push(switch: str, n: int) -> Push:
+    return Push(switch, control_pb2.ControllerMessage(term=n))
+
+
+@pytest.fixture
+async def running() -> AsyncIterator[tuple[Runner, Writer, Outlet]]:
+    writer, outlet = Writer(), Outlet()
+    # The core is not reached by apply(): pushes and records are given as effects.
+    runner = Runner(cast(DecisionCore, None), writer, outlet)
+    task = asyncio.create_task(runner.deliver())
+    yield runner, writer, outlet
+    task.cancel()
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_held_pushes_wait_for_the_release_then_leave_in_order(
+    running: tuple[Runner, Writer, Outlet],
+) -> None:
+    runner, writer, outlet = running
+    runner.apply([push("a", 1)])
+    await settle()
+    assert outlet.sent == [("a", 1)]
+    # Held from another thread, as the lease keeper does.
+    tokens: list[int] = []
+    holder = threading.Thread(target=lambda: tokens.append(runner.hold()))
+    holder.start()
+    holder.join()
+    runner.apply([push("b", 2)])
+    runner.apply([Persist(()), push("c", 3)])
+    writer.futures[-1].set_result(True)
+    await settle()
+    assert outlet.sent == [("a", 1)], "a push left while held"
+    runner.release(tokens[0])
+    await settle()
+    assert outlet.sent == [("a", 1), ("b", 2), ("c", 3)]
+
+
+async def test_a_release_of_an_older_hold_releases_nothing(
+    running: tuple[Runner, Writer, Outlet],
+) -> None:
+    runner, _, outlet = running
+    first = runner.hold()
+    second = runner.hold()  # held again before the first release reached the loop
+    runner.apply([push("a", 1)])
+    runner.release(first)
+    await settle()
+    assert outlet.sent == []
+    runner.release(second)
+    await settle()
+    assert outlet.sent == [("a", 1)]
+
+
+async def test_a_halt_while_held_sends_nothing_and_ends_the_wait(
+    running: tuple[Runner, Writer, Outlet],
+) -> None:
+    runner, _, outlet = running
+    token = runner.hold()
+    runner.apply([push("a", 1)])
+    await settle()
+    runner.halt()
+    # What was queued is handed over (nothing sent): a stop's drain does not hang on the hold.
+    await asyncio.wait_for(runner.drain(), 5)
+    runner.release(token)
+    runner.apply([push("b", 2)])
+    await settle()
+    assert outlet.sent == []
