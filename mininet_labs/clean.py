@@ -1,8 +1,9 @@
 """`python -m mininet_labs clean`: remove whatever any lab run could have left behind, found
 by the `rfl` + 4-hex-digit prefix: processes (by their command line, e.g. an etcd member of a
 lab with controller replicas by its data directory in /tmp/rfl<tag>/; the servers' lldpd, which
-rewrites its own, by its standard output and error: the run's logs), namespaces, veths, and
-the /tmp/rfl<tag>/ logs that failed runs keep."""
+rewrites its own, by its standard output and error: the run's logs), namespaces, veths, the
+blackhole routes that cut a controller replica off from etcd, and the /tmp/rfl<tag>/ logs that
+failed runs keep."""
 
 from __future__ import annotations
 
@@ -13,7 +14,15 @@ import signal
 import time
 from pathlib import Path
 
-from mininet_labs.netlinks import PREFIX, TAG_RE, ip
+from mininet_labs.netlinks import (
+    ETCD_HOSTS,
+    PREFIX,
+    TAG_RE,
+    Names,
+    blackholes,
+    ip,
+    remove_blackhole,
+)
 
 # etcd: the members a lab with controller replicas starts (mininet_labs/etcd.py).
 OUR_PROGRAMS = ("railfabric-", "simple_switch_grpc", "mininet_labs", "python", "etcd")
@@ -101,6 +110,10 @@ def clean(tag: str | None = None, *, logs: bool = True) -> list[str]:
             if TAG_RE.match(name) and _ours(name, tag):
                 ip("link", "del", name, check=False)
                 removed.append(f"link {name}")
+    for address in blackholes():
+        if address.startswith(ETCD_HOSTS) and (tag is None or Names(tag).owns_host(address)):
+            remove_blackhole(address)
+            removed.append(f"blackhole route {address}")
     return removed
 
 

@@ -39,7 +39,7 @@ from controller.intent import load_fabric, to_explicit_yaml
 from mininet_labs import certs, lldpd
 from mininet_labs.clean import clean
 from mininet_labs.etcd import EtcdCluster
-from mininet_labs.netlinks import PREFIX, LabError, Names, new_tag
+from mininet_labs.netlinks import PREFIX, LabError, Names, new_tag, unroutable
 from mininet_labs.network import build_network
 from mininet_labs.processes import (
     BIN,
@@ -440,7 +440,13 @@ class Lab:
         )
         # LabError when etcd is not installed or a member does not come up.
         # Mutual TLS with the lab's CA (etcds://), as every other channel of the lab.
-        cluster = EtcdCluster(ETCD_MEMBERS, self.run_dir / "etcd", pki=self.certs.directory)
+        # Each replica reaches it at a loopback address of its own (cut_off_from_etcd).
+        cluster = EtcdCluster(
+            ETCD_MEMBERS,
+            self.run_dir / "etcd",
+            pki=self.certs.directory,
+            also_on=tuple(self.names.etcd_host(i) for i in range(o.controllers)),
+        )
         self.etcd = cluster.__enter__()  # stopped by _stop_replicas (and close)
         self._controller_addrs = [f"127.0.0.1:{free_port()}" for _ in range(o.controllers)]
         self._replicas = [None] * o.controllers
@@ -462,7 +468,7 @@ class Lab:
             str(BIN / "railfabric-controller"),
             "--fabric", str(self.fabric_file),
             "--listen", self._controller_addrs[i],
-            "--store", f"{self.etcd.url}/{self.names.tag}",
+            "--store", f"{self.etcd.url_on(self.names.etcd_host(i))}/{self.names.tag}",
             "--lease-ttl-s", str(o.lease_ttl_s),
             "--hold-down-s", f"{o.hold_down_s:g}",
             "--damping-half-life-s", f"{o.damping_half_life_s:g}",
@@ -503,6 +509,13 @@ class Lab:
         channel = self._replica_channels.pop(addr, None)
         if channel is not None:
             channel.close()
+
+    @contextlib.contextmanager
+    def cut_off_from_etcd(self, i: int) -> Iterator[None]:
+        """Replica `i` reaches no etcd member while inside (a partition: the others still do);
+        LabError when the route that does it cannot be added."""
+        with unroutable(self.names.etcd_host(i)):
+            yield
 
     def replica_of(self, addr: str) -> int:
         return self._controller_addrs.index(addr)

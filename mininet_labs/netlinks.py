@@ -6,14 +6,18 @@ holds the tag. `python -m mininet_labs clean` removes all of it by that prefix."
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 PREFIX = "rfl"
 TAG_RE = re.compile(rf"{PREFIX}[0-9a-f]{{4}}")
+# Loopback addresses (127.0.0.0/8 is all on lo) through which a lab's controller replicas reach
+# etcd, one each, so that one replica can be cut off from etcd (`unroutable`).
+ETCD_HOSTS = "127.78."
 
 
 class LabError(RuntimeError):
@@ -38,6 +42,13 @@ class Names:
     def switch_if(self, ordinal: int, port: int) -> str:
         """Root-namespace name of a switch port (<= 15 characters)."""
         return f"{self.tag}s{ordinal}p{port}"
+
+    def etcd_host(self, replica: int) -> str:
+        """The loopback address controller replica `replica` reaches etcd at."""
+        return f"{ETCD_HOSTS}{int(self.tag[-2:], 16)}.{replica + 1}"
+
+    def owns_host(self, address: str) -> bool:
+        return address.startswith(f"{ETCD_HOSTS}{int(self.tag[-2:], 16)}.")
 
 
 def run(argv: Sequence[str], *, check: bool = True, timeout: float = 30) -> str:
@@ -90,3 +101,29 @@ def patch(wire_ns: str, a: str, b: str) -> None:
                 "action", "mirred", "egress", "redirect", "dev", dst,
             ]
         )  # fmt: skip
+
+
+def _blackhole(verb: str, address: str) -> list[str]:
+    return ["route", verb, "blackhole", f"{address}/32", "table", "local"]
+
+
+@contextlib.contextmanager
+def unroutable(address: str) -> Iterator[None]:
+    """No packet to or from loopback `address` gets through while inside: a blackhole route for
+    it in the local table, where lo's 127.0.0.0/8 is (the longer prefix wins). LabError when it
+    cannot be added."""
+    ip(*_blackhole("add", address))
+    try:
+        yield
+    finally:
+        remove_blackhole(address)
+
+
+def blackholes() -> list[str]:
+    """The addresses of every blackhole route in the local table."""
+    out = ip("route", "show", "table", "local", "type", "blackhole", check=False)
+    return [line.split()[1].split("/")[0] for line in out.splitlines() if len(line.split()) > 1]
+
+
+def remove_blackhole(address: str) -> None:
+    ip(*_blackhole("del", address), check=False)

@@ -16,8 +16,11 @@ import grpc
 from finsy.proto import p4r, p4r_grpc
 
 from agent.codec import Codec
-from agent.translate import GroupEntry, MemberEntry, NextEntry, Pipeline, RouteEntry
+from agent.translate import GroupEntry, MemberEntry, NextEntry, Pipeline, RouteEntry, translate
+from controller.export import desired_state
 from controller.fabric import Nic, ipv4_str
+from controller.intent import load_fabric
+from controller.routing import FabricRouting, LinkEvent
 from mininet_labs.lab import LAB_PORT, Lab
 from mininet_labs.processes import DIE_WITH_PARENT, Child, wait_listening
 from mininet_labs.traffic import FlowSpec
@@ -107,6 +110,79 @@ def forwarding(state: state_pb2.DesiredState) -> dict[tuple[int, int], frozenset
         assert key not in out, f"{state.switch_name}: {key} routed twice"
         out[key] = ports.get(route.group_id, frozenset())
     return out
+
+
+Forwarding = dict[tuple[int, int], frozenset[int]]
+
+
+def forwarding_differences(got: Forwarding, want: Forwarding) -> list[str]:
+    """The prefixes `got` forwards otherwise than `want` (the controller's against a fresh
+    computation's)."""
+    return [
+        f"{ipv4_str(address)}/{length}: controller {sorted(got.get((address, length), ()))}, "
+        f"fresh {sorted(want.get((address, length), ()))}"
+        for address, length in sorted(set(got) | set(want))
+        if got.get((address, length)) != want.get((address, length))
+    ]
+
+
+def fresh_forwarding(lab: Lab, down: Iterable[str] = ()) -> dict[str, Forwarding]:
+    """What every switch forwards by a computation from scratch over the fabric the lab's
+    controller serves, with the cables `down` (link keys) down."""
+    events = [
+        LinkEvent(end, port, False)
+        for key in down
+        for end, port in (
+            (lab.topology.cables[key].link.a, lab.topology.cables[key].link.a_port),
+            (lab.topology.cables[key].link.b, lab.topology.cables[key].link.b_port),
+        )
+    ]
+    fresh = FabricRouting(load_fabric(lab.run_dir / "fabric.yaml"), down=events)
+    return {sw.name: forwarding(desired_state(fresh, sw.name)) for sw in lab.fabric.switches}
+
+
+def settled_states(
+    lab: Lab, reader: SwitchReader
+) -> tuple[dict[str, state_pb2.DesiredState], dict[str, Pipeline]] | None:
+    """The controller's desired states and the switches' read-back state, taken while no
+    generation moved and every switch had applied the one read; None when that was not so
+    (poll it)."""
+    try:
+        before = switch_status(lab)
+        states = desired_states(lab)
+        held = {name: reader.pipeline(name) for name in states}
+        after = switch_status(lab)
+    except grpc.RpcError:
+        return None
+    for name, state in states.items():
+        for s in (before[name], after[name]):
+            if not (
+                s.connected
+                and s.converged
+                and s.desired_generation == s.applied_generation == state.generation
+            ):
+                return None
+    return states, held
+
+
+def routing_problems(
+    states: dict[str, state_pb2.DesiredState],
+    held: dict[str, Pipeline],
+    want: dict[str, Forwarding],
+) -> list[str]:
+    """Where the controller's desired states forward otherwise than `want` (a fresh
+    computation), and where a switch holds other entries than its desired state; empty when
+    neither."""
+    problems = [
+        f"{name}: {d}"
+        for name, state in states.items()
+        for d in forwarding_differences(forwarding(state), want[name])
+    ]
+    for name, state in states.items():
+        pipeline, untranslated = translate(state)
+        problems += [f"{name}: cannot translate: {p}" for p in untranslated]
+        problems += [f"{name} holds {d}" for d in pipeline_differences(held[name], pipeline)]
+    return problems
 
 
 def pipeline_differences(got: Pipeline, want: Pipeline) -> list[str]:

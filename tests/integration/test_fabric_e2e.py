@@ -23,11 +23,8 @@ import grpc
 import pytest
 from finsy.proto import p4r
 
-from agent.translate import Pipeline, RouteEntry, translate
-from controller.export import desired_state
-from controller.fabric import Nic, ipv4_str
-from controller.intent import load_fabric
-from controller.routing import FabricRouting
+from agent.translate import Pipeline, RouteEntry
+from controller.fabric import Nic
 from mininet_labs.lab import Lab
 from mininet_labs.processes import REPO, free_port, make_target
 from mininet_labs.traffic import FlowSpec
@@ -39,18 +36,19 @@ from tests.integration.e2e_fabric import (
     argv_of,
     controller_child,
     converged_event,
-    desired_states,
     egress_ports,
     events_since,
     forwarding,
+    fresh_forwarding,
     groups_watching,
     log_since,
     log_size,
-    pipeline_differences,
     port_downs,
     probe,
     restart_agent,
     restart_controller,
+    routing_problems,
+    settled_states,
     switch_status,
     udp_flow,
     updates_written,
@@ -471,17 +469,6 @@ def _error_lines(log: str) -> list[str]:
     ]
 
 
-def _forwarding_differences(
-    got: dict[tuple[int, int], frozenset[int]], want: dict[tuple[int, int], frozenset[int]]
-) -> list[str]:
-    return [
-        f"{ipv4_str(address)}/{length}: controller {sorted(got.get((address, length), ()))}, "
-        f"fresh {sorted(want.get((address, length), ()))}"
-        for address, length in sorted(set(got) | set(want))
-        if got.get((address, length)) != want.get((address, length))
-    ]
-
-
 def test_two_uplinks_return_together_routes_match_fresh_computation(
     lab: Lab, reader: SwitchReader
 ) -> None:
@@ -503,8 +490,7 @@ def test_two_uplinks_return_together_routes_match_fresh_computation(
         )
 
     # The fresh computation: the explicit fabric file the controller serves, every link up.
-    fresh = FabricRouting(load_fabric(lab.run_dir / "fabric.yaml"))
-    want = {sw.name: forwarding(desired_state(fresh, sw.name)) for sw in lab.fabric.switches}
+    want = fresh_forwarding(lab)
     tor_prefix = (0x0A000000, 29)  # 10.0.0.0/29: tor-r1-b1's NICs
     assert want["tor-r2-b1"][tor_prefix] == {3, 4}
 
@@ -537,42 +523,15 @@ def test_two_uplinks_return_together_routes_match_fresh_computation(
     )
 
     def settled() -> tuple[dict[str, state_pb2.DesiredState], dict[str, Pipeline]] | None:
-        """The controller's desired states and the switches' read-back state, taken while no
-        generation moved and every switch had applied the one read."""
         controller_alive()
-        try:
-            before = switch_status(lab)
-            states = desired_states(lab)
-            held = {name: reader.pipeline(name) for name in states}
-            after = switch_status(lab)
-        except grpc.RpcError:
-            return None
-        for name, state in states.items():
-            for s in (before[name], after[name]):
-                if not (
-                    s.connected
-                    and s.converged
-                    and s.desired_generation == s.applied_generation == state.generation
-                ):
-                    return None
-        return states, held
+        return settled_states(lab, reader)
 
     states, held = wait_for("a consistent view of desired and applied state", settled, timeout_s=10)
 
-    # The controller's desired state forwards like the fresh computation, switch by switch.
-    differences = {
-        name: d
-        for name, state in states.items()
-        if (d := _forwarding_differences(forwarding(state), want[name]))
-    }
-    assert not differences, differences
+    # The controller's desired state forwards like the fresh computation, switch by switch,
+    # and what each agent applied (read back from its target) is the controller's desired state.
+    assert routing_problems(states, held, want) == []
     assert forwarding(states["tor-r2-b1"])[tor_prefix] == {3, 4}
-
-    # What each agent applied (read back from its target) is the controller's desired state.
-    for name, state in states.items():
-        pipeline, problems = translate(state)
-        assert problems == [], (name, problems)
-        assert pipeline_differences(held[name], pipeline) == [], name
     assert egress_ports(held["tor-r2-b1"], tor_prefix[0]) == {3, 4}
 
     controller_alive()

@@ -34,6 +34,7 @@ import pytest
 from bench.ha import HOLD_DOWN_S, Switch, leading, quiet, running, until
 from bench.swarm.plan import Plan, make_plan
 from mininet_labs.etcd import EtcdCluster, etcd_path
+from mininet_labs.netlinks import LabError, unroutable
 from railfabric.redirect import leader_of
 from railfabric.v1 import admin_pb2, admin_pb2_grpc
 from tests import pki
@@ -253,18 +254,13 @@ async def test_without_quorum_nobody_decides_and_the_fabric_resumes_as_it_was(
 
 @contextlib.contextmanager
 def _unroutable(address: str) -> Iterator[None]:
-    """No packet to or from `address` gets through: a blackhole route for it in the local
-    table, where loopback's 127.0.0.0/8 is (the longer prefix wins)."""
-    route = ["ip", "route", "{}", "blackhole", f"{address}/32", "table", "local"]
-    added = subprocess.run(
-        [w.format("add") for w in route], capture_output=True, text=True, check=False
-    )
-    if added.returncode != 0:
-        pytest.skip(f"cannot add a blackhole route for {address}: {added.stderr.strip()}")
-    try:
+    """mininet_labs' partition, a skip where the route cannot be added."""
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(unroutable(address))
+        except LabError as err:
+            pytest.skip(f"cannot add a blackhole route for {address}: {err}")
         yield
-    finally:
-        subprocess.run([w.format("del") for w in route], check=False)
 
 
 @pytest.mark.skipif(shutil.which("ip") is None, reason="ip (iproute2) is not installed")
