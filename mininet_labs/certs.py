@@ -31,8 +31,11 @@ class LabCerts:
             self._issued[identity] = found
         return found
 
+    # The controllers' identity (every replica's): their etcd user too.
+    CONTROLLER = Identity(Kind.CONTROLLER, HOSTS[0])
+
     def controller(self) -> tls.TlsFiles:
-        return self.files(Identity(Kind.CONTROLLER, HOSTS[0]))
+        return self.files(self.CONTROLLER)
 
     def switch(self, name: str) -> tls.TlsFiles:
         return self.files(Identity(Kind.SWITCH, name))

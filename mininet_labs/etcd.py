@@ -13,6 +13,10 @@ the leader has a quorum), which is what `etcdctl endpoint health` checks.
 With `pki` (a CA directory, railfabric.pki) the members serve their clients mutual TLS, as
 `--store etcds://` expects: each gets a certificate of that CA (`railctl pki issue --etcd`'s
 kind, named railfabric.tls.ETCD_NAME) and accepts only clients with one (`--client-cert-auth`).
+With `writers` too, etcd's authentication is on: a client certificate's common name is its etcd
+user, and only the identities named (the controllers') may read and write under the store's
+prefix; any other certificate of the CA (a switch's, an operator's) is refused. It is set up
+with `etcdctl`, by the commands docs/operations.md gives operators (`auth_commands`).
 """
 
 from __future__ import annotations
@@ -43,6 +47,41 @@ HEARTBEAT_MS = 100
 ELECTION_MS = 1_000
 READY_TIMEOUT_S = 20.0
 INSTALL_HINT = "etcd is not installed (Debian: apt-get install etcd-server; scripts/setup.sh does)"
+
+
+# etcd's role for the controllers, and for the readiness probe (a read of one key).
+CONTROLLER_ROLE = "railfabric-controller"
+PROBE_ROLE = "railfabric-probe"
+PROBE_KEY = "health"
+
+
+@dataclass(frozen=True)
+class Writers:
+    """Who may use the store: etcd users (certificate common names, railfabric.tls.Identity's
+    text) granted read and write under `prefix` (the store URL's, e.g. "/railfabric/prod")."""
+
+    prefix: str
+    users: tuple[str, ...]
+
+
+def auth_commands(writers: Writers, root_password: str) -> list[list[str]]:
+    """The etcdctl commands (without endpoints and TLS flags) that turn etcd's authentication
+    on with only `writers` on the store's keys: the root user first (etcd requires it), then
+    the controllers' role and users (no password: their certificate's name is their login)."""
+    role = CONTROLLER_ROLE
+    commands = [
+        ["user", "add", "root", f"--new-user-password={root_password}", "--interactive=false"],
+        ["user", "grant-role", "root", "root"],
+        ["role", "add", role],
+        ["role", "grant-permission", role, "readwrite", "--prefix=true", f"{writers.prefix}/"],
+    ]
+    for user in writers.users:
+        commands += [["user", "add", user, "--no-password"], ["user", "grant-role", user, role]]
+    return [*commands, ["auth", "enable"]]
+
+
+def etcdctl_path() -> str | None:
+    return shutil.which("etcdctl")
 
 
 def etcd_path() -> str | None:
@@ -91,6 +130,7 @@ class EtcdCluster:
         ready_timeout_s: float = READY_TIMEOUT_S,
         also_on: tuple[str, ...] = (),
         pki: Path | None = None,
+        writers: Writers | None = None,
     ) -> None:
         if members < 1:
             raise ValueError(f"{members} members: an etcd cluster has at least one")
@@ -109,6 +149,9 @@ class EtcdCluster:
         self.also_on = also_on
         # The CA directory of mutual TLS to clients (etcds://), or None: plaintext (etcd://).
         self.pki = pki
+        if writers is not None and pki is None:
+            raise ValueError("etcd's authentication by certificate needs `pki`")
+        self.writers = writers
         self._member_tls: dict[str, tls.TlsFiles] = {}
         self._probe_tls: tls.TlsFiles | None = None
         # One token per cluster: members of two clusters never join each other.
@@ -163,6 +206,8 @@ class EtcdCluster:
             for i in range(self.size):
                 self._launch(i)
             self.wait_ready()
+            if self.writers is not None:
+                self._enable_auth(self.writers)
         except BaseException:
             self.stop()
             raise
@@ -233,17 +278,60 @@ class EtcdCluster:
             "--client-cert-auth",
         ]
 
+    def _enable_auth(self, writers: Writers) -> None:
+        """etcd's authentication on, as an operator turns it on (auth_commands), plus a user
+        for this class's own readiness probe, which may read PROBE_KEY only."""
+        binary = etcdctl_path()
+        if binary is None:
+            raise LabError("etcdctl is not installed (Debian: etcd-client)")
+        probe = str(self._probe_identity())
+        commands = auth_commands(writers, secrets.token_hex(16))
+        commands[-1:-1] = [
+            ["role", "add", PROBE_ROLE],
+            ["role", "grant-permission", PROBE_ROLE, "read", PROBE_KEY],
+            ["user", "add", probe, "--no-password"],
+            ["user", "grant-role", probe, PROBE_ROLE],
+        ]
+        files = self._probe_files()
+        endpoints = ",".join(f"127.0.0.1:{m.client_port}" for m in self._members if m.running())
+        for command in commands:
+            argv = [
+                binary,
+                f"--endpoints={endpoints}",
+                f"--cacert={files.ca}",
+                f"--cert={files.cert}",
+                f"--key={files.key}",
+                *command,
+            ]
+            done = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                env={**os.environ, "ETCDCTL_API": "3"},
+                timeout=30,
+                check=False,
+            )
+            if done.returncode != 0:
+                raise LabError(f"etcdctl {' '.join(command[:3])}: {done.stderr.strip()}")
+
+    def _probe_identity(self) -> Identity:
+        return Identity(Kind.READER, f"{self._token}-probe")
+
+    def _probe_files(self) -> tls.TlsFiles:
+        assert self.pki is not None
+        if self._probe_tls is None:
+            issued = fabric_pki.issue(self.pki, self._probe_identity())
+            self._probe_tls = tls.TlsFiles(self.pki / fabric_pki.CA_CERT, issued.cert, issued.key)
+        return self._probe_tls
+
     def _probe_channel(self, port: int) -> grpc.Channel:
         """A channel to one member, as a client it accepts."""
         address = f"127.0.0.1:{port}"
         if self.pki is None:
             return grpc.insecure_channel(address)
-        if self._probe_tls is None:
-            issued = fabric_pki.issue(self.pki, Identity(Kind.READER, f"{self._token}-probe"))
-            self._probe_tls = tls.TlsFiles(self.pki / fabric_pki.CA_CERT, issued.cert, issued.key)
         return grpc.secure_channel(
             address,
-            tls.channel_credentials(self._probe_tls),
+            tls.channel_credentials(self._probe_files()),
             options=[("grpc.ssl_target_name_override", tls.ETCD_NAME)],
         )
 
@@ -323,7 +411,7 @@ class EtcdCluster:
                             f"{self.ready_timeout_s:g} s:\n{tail(m.log)}"
                         )
                     try:
-                        stub.Range(rpc.RangeRequest(key=b"health"), timeout=min(left, 1.0))
+                        stub.Range(rpc.RangeRequest(key=PROBE_KEY.encode()), timeout=min(left, 1.0))
                         break
                     except grpc.RpcError:
                         time.sleep(0.05)

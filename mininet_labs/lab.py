@@ -38,7 +38,7 @@ from controller.fabric import Fabric, LldpIntent
 from controller.intent import load_fabric, to_explicit_yaml
 from mininet_labs import certs, lldpd
 from mininet_labs.clean import clean
-from mininet_labs.etcd import EtcdCluster
+from mininet_labs.etcd import EtcdCluster, Writers
 from mininet_labs.netlinks import PREFIX, LabError, Names, new_tag, unroutable
 from mininet_labs.network import build_network
 from mininet_labs.processes import (
@@ -446,6 +446,9 @@ class Lab:
             self.run_dir / "etcd",
             pki=self.certs.directory,
             also_on=tuple(self.names.etcd_host(i) for i in range(o.controllers)),
+            # etcd's authentication on, as in production: only the controllers' certificate
+            # reads and writes the store (a switch's is refused).
+            writers=Writers(f"/{self.names.tag}", (str(self.certs.CONTROLLER),)),
         )
         self.etcd = cluster.__enter__()  # stopped by _stop_replicas (and close)
         self._controller_addrs = [f"127.0.0.1:{free_port()}" for _ in range(o.controllers)]

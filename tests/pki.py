@@ -35,8 +35,12 @@ def files(kind: Kind, name: str) -> tls.TlsFiles:
     return tls.TlsFiles(ca_dir() / pki.CA_CERT, issued.cert, issued.key)
 
 
+# The tests' controllers' identity (and their etcd user where etcd's authentication is on).
+CONTROLLER = Identity(Kind.CONTROLLER, "127.0.0.1")
+
+
 def controller() -> tls.TlsFiles:
-    return files(Kind.CONTROLLER, "127.0.0.1")
+    return files(CONTROLLER.kind, CONTROLLER.name)
 
 
 def switch(name: str) -> tls.TlsFiles:
