@@ -13,6 +13,9 @@ LEADER_KEY = "railfabric-leader"
 # the call until the leadership changes (a lease expiring), then names the new leader: one call
 # per agent instead of retries while the election runs.
 UNREACHABLE_KEY = "railfabric-unreachable"
+# Trailing metadata of a read a follower answered from its warm copy of the store: that copy's
+# etcd revision (the leader, if known, under LEADER_KEY).
+FOLLOWER_REVISION_KEY = "railfabric-follower-revision"
 
 
 def leader_of(metadata: Iterable[Any] | None) -> str | None:
@@ -32,3 +35,10 @@ def _value(metadata: Iterable[Any] | None, wanted: str) -> str | None:
         if key == wanted:
             return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
     return None
+
+
+def follower_revision_of(metadata: Iterable[Any] | None) -> int | None:
+    """The etcd revision of the warm copy a follower answered from, or None (the leader's
+    answer, or a controller without replicas)."""
+    value = _value(metadata, FOLLOWER_REVISION_KEY)
+    return int(value) if value is not None and value.isdigit() else None

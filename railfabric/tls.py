@@ -24,7 +24,7 @@ import argparse
 import enum
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -220,12 +220,17 @@ def channel_credentials(files: TlsFiles) -> grpc.ChannelCredentials:
 
 
 def aio_channel(
-    address: str, files: TlsFiles | None, options: list[tuple[str, Any]]
+    address: str,
+    files: TlsFiles | None,
+    options: list[tuple[str, Any]],
+    interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
 ) -> grpc.aio.Channel:
     """A channel to `address`: TLS with `files`' identity, or plaintext when None."""
     if files is None:
-        return grpc.aio.insecure_channel(address, options=options)
-    return grpc.aio.secure_channel(address, channel_credentials(files), options=options)
+        return grpc.aio.insecure_channel(address, options=options, interceptors=interceptors)
+    return grpc.aio.secure_channel(
+        address, channel_credentials(files), options=options, interceptors=interceptors
+    )
 
 
 class ServerTls:

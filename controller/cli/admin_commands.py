@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import grpc
 from google.protobuf.message import Message
@@ -27,7 +27,7 @@ from controller.cli.output import when as _when
 from controller.fabric import ipv4_str, mac_str
 from railfabric import tls
 from railfabric.grpcopts import channel_options
-from railfabric.redirect import leader_of
+from railfabric.redirect import follower_revision_of, leader_of
 from railfabric.v1 import admin_pb2, admin_pb2_grpc
 
 if TYPE_CHECKING:  # the async stub type exists only in the generated .pyi
@@ -435,6 +435,31 @@ def tls_files(args: argparse.Namespace) -> tls.TlsFiles | None:
     return tls.files_from(args)
 
 
+if TYPE_CHECKING:  # generic in grpc-stubs only
+    _UnaryInterceptor = grpc.aio.UnaryUnaryClientInterceptor[Any, Any]
+else:
+    _UnaryInterceptor = grpc.aio.UnaryUnaryClientInterceptor
+
+
+class _FollowerAnswers(_UnaryInterceptor):
+    """Notes the oldest warm copy a follower answered from (its etcd revision), if any."""
+
+    def __init__(self) -> None:
+        self.revision: int | None = None
+        self.leader: str | None = None
+
+    async def intercept_unary_unary(
+        self, continuation: Any, client_call_details: Any, request: Any
+    ) -> Any:
+        call = await continuation(client_call_details, request)
+        metadata = await call.trailing_metadata()
+        revision = follower_revision_of(metadata)
+        if revision is not None:
+            self.revision = revision if self.revision is None else min(self.revision, revision)
+            self.leader = leader_of(metadata)
+        return call
+
+
 def ask_controller(query: Query, args: argparse.Namespace) -> Message | None:
     """The controller's answer to `query`, or None once the gRPC error is printed."""
 
@@ -446,10 +471,13 @@ def ask_controller(query: Query, args: argparse.Namespace) -> Message | None:
 
     answer: list[Message] = []
     asked = [args.controller]
+    follower = _FollowerAnswers()
+    # grpc-stubs leave a channel's interceptors to a cast.
+    interceptors = [cast(grpc.aio.ClientInterceptor, follower)]
 
     async def ask() -> None:
         while True:
-            async with tls.aio_channel(asked[-1], files, _CHANNEL_OPTIONS) as channel:
+            async with tls.aio_channel(asked[-1], files, _CHANNEL_OPTIONS, interceptors) as channel:
                 try:
                     answer.append(await query(admin_pb2_grpc.FabricAdminStub(channel), args))
                     return
@@ -467,6 +495,13 @@ def ask_controller(query: Query, args: argparse.Namespace) -> Message | None:
         # Not the task's result: asyncio.run formats its task when it puts the SIGINT handler
         # back (Python 3.11), and the text of 135,168 links takes seconds.
         asyncio.run(ask())
+        if follower.revision is not None:
+            print(
+                f"railctl: answered by {asked[-1]}, a follower, from its copy of the store at "
+                f"etcd revision {follower.revision}"
+                + (f"; the leader is {follower.leader}" if follower.leader else ""),
+                file=sys.stderr,
+            )
         return answer[0]
     except grpc.aio.AioRpcError as err:
         hint = ""

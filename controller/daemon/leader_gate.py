@@ -13,7 +13,9 @@ known: the agent learns the new leader the moment it is elected, with one call, 
 retrying through the election.
 
 Once its warm copy of the store is built (controller.daemon.warm_copy), a follower answers the
-reads of FOLLOWER_READS itself: what the store holds, as of the etcd revision of that copy.
+reads of FOLLOWER_READS itself: what the store holds, as of the etcd revision of that copy,
+which the answer's trailing metadata gives (`railfabric.redirect.FOLLOWER_REVISION_KEY`, with
+the leader's address).
 Everything else (what only the leader observes, and every change) goes to the leader.
 """
 
@@ -28,7 +30,7 @@ import grpc
 from google.protobuf import descriptor_pool
 
 from controller.daemon.election import Leader
-from railfabric.redirect import LEADER_KEY, unreachable_of
+from railfabric.redirect import FOLLOWER_REVISION_KEY, LEADER_KEY, unreachable_of
 from railfabric.v1 import admin_pb2
 
 # How long a call naming an unreachable leader is held, by default: a lease of 2 s and 1 s.
@@ -95,6 +97,29 @@ class LeaderGate(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(changed.wait(), self.hold_s)
 
+    def _marked(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:  # type: ignore[type-arg]
+        """`handler` (a unary read) answering with the warm copy's revision and the leader in
+        its trailing metadata: the caller knows whose answer, and how current, it got."""
+        inner: Any = handler.unary_unary  # a coroutine function on grpc.aio
+        if inner is None:
+            return handler
+        revision, leader = self.warm_revision, self.leader
+
+        async def marked(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            context.set_trailing_metadata(
+                (
+                    (FOLLOWER_REVISION_KEY, str(revision)),
+                    *(((LEADER_KEY, leader.address),) if leader is not None else ()),
+                )
+            )
+            return await inner(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            marked,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
     def _why(self) -> tuple[str, tuple[tuple[str, str], ...]]:
         leader = self.leader
         if leader is None:
@@ -118,7 +143,7 @@ class LeaderGate(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
             and method in FOLLOWER_READS
         ):
             self.served += 1
-            return await continuation(handler_call_details)
+            return self._marked(await continuation(handler_call_details))
         if kind is not None and not self.leading:
             await self._until_changed(unreachable_of(handler_call_details.invocation_metadata))
         if self.leading or kind is None:

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -33,9 +35,9 @@ import pytest
 
 from bench.ha import HOLD_DOWN_S, Switch, leading, quiet, running, until
 from bench.swarm.plan import Plan, make_plan
-from mininet_labs.etcd import EtcdCluster, etcd_path
+from mininet_labs.etcd import EtcdCluster, Writers, etcd_path
 from mininet_labs.netlinks import LabError, unroutable
-from railfabric.redirect import leader_of
+from railfabric.redirect import follower_revision_of, leader_of
 from railfabric.v1 import admin_pb2, admin_pb2_grpc
 from tests import pki
 from tests.conftest import Processes
@@ -47,6 +49,7 @@ pytestmark = [
 ]
 
 TTL_S = 2
+RAILCTL = str(Path(sys.executable).parent / "railctl")
 EXIT_DEPOSED = 3
 # A loopback address only this module uses: the partitioned leader reaches etcd through it.
 CUT_OFF = "127.77.0.1"
@@ -116,7 +119,11 @@ class Fabric:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[EtcdCluster]:
-    with EtcdCluster(3, tmp_path / "etcd", also_on=(CUT_OFF,), pki=pki.ca_dir()) as members:
+    # etcd's authentication on, as in production: the controllers' certificate is the writer.
+    writers = Writers("/ha", (str(pki.CONTROLLER),))
+    with EtcdCluster(
+        3, tmp_path / "etcd", also_on=(CUT_OFF,), pki=pki.ca_dir(), writers=writers
+    ) as members:
         yield members
 
 
@@ -317,6 +324,34 @@ async def test_followers_answer_reads_from_their_warm_copy_and_send_changes_to_t
         leader_view = await _admin_answers(first)
         assert any(s != admin_pb2.LINK_STATE_UP for s in leader_view[0].values())
         await until_async(lambda: _admin_answers(follower), leader_view, 20)
+        # A follower's answer says so: its copy's etcd revision and the leader, in the trailing
+        # metadata, and railctl repeats it; the leader's answer has neither.
+        marks = {}
+        for address in (first, follower):
+            async with pki.channel(address) as channel:
+                call = admin_pb2_grpc.FabricAdminStub(channel).ListAlarms(
+                    admin_pb2.ListAlarmsRequest(), timeout=10
+                )
+                await call
+                metadata = await call.trailing_metadata()
+                marks[address] = (follower_revision_of(metadata), leader_of(metadata))
+        assert marks[first] == (None, None)
+        revision, named = marks[follower]
+        assert revision is not None and revision > 0 and named == first, marks
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [RAILCTL, "--controller", follower, "links"],
+            env={**os.environ, **pki.railctl_env()},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert f"answered by {follower}, a follower, from its copy of the store at etcd " in (
+            done.stderr
+        )
+        assert f"the leader is {first}" in done.stderr
         # A change asked of a follower is the leader's: it names it.
         async with pki.channel(follower) as channel:
             stub = admin_pb2_grpc.FabricAdminStub(channel)
