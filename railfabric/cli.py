@@ -10,6 +10,7 @@ import datetime
 import errno
 import json
 import logging
+import os
 import socket
 import sys
 from collections.abc import Sequence
@@ -51,7 +52,8 @@ def bind_refusal(err: OSError, host: str) -> str:
         return "address in use"
     if isinstance(err, socket.gaierror):
         return f"cannot resolve {host!r} ({err.strerror})"
-    return err.strerror or str(err)
+    # By its number: a server library may have put its own sentence around the system's.
+    return os.strerror(err.errno) if err.errno else str(err)
 
 
 def address(value: str) -> str:
