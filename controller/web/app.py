@@ -201,11 +201,9 @@ class WebView:
         fabric's CA required); WebError names --http, the address and why it cannot."""
         host, port = cli.host_port(address)
         context = None if files is None else tls.https_context(files)
-        runner = web.AppRunner(self.application(), access_log=None)
+        runner = web.AppRunner(self.application(), access_log=None, shutdown_timeout=STOP_S)
         await runner.setup()
-        site = web.TCPSite(
-            runner, host.strip("[]"), port, ssl_context=context, shutdown_timeout=STOP_S
-        )
+        site = web.TCPSite(runner, host.strip("[]"), port, ssl_context=context)
         try:
             await site.start()
         except OSError as err:

@@ -10,9 +10,11 @@ API's messages as `railctl --json` prints them (controller/cli/output.py `to_jso
 
 from __future__ import annotations
 
+import weakref
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from controller.cli.output import to_json
@@ -26,9 +28,9 @@ from controller.daemon.interfaces import interfaces
 from controller.daemon.runner import now
 from railfabric.v1 import admin_pb2
 
-# The most links one /api/view page holds: ~5,000 is what one admin API page holds too, and
-# builds in a few tens of ms (bench/web.py measures it at ref-100k size).
-MAX_VIEW_LINKS = 5_000
+# The most links one /api/view page holds: 2,000 build in ~30 ms on the loop (bench/web.py
+# measures the pages at ref-100k size); a rail and pod of ref-100k is 3 pages.
+MAX_VIEW_LINKS = 2_000
 # The most alarms an answer lists (the total is always given).
 MAX_ALARMS = 200
 # A fabric with at most this many links is drawn whole; a larger one by rail and pod.
@@ -113,30 +115,46 @@ def alarms_json(core: DecisionCore, switch: str = "") -> dict[str, Any]:
     }
 
 
+class _Groups:
+    """The links of each rail and pod, by position in the plan's order (a link is in the rail
+    and pod of each of its ends). Built once per plan: ~0.2 s on a 100k-GPU fabric."""
+
+    def __init__(self, ix: PlanIndex) -> None:
+        self.keys = [link.key for link in ix.links]
+        rails: dict[int, set[int]] = {}
+        pods: dict[int, set[int]] = {}
+        for s in ix.switches:
+            positions = ix.links_of.get(s.name, [])
+            if s.rail >= 0:
+                rails.setdefault(s.rail, set()).update(positions)
+            if s.pod >= 0:
+                pods.setdefault(s.pod, set()).update(positions)
+        self.rails = {r: itemgetter(*sorted(p)) for r, p in sorted(rails.items()) if p}
+        self.pods = {r: itemgetter(*sorted(p)) for r, p in sorted(pods.items()) if p}
+
+
+_groups: weakref.WeakKeyDictionary[PlanIndex, _Groups] = weakref.WeakKeyDictionary()
+
+
+def _counts(states: Sequence[LinkState] | LinkState) -> dict[str, int]:
+    """Every state's count, 0 included (a single position's getter gives one state). By
+    `count`, which compares by identity in C: hashing an enum runs Python code."""
+    counted = states if isinstance(states, Sequence) else (states,)
+    return {s.value: counted.count(s) for s in LinkState}
+
+
 def summary(core: DecisionCore, ix: PlanIndex) -> dict[str, Any]:
     """The whole fabric in figures: switches by role, links by state, per rail and per pod
     (a link counts for each rail and pod one of its ends is in), the alarms, and the
-    telemetry that is not measured yet. Its size grows with rails and pods, not links."""
-    tracker, drains = core.tracker, core.drains
-    rail_of = ix.rail_of
-    pod_of = {s.name: s.pod for s in ix.switches}
-    by_state: Counter[str] = Counter()
-    by_rail: dict[int, Counter[str]] = {}
-    by_pod: dict[int, Counter[str]] = {}
-    for link in ix.links:
-        state = tracker.state(link.key)
-        name = "drained" if link.key in drains else state.value
-        by_state[state.value] += 1
-        if name == "drained":
-            by_state["drained"] += 1
-        ends = (link.a[0], link.b[0])
-        for group, of in ((by_rail, rail_of), (by_pod, pod_of)):
-            for where in {of.get(end, -1) for end in ends} - {-1}:
-                group.setdefault(where, Counter())[state.value] += 1
+    telemetry that is not measured yet. Its size grows with rails and pods, not links; its
+    time with links, in C (Counter, itemgetter) but for one state lookup per link."""
+    groups = _groups.get(ix)
+    if groups is None:
+        groups = _groups[ix] = _Groups(ix)
+    states = core.tracker.states(groups.keys)
     roles = Counter(ROLES.get(s.role, "unknown") for s in ix.switches)
     # A miswired cable may well have carrier: count the ports LLDP finds miswired.
-    miswired_links = sum(1 for a in core.alarms.active.values() if a.kind == MISWIRE)
-    every = [s.value for s in LinkState]
+    miswired_ports = sum(1 for a in core.alarms.active.values() if a.kind == MISWIRE)
     return {
         "fabric": core.planner.fabric_name,
         "counts": {
@@ -146,17 +164,15 @@ def summary(core: DecisionCore, ix: PlanIndex) -> dict[str, Any]:
         },
         "roles": {role: roles.get(role, 0) for role in ("tor", "spine", "core")},
         "links_by_state": {
-            **{s: by_state.get(s, 0) for s in every},
-            "drained": by_state.get("drained", 0),
-            "miswired_ports": miswired_links,
+            **_counts(states),
+            "drained": sum(1 for key in core.drains if key in ix.link_pos),
+            "miswired_ports": miswired_ports,
         },
         "rails": [
-            {"rail": r, "links_by_state": {s: by_rail.get(r, Counter()).get(s, 0) for s in every}}
-            for r in ix.rails
+            {"rail": r, "links_by_state": _counts(get(states))} for r, get in groups.rails.items()
         ],
         "pods": [
-            {"pod": p, "links_by_state": {s: c.get(s, 0) for s in every}}
-            for p, c in sorted(by_pod.items())
+            {"pod": p, "links_by_state": _counts(get(states))} for p, get in groups.pods.items()
         ],
         "sessions": sum(1 for v in core.views.values() if v.connected),
         "draw_whole": len(ix.links) <= DRAW_WHOLE_LINKS,
@@ -225,13 +241,12 @@ def view(
         "links": [link_json(core, info(links[p], p)) for p in page],
     }
     if offset == 0:
-        names = {end for p in positions for end in (links[p].a[0], links[p].b[0])}
         if scope.rail is None and scope.pod is None:
-            names = {s.name for s in ix.switches}  # a switch without links too
-        out["switches"] = [
-            switch_json(core, ix.switches[ix.switch_pos[n]])
-            for n in sorted(names, key=ix.switch_pos.__getitem__)
-        ]
+            shown: Sequence[admin_pb2.SwitchInfo] = ix.switches  # those without links too
+        else:
+            names = {end for p in positions for end in (links[p].a[0], links[p].b[0])}
+            shown = [ix.switches[i] for i in sorted(map(ix.switch_pos.__getitem__, names))]
+        out["switches"] = [switch_json(core, info) for info in shown]
     return out
 
 

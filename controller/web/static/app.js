@@ -78,12 +78,20 @@ async function loadAll() {
 function renderSummary() {
   const s = state.summary;
   document.getElementById("fabric-name").textContent = s.fabric;
+  renderCounts(s);
+  renderRailTable(s);
+  renderSummaryPanels(s);
+}
+
+function renderCounts(s) {
   const st = s.links_by_state;
   document.getElementById("counts").textContent =
     `${s.counts.switches} switches (${s.roles.tor} ToRs, ${s.roles.spine} spines, ${s.roles.core} cores), ` +
     `${s.counts.links} links: ${st.up} up, ${st.down} down, ${st.hold_down} held down, ` +
     `${st.damped} damped, ${st.unknown} unknown, ${st.drained} drained; ${s.sessions} agent sessions`;
-  renderRailTable(s);
+}
+
+function renderSummaryPanels(s) {
   renderAlarms(s.alarms);
   renderTelemetry(s.telemetry);
   const bar = document.getElementById("scope-bar");
@@ -112,7 +120,8 @@ function fillSelect(id, values, what) {
 function renderRailTable(s) {
   const table = document.getElementById("rail-table");
   const names = ["up", "down", "hold_down", "damped", "unknown"];
-  const head = el("tr", {}, el("th", {}, "rail"), ...names.map((n) => el("th", {}, n)));
+  const heads = { hold_down: "held" };
+  const head = el("tr", {}, el("th", {}, "rail"), ...names.map((n) => el("th", {}, heads[n] || n)));
   const rows = s.rails.map((r) => el("tr", {},
     el("td", {}, el("span", { class: "swatch", style: `background:${railColour(r.rail)}` }), ` ${r.rail}`),
     ...names.map((n) => el("td", { class: `num${r.links_by_state[n] && n !== "up" ? ` state state-${n}` : ""}` },
@@ -180,7 +189,7 @@ function draw(switches, links) {
   tiers.core.sort((a, b) => a.name.localeCompare(b.name));
   const rows = ["core", "spine", "tor"].filter((t) => tiers[t].length);
   const widest = Math.max(1, ...rows.map((t) => tiers[t].length));
-  const gap = widest > 64 ? 14 : 90;
+  const gap = widest > 64 ? 14 : 140;
   const width = Math.max(600, widest * gap + 120);
   const rowGap = 140;
   const height = rows.length * rowGap + 20;
@@ -191,7 +200,10 @@ function draw(switches, links) {
     list.forEach((sw, j) => pos.set(sw.name, { x: 100 + step * (j + 0.5), y: 50 + i * rowGap, sw }));
   });
   svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
-  svg.style.minWidth = widest > 64 ? `${width}px` : "";
+  // Drawn at its own size (a large rail scrolls), never stretched past it.
+  svg.setAttribute("width", String(width));
+  svg.setAttribute("height", String(height));
+  svg.style.maxWidth = widest > 64 ? "none" : "";
   const linkLayer = svgEl("g", { class: "links" });
   for (const link of links) {
     const a = pos.get(link.a);
@@ -252,7 +264,16 @@ function renderLegend() {
 // -- live updates ------------------------------------------------------------------------
 
 function onLink(link) {
+  const old = state.links.get(link.key);
   state.links.set(link.key, link);
+  // The header's figures follow at once; per rail they follow with the next read.
+  if (old && state.summary) {
+    const counts = state.summary.links_by_state;
+    counts[old.state] -= 1;
+    counts[link.state] += 1;
+    counts.drained += Number(link.drained) - Number(old.drained);
+    renderCounts(state.summary);
+  }
   const line = document.querySelector(`line.link[data-key="${CSS.escape(link.key)}"]`);
   if (line) setLinkAttrs(line, link);
   if (state.switchName && (link.a === state.switchName || link.b === state.switchName)) scheduleSwitch();
