@@ -1,7 +1,7 @@
 """The web view's HTTP server (`railfabric-controller --http HOST:PORT`): an aiohttp
 application on the daemon's own event loop, read-only (GET only; nothing here changes the
 fabric), plaintext by default or HTTPS with a client certificate of the fabric's CA
-(`--http-tls`), as /metrics.
+(`--http-tls`), as /metrics; over HTTPS, as the admin API's reads, for readers and operators.
 
     GET /                      the page (controller/web/static: written here, nothing fetched)
     GET /api/fabric            the fabric in figures: roles, links by state per rail and pod,
@@ -50,6 +50,24 @@ STOP_S = 1.0
 _NO_STORE = {"Cache-Control": "no-store"}
 
 
+def _refusal(request: web.Request) -> str | None:
+    """Why the HTTPS peer may not read the web view (None: it may): as the admin API's reads,
+    it is for readers and operators; any other certificate of the CA (a switch's) is not."""
+    transport = request.transport
+    cert = transport.get_extra_info("peercert") if transport is not None else None
+    uris = [
+        value
+        for kind, value in (san for san in (cert or {}).get("subjectAltName", ()))
+        if kind == "URI"
+    ]
+    who = next((i for i in map(tls.Identity.parse, uris) if i is not None), None)
+    if who is not None and who.kind in tls.READERS:
+        return None
+    seen = str(who) if who is not None else "a certificate with no railfabric identity"
+    need = " or ".join(sorted(str(k) for k in tls.READERS))
+    return f"the web view is for {need}; the peer is {seen}"
+
+
 class WebError(OSError):
     """--http cannot be served; the message names the flag, the address and why."""
 
@@ -82,6 +100,7 @@ class WebView:
         self.hub = hub if hub is not None else Hub()
         self._runner: web.AppRunner | None = None
         self._streams: set[Subscriber] = set()
+        self._tls = False
         self.port = 0
 
     # -- the application
@@ -102,6 +121,12 @@ class WebView:
         # aiohttp answers 405 to methods no route has; said here too, for every path.
         if request.method not in ("GET", "HEAD"):
             return _error(405, f"{request.method}: the web view is read-only (GET only)")
+        if self._tls:
+            why = _refusal(request)
+            if why is not None:
+                log.warning("refused %s %s from %s: %s", request.method, request.path,
+                            request.remote, why)  # fmt: skip
+                return _error(403, why)
         return await handler(request)
 
     def _api(self, build: Callable[[web.Request], web.Response]) -> Handler:
@@ -201,6 +226,7 @@ class WebView:
         fabric's CA required); WebError names --http, the address and why it cannot."""
         host, port = cli.host_port(address)
         context = None if files is None else tls.https_context(files)
+        self._tls = context is not None
         runner = web.AppRunner(self.application(), access_log=None, shutdown_timeout=STOP_S)
         await runner.setup()
         site = web.TCPSite(runner, host.strip("[]"), port, ssl_context=context)

@@ -1,6 +1,7 @@
 """The controller's web view (--http) as a real daemon serves it: the JSON the page reads, from
 the same state as the admin API; a cut pushed to an open page's event stream; nothing but GET;
-HTTPS that refuses a client without a certificate of the fabric's CA (--http-tls); and a bad
+HTTPS that refuses a client without a certificate of the fabric's CA, and serves only readers
+and operators (--http-tls); and a bad
 --http address that stops the start before anything is served."""
 
 from __future__ import annotations
@@ -171,6 +172,13 @@ async def test_http_tls_serves_only_clients_with_a_certificate_of_the_fabric_ca(
     url = f"https://{web}/api/fabric"
     status, body = await asyncio.to_thread(_get, url, _client_context(pki.reader()))
     assert status == 200 and json.loads(body)["fabric"] == "lab-2rail"
+    # A switch's certificate is of the CA, but the fabric is for readers and operators.
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        await asyncio.to_thread(_get, url, _client_context(pki.switch("tor-r1-b1")))
+    assert refused.value.code == 403
+    assert "the web view is for operator or reader; the peer is switch/tor-r1-b1" in (
+        refused.value.read().decode()
+    )
     # No client certificate: no answer (the handshake is refused); nor in plaintext.
     with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
         await asyncio.to_thread(_get, url, _client_context(None))
