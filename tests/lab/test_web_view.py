@@ -2,7 +2,8 @@
 headless, driven by Selenium through Debian's chromedriver (/usr/bin/chromedriver; Selenium
 Manager is never asked to fetch anything). The page draws the lab fabric, a cable pulled in
 the lab turns red on it within 2 s of the cut (pushed by the controller, not polled), and
-returns when the cable does; a switch's page lists its interfaces and counters. Screenshots
+returns when the cable does; a switch's page lists its interfaces and counters; the console
+has no error (a script error, or a load the page's Content-Security-Policy refused). Screenshots
 are kept as test artefacts: build/web-view.png (the cut), build/web-view-switch.png.
 
 The latency heat map has no data yet (other work measures it): the page says "not measured
@@ -67,6 +68,8 @@ def _browser() -> Iterator[webdriver.Chrome]:
         "--no-pings",
     ):
         options.add_argument(flag)
+    # The console, read at the end: a script error or a refused load fails the test.
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
     try:
         yield driver
@@ -154,4 +157,7 @@ def test_a_cut_cable_turns_red_in_the_browser_and_returns() -> None:
         text = driver.find_element("id", "switch-page").text
         assert "Interfaces and counters" in text and "spine-p1-1:1" in text
         driver.save_screenshot(str(ARTEFACTS / "web-view-switch.png"))
+        console: list[dict[str, Any]] = driver.get_log("browser")  # type: ignore[no-untyped-call]
+        errors = [e["message"] for e in console if e["level"] == "SEVERE"]
+        assert not errors, errors
         lab.wait_converged(timeout_s=60)

@@ -35,6 +35,14 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
+// A colour sample. Set through the CSSOM: the page's Content-Security-Policy allows no inline
+// style attribute.
+function swatch(colour) {
+  const span = el("span", { class: "swatch" });
+  span.style.background = colour;
+  return span;
+}
+
 function svgEl(tag, attrs = {}) {
   const node = document.createElementNS(SVG, tag);
   for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
@@ -123,7 +131,7 @@ function renderRailTable(s) {
   const heads = { hold_down: "held" };
   const head = el("tr", {}, el("th", {}, "rail"), ...names.map((n) => el("th", {}, heads[n] || n)));
   const rows = s.rails.map((r) => el("tr", {},
-    el("td", {}, el("span", { class: "swatch", style: `background:${railColour(r.rail)}` }), ` ${r.rail}`),
+    el("td", {}, swatch(railColour(r.rail)), ` ${r.rail}`),
     ...names.map((n) => el("td", { class: `num${r.links_by_state[n] && n !== "up" ? ` state state-${n}` : ""}` },
       r.links_by_state[n]))));
   table.replaceChildren(head, ...rows);
@@ -255,7 +263,7 @@ function setLinkAttrs(line, link) {
 function renderLegend() {
   const items = STATES.map(([name, label]) => {
     const colour = getComputedStyle(document.documentElement).getPropertyValue(`--${name}`);
-    return el("span", {}, el("span", { class: "swatch", style: `background:${colour}` }), label);
+    return el("span", {}, swatch(colour), label);
   });
   items.push(el("span", {}, "ToRs coloured by rail; spines by rail plane; cores grey; a dashed outline: no agent session"));
   document.getElementById("legend").replaceChildren(...items);

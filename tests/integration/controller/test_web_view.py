@@ -87,11 +87,12 @@ async def test_the_page_reads_the_admin_state_and_a_cut_is_pushed_to_it(
         async with http.get(f"{base}/") as page:
             assert page.status == 200
             html = await page.text()
+            # The browser itself holds the page to this server's files.
+            assert page.headers["Content-Security-Policy"].startswith("default-src 'self';")
         assert "/static/app.js" in html and "not measured yet" in html
         # Nothing of the page comes from elsewhere: every script and style is ours.
-        assert all(
-            ref.startswith(("/", "#")) for ref in re.findall(r'(?:src|href)="([^"]*)"', html)
-        )
+        refs = re.findall(r'(?:src|href)="([^"]*)"', html)
+        assert refs and all(ref.startswith(("/", "#", "data:")) for ref in refs), refs
         async with http.get(f"{base}/static/app.js") as script:
             assert script.status == 200 and "EventSource" in await script.text()
 
