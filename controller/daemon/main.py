@@ -591,6 +591,7 @@ async def _serve(
                 if not leader_gate.leading:
                     admin.fabric = copy
                     leader_gate.warm_revision = revision
+                    hub.resync()  # the web view's pages: no events come from a warm copy
 
             warming = asyncio.create_task(
                 WarmCopy(store.endpoints, partial(_follower_core, args, core), warm).run(),
@@ -607,6 +608,7 @@ async def _serve(
             # follower's gate would send them back here.
             admin.fabric = core
             leader_gate.lead()
+            hub.resync()
             keeper = election.keep(partial(_lost, loop, runner, step_down))
             # StoreFenced here: another replica won meanwhile (said, exit 1, restarted).
             await asyncio.to_thread(store.fence, election.key, won.term)

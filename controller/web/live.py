@@ -125,6 +125,12 @@ class Hub:
     def unsubscribe(self, subscriber: Subscriber) -> None:
         self._subscribers.discard(subscriber)
 
+    def resync(self) -> None:
+        """Every open page reads everything again: the core it reads was replaced (a
+        follower's warm copy rebuilt, or this replica took the lead), with no events."""
+        for subscriber in self._subscribers:
+            subscriber.offer(Change(resync=True))
+
     def publish(self, event: admin_pb2.Event) -> None:
         if not self._subscribers:
             return  # nobody watching: nothing to reduce (a cold start emits thousands)

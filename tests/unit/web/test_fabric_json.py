@@ -190,3 +190,10 @@ def test_a_page_that_does_not_keep_up_is_told_to_read_everything_again(h: Watche
         h.cut(CUT)
         h.restore(CUT)
     assert page._pending.resync and not page._pending.ports
+
+
+def test_a_replaced_core_makes_every_open_page_read_everything_again(h: Watched) -> None:
+    pages = [h.hub.subscribe(), h.hub.subscribe()]
+    h.cut(CUT)
+    h.hub.resync()  # a follower's warm copy was rebuilt: no events came with it
+    assert all(page._pending.resync for page in pages)
