@@ -67,11 +67,8 @@ def _refusal(request: web.Request) -> str | None:
     it is for readers and operators; any other certificate of the CA (a switch's) is not."""
     transport = request.transport
     cert = transport.get_extra_info("peercert") if transport is not None else None
-    uris = [
-        value
-        for kind, value in (san for san in (cert or {}).get("subjectAltName", ()))
-        if kind == "URI"
-    ]
+    sans = (cert or {}).get("subjectAltName", ())  # (("URI", "spiffe://..."), ...)
+    uris = [value for kind, value in sans if kind == "URI"]
     who = next((i for i in map(tls.Identity.parse, uris) if i is not None), None)
     if who is not None and who.kind in tls.READERS:
         return None

@@ -22,7 +22,6 @@ from controller.core.cabling import MISWIRE, alarm_id
 from controller.core.clock import Now
 from controller.core.links import LinkState
 from controller.core.machine import DecisionCore
-from controller.core.switches import UnknownSwitch
 from controller.daemon.admin import AdminService, PlanIndex, alarm_key, alarm_message, switch_status
 from controller.daemon.interfaces import interfaces
 from controller.daemon.runner import now
@@ -208,10 +207,10 @@ def parse_scope(ix: PlanIndex, rail: str | None, pod: str | None) -> Scope:
     return Scope(number("rail", rail, ix.rails), number("pod", pod, pods))
 
 
-def _scope_positions(ix: PlanIndex, scope: Scope) -> list[int]:
+def _scope_positions(ix: PlanIndex, scope: Scope) -> Sequence[int]:
     """Positions of the scope's links in the plan's order (the admin API's order)."""
     if scope.rail is None and scope.pod is None:
-        return list(range(len(ix.links)))
+        return range(len(ix.links))
     found: set[int] = set()
     for s in ix.switches:
         if (scope.rail is None or s.rail == scope.rail) and (
@@ -274,21 +273,3 @@ def switch_page(admin: AdminService, name: str) -> dict[str, Any]:
         "links": [link_json(core, at_links(ix.links[p], p)) for p in ix.links_of.get(v.name, [])],
         "alarms": alarms_json(core, v.name),
     }
-
-
-__all__ = [
-    "DRAW_WHOLE_LINKS",
-    "MAX_ALARMS",
-    "MAX_VIEW_LINKS",
-    "TELEMETRY",
-    "BadQuery",
-    "Scope",
-    "UnknownSwitch",
-    "alarms_json",
-    "link_by_key",
-    "link_json",
-    "parse_scope",
-    "summary",
-    "switch_page",
-    "view",
-]
