@@ -44,9 +44,6 @@ def _missing() -> str | None:
 
 @contextlib.contextmanager
 def _browser() -> Iterator[webdriver.Chrome]:
-    # Selenium Manager would look for a driver online when it lacks one: it has one, and is
-    # told to stay offline anyway.
-    os.environ["SE_OFFLINE"] = "true"
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in (
@@ -70,7 +67,17 @@ def _browser() -> Iterator[webdriver.Chrome]:
         options.add_argument(flag)
     # The console, read at the end: a script error or a refused load fails the test.
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    # Selenium Manager would look for a driver online when it lacks one: it has one, and is
+    # told to stay offline anyway.
+    offline = os.environ.get("SE_OFFLINE")
+    os.environ["SE_OFFLINE"] = "true"
+    try:
+        driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    finally:
+        if offline is None:
+            del os.environ["SE_OFFLINE"]
+        else:
+            os.environ["SE_OFFLINE"] = offline
     try:
         yield driver
     finally:
