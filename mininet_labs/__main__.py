@@ -23,7 +23,7 @@ from pathlib import Path
 from controller.yamlnodes import IntentError
 from mininet_labs.clean import clean
 from mininet_labs.cli import FabricCLI
-from mininet_labs.etcd import INSTALL_HINT, etcd_path
+from mininet_labs.etcd import replicas_missing
 from mininet_labs.lab import ETCD_MEMBERS, Interrupted, Lab, LabOptions
 from mininet_labs.netlinks import PREFIX, TAG_RE, LabError
 from mininet_labs.processes import (
@@ -35,6 +35,7 @@ from mininet_labs.processes import (
 )
 from mininet_labs.report import Result, exit_status, render, summary, write_json
 from mininet_labs.scenarios import SCENARIOS, Budget
+from railfabric.cli import address
 
 DEMO_FABRIC = REPO / "examples" / "lab-2rail.yaml"
 COMMAND = ["python", "-m", "mininet_labs", *sys.argv[1:]]  # as run, for the JSON report
@@ -77,6 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
                 help=f"controller processes: 1 (its state in SQLite), or replicas sharing a "
                 f"{ETCD_MEMBERS}-member etcd cluster the lab starts, one elected leader "
                 "(needs etcd; `scenario controller-failover` runs on such a lab)",
+            )
+            p.add_argument(
+                "--http",
+                type=address,
+                metavar="HOST:PORT",
+                help="the controller's live web view on this address, plaintext (e.g. "
+                "127.0.0.1:8080; one controller only)",
             )
         if name == "run":
             p.add_argument(
@@ -130,8 +138,9 @@ def _progress(text: str) -> None:
 
 def replicas_unavailable(controllers: int) -> str | None:
     """Why a lab with `controllers` controller processes cannot run here, or None."""
-    if controllers > 1 and etcd_path() is None:
-        return f"{INSTALL_HINT}: the controller's replicas share an etcd cluster"
+    missing = replicas_missing() if controllers > 1 else None
+    if missing is not None:
+        return f"{missing}: the controller's replicas share an etcd cluster"
     return None
 
 
@@ -264,6 +273,8 @@ def up(
                 "`help` lists the commands, `exit` tears the fabric down",
                 flush=True,
             )
+            if options.http:
+                print(f"the controller's web view: http://{options.http}/", flush=True)
             FabricCLI(lab, script=str(script) if script else None)
     except Interrupted as sig:
         print(f"mininet_labs: interrupted ({sig}); everything was torn down", file=sys.stderr)
@@ -296,7 +307,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "up":
         if args.controllers < 1:
             parser.error(f"--controllers {args.controllers}: must be >= 1")
-        options = dataclasses.replace(options, controllers=args.controllers)
+        if args.http is not None and args.controllers > 1:
+            parser.error("--http: the web view is served by one controller (--controllers 1)")
+        options = dataclasses.replace(options, controllers=args.controllers, http=args.http)
         return up(args.fabric, args.target, args.port_rate_mbps, options, args.script)
     fabric = DEMO_FABRIC if args.command == "demo" else args.fabric
     chosen = ["all"] if args.command == "demo" else args.scenario

@@ -84,6 +84,21 @@ def etcdctl_path() -> str | None:
     return shutil.which("etcdctl")
 
 
+ETCDCTL_HINT = (
+    "etcdctl is not installed (Debian: apt-get install etcd-client; scripts/setup.sh does)"
+)
+
+
+def replicas_missing() -> str | None:
+    """What a lab or test with controller replicas lacks here (etcd, and etcdctl, which turns
+    etcd's authentication on as operators do), or None."""
+    if etcd_path() is None:
+        return INSTALL_HINT
+    if etcdctl_path() is None:
+        return ETCDCTL_HINT
+    return None
+
+
 def etcd_path() -> str | None:
     """The etcd binary, or None when it is not installed."""
     return shutil.which("etcd") or (
@@ -283,7 +298,7 @@ class EtcdCluster:
         for this class's own readiness probe, which may read PROBE_KEY only."""
         binary = etcdctl_path()
         if binary is None:
-            raise LabError("etcdctl is not installed (Debian: etcd-client)")
+            raise LabError(ETCDCTL_HINT)
         probe = str(self._probe_identity())
         commands = auth_commands(writers, secrets.token_hex(16))
         commands[-1:-1] = [

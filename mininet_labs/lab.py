@@ -124,6 +124,9 @@ class LabOptions:
     # `lease_ttl_s`.
     controllers: int = 1
     lease_ttl_s: int = 2
+    # The controller's web view (--http HOST:PORT, plaintext: the lab's own loopback); None:
+    # none. One controller only: replicas would each need an address of their own.
+    http: str | None = None
     # Called with a line for each long step (building, starting, converging); None: quiet.
     progress: Callable[[str], None] | None = None
 
@@ -272,6 +275,8 @@ class Lab:
         self.processes = Processes(self.run_dir)
         if self.options.controllers < 1:
             raise LabError(f"{self.options.controllers} controllers: a lab needs at least one")
+        if self.options.http and self.options.controllers > 1:
+            raise LabError("LabOptions.http: the web view is served by one controller")
         # Every controller process's address (one, or one per replica).
         self._controller_addrs: list[str] = []
         self.switch_addr: dict[str, str] = {}
@@ -400,6 +405,7 @@ class Lab:
                 "--hold-down-s", f"{o.hold_down_s:g}",
                 "--damping-half-life-s", f"{o.damping_half_life_s:g}",
                 *certs.flags(self.certs.controller()),
+                *(["--http", o.http] if o.http else []),
             ],
         )  # fmt: skip
         assert controller.log is not None

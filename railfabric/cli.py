@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import errno
 import json
 import logging
+import os
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,6 +44,16 @@ def host_port(value: str) -> tuple[str, int]:
     if ":" in host and not (host.startswith("[") and host.endswith("]")):
         raise ValueError(f"{value!r}: write an IPv6 host in brackets, e.g. [::1]:50051")
     return host, int(port)
+
+
+def bind_refusal(err: OSError, host: str) -> str:
+    """Why a server could not bind HOST:PORT, in a few words, for its flag's error line."""
+    if err.errno == errno.EADDRINUSE:
+        return "address in use"
+    if isinstance(err, socket.gaierror):
+        return f"cannot resolve {host!r} ({err.strerror})"
+    # By its number: a server library may have put its own sentence around the system's.
+    return os.strerror(err.errno) if err.errno else str(err)
 
 
 def address(value: str) -> str:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import errno
-import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
@@ -31,7 +29,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from railfabric import __version__
-from railfabric.cli import host_port
+from railfabric.cli import bind_refusal, host_port
 from railfabric.tls import TlsFiles
 
 SCRAPE_TIMEOUT_S = 5.0
@@ -133,11 +131,5 @@ def serve(reg: CollectorRegistry, address: str, tls: TlsFiles | None = None) -> 
     try:
         server, thread = start_http_server(port, addr=host.strip("[]"), registry=reg, **https)
     except OSError as err:
-        if err.errno == errno.EADDRINUSE:
-            why = "address in use"
-        elif isinstance(err, socket.gaierror):
-            why = f"cannot resolve {host!r} ({err.strerror})"
-        else:
-            why = err.strerror or str(err)
-        raise MetricsError(f"--metrics {address}: {why}") from None
+        raise MetricsError(f"--metrics {address}: {bind_refusal(err, host)}") from None
     return MetricsServer(server, thread)

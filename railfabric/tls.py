@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import enum
 import logging
+import ssl
 import threading
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -147,9 +148,12 @@ def _read(path: Path, flag: str) -> bytes:
         raise TlsError(f"{flag} {path}: {err.strerror or err}") from None
 
 
-def add_flags(parser: argparse.ArgumentParser, role: str, *, metrics: bool = False) -> None:
+def add_flags(
+    parser: argparse.ArgumentParser, role: str, *, metrics: bool = False, http: bool = False
+) -> None:
     """--tls-ca/--tls-cert/--tls-key/--insecure, worded for `role` (e.g. "the controller");
-    with `metrics`, also --metrics-tls for a daemon that serves /metrics."""
+    with `metrics`, also --metrics-tls for a daemon that serves /metrics; with `http`, also
+    --http-tls for the controller's web view."""
     group = parser.add_argument_group("security (mutual TLS; plaintext only with --insecure)")
     group.add_argument("--tls-ca", type=Path, metavar="FILE", help="the fabric CA (PEM)")
     group.add_argument("--tls-cert", type=Path, metavar="FILE", help=f"{role}'s certificate (PEM)")
@@ -165,6 +169,14 @@ def add_flags(parser: argparse.ArgumentParser, role: str, *, metrics: bool = Fal
             action="store_true",
             help="serve /metrics over HTTPS with this daemon's certificate, to scrapers that "
             "present a certificate of the fabric's CA (unset: plaintext HTTP, read-only)",
+        )
+    if http:
+        group.add_argument(
+            "--http-tls",
+            action="store_true",
+            help="serve the web view (--http) over HTTPS with this daemon's certificate, to "
+            "browsers that present a certificate of the fabric's CA (unset: plaintext HTTP, "
+            "read-only)",
         )
 
 
@@ -197,11 +209,32 @@ def files_from(args: argparse.Namespace) -> TlsFiles | None:
 
 def metrics_files(args: argparse.Namespace, files: TlsFiles | None) -> TlsFiles | None:
     """The files /metrics is served with: `files` with --metrics-tls, else None (HTTP)."""
-    if not getattr(args, "metrics_tls", False):
+    return _https_files(args, files, "--metrics-tls")
+
+
+def http_files(args: argparse.Namespace, files: TlsFiles | None) -> TlsFiles | None:
+    """The files the web view is served with: `files` with --http-tls, else None (HTTP)."""
+    return _https_files(args, files, "--http-tls")
+
+
+def _https_files(args: argparse.Namespace, files: TlsFiles | None, flag: str) -> TlsFiles | None:
+    if not getattr(args, flag.removeprefix("--").replace("-", "_"), False):
         return None
     if files is None:
-        raise TlsError("--metrics-tls needs the daemon's TLS files; it cannot go with --insecure")
+        raise TlsError(f"{flag} needs the daemon's TLS files; it cannot go with --insecure")
     return files
+
+
+def https_context(files: TlsFiles) -> ssl.SSLContext:
+    """A server's HTTPS context with this daemon's certificate that completes a handshake
+    only with a client certificate of the fabric's CA (as /metrics over --metrics-tls)."""
+    ca, _, _ = files.read()  # TlsError naming the file, before the ssl module's own words
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(str(files.cert), str(files.key))
+    context.load_verify_locations(cadata=ca.decode())
+    context.verify_mode = ssl.CERT_REQUIRED
+    return context
 
 
 def warn_insecure(what: str) -> None:

@@ -7,8 +7,10 @@ cd "$(dirname "$0")/.."
 # iproute2: namespaces and veths for integration tests and labs; ethtool/tcpdump: lab
 # diagnostics; mininet: the lab topology engine (and mnexec); lldpd: LLDP on the lab's servers,
 # as real servers speak it; prometheus: promtool, which checks the daemons' /metrics;
-# etcd-server: the HA store's tests and lab start their own etcd members on loopback ports.
-APT_PACKAGES=(python3 python3-venv python3-dev build-essential iproute2 iputils-ping ethtool tcpdump mininet make git lldpd prometheus etcd-server)
+# etcd-server, etcd-client: the HA store's tests and lab start their own etcd members on loopback
+# ports and turn their authentication on with etcdctl;
+# chromium, chromium-driver: the web view's browser test (headless, driven by Selenium).
+APT_PACKAGES=(python3 python3-venv python3-dev build-essential iproute2 iputils-ping ethtool tcpdump mininet make git lldpd prometheus etcd-server etcd-client chromium chromium-driver)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -91,7 +91,7 @@ def _ref(obj: object) -> Callable[[], object]:
         return lambda: obj
 
 
-class _Index:
+class PlanIndex:
     """The intent's switches and links in order, found by name and key, with what the filters
     ask of them. Built once per plan the core loads (~0.1 s on a 100k-GPU fabric), not per
     page."""
@@ -166,7 +166,7 @@ class _Scope:
         return not self.switch and self.rail is None
 
 
-def _alarm_key(a: AlarmRecord) -> str:
+def alarm_key(a: AlarmRecord) -> str:
     """Oldest raised first, by id among those raised together; sortable as a string."""
     return f"{a.raised_wall_ns + 2**63:020d}/{a.id}"
 
@@ -176,7 +176,7 @@ def _event_key(e: admin_pb2.Event) -> str:
     return f"{e.wall_ns}/{zlib.crc32(e.SerializeToString(deterministic=True)):08x}"
 
 
-def _alarm_message(a: AlarmRecord) -> admin_pb2.Alarm:
+def alarm_message(a: AlarmRecord) -> admin_pb2.Alarm:
     return admin_pb2.Alarm(
         id=a.id,
         severity=_SEVERITY.get(a.severity, admin_pb2.SEVERITY_WARNING),
@@ -185,6 +185,24 @@ def _alarm_message(a: AlarmRecord) -> admin_pb2.Alarm:
         port=a.port,
         message=a.message,
         raised_wall_ns=a.raised_wall_ns,
+    )
+
+
+def switch_status(v: SwitchView, info: admin_pb2.SwitchInfo) -> admin_pb2.SwitchStatus:
+    """A switch as ListSwitches shows it: the plan's facts and its session and convergence."""
+    return admin_pb2.SwitchStatus(
+        info=info,
+        connected=v.connected,
+        desired_generation=v.state.generation,
+        applied_generation=v.applied_generation,
+        converged=v.converged,
+        agent_version=v.agent_version,
+        last_seen_wall_ns=v.last_seen_wall_ns,
+        route_count=len(v.state.routes),
+        group_count=len(v.state.groups),
+        updates_written=v.updates_written,
+        not_converged_reason=v.not_converged_reason,
+        target=v.target_health,
     )
 
 
@@ -207,13 +225,17 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
         self.insecure = insecure
         # The agents' sessions, for the requests that go to an agent (GetTables).
         self.sessions = sessions if sessions is not None else Sessions()
-        self._index_cache: _Index | None = None
+        self._index_cache: PlanIndex | None = None
 
     # -- paging and filters
-    def _index(self) -> _Index:
+    def index(self) -> PlanIndex:
+        """The current plan's index (the web view reads through it too)."""
+        return self._index()
+
+    def _index(self) -> PlanIndex:
         ix = self._index_cache
         if ix is None or not ix.current(self.fabric):
-            ix = self._index_cache = _Index(self.fabric)
+            ix = self._index_cache = PlanIndex(self.fabric)
         return ix
 
     async def _paging(
@@ -313,7 +335,7 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
         `fabric_wide`)."""
         alarms = sorted(
             (
-                (_alarm_key(a), a)
+                (alarm_key(a), a)
                 for a in self.fabric.alarms.active.values()
                 if (scope(a.switch) if a.switch else fabric_wide or scope.everything)
             ),
@@ -323,10 +345,11 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
         return SortedSection(keys, lambda pos: (item(alarms[pos][1]),))
 
     # -- the lists
-    def _link_info(self, at: Now) -> Callable[[PlannedLink, int], Message]:
+    def link_infos(self, at: Now) -> Callable[[PlannedLink, int], admin_pb2.LinkInfo]:
+        """A link (and its position in the index) as the admin API shows it at `at`."""
         core, planned = self.fabric, self._index().planned_info
 
-        def info(link: PlannedLink, pos: int) -> Message:
+        def info(link: PlannedLink, pos: int) -> admin_pb2.LinkInfo:
             fixed = planned[pos]
             if fixed is None:
                 fixed = planned[pos] = planned_link_info(link)
@@ -340,7 +363,7 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
         planner = self.fabric.planner
         sections = [
             self._switch_section(_Scope(), lambda info: (info,)),
-            self._link_section(_Scope(), _always, self._link_info(now())),
+            self._link_section(_Scope(), _always, self.link_infos(now())),
         ]
 
         def answer(items: list[list[Message]]) -> admin_pb2.Topology:
@@ -377,24 +400,8 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
         return await self._page(
             context,
             request,
-            [self._link_section(scope, keep, self._link_info(now()))],
+            [self._link_section(scope, keep, self.link_infos(now()))],
             lambda items: admin_pb2.ListLinksResponse(links=_of(items[0], admin_pb2.LinkInfo)),
-        )
-
-    def _status(self, v: SwitchView, info: admin_pb2.SwitchInfo) -> admin_pb2.SwitchStatus:
-        return admin_pb2.SwitchStatus(
-            info=info,
-            connected=v.connected,
-            desired_generation=v.state.generation,
-            applied_generation=v.applied_generation,
-            converged=v.converged,
-            agent_version=v.agent_version,
-            last_seen_wall_ns=v.last_seen_wall_ns,
-            route_count=len(v.state.routes),
-            group_count=len(v.state.groups),
-            updates_written=v.updates_written,
-            not_converged_reason=v.not_converged_reason,
-            target=v.target_health,
         )
 
     async def ListSwitches(
@@ -419,7 +426,7 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
                 or (converged is not None and v.converged != converged)
             ):
                 return ()
-            return (self._status(v, info),)
+            return (switch_status(v, info),)
 
         return await self._page(
             context,
@@ -482,7 +489,7 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
         return await self._page(
             context,
             request,
-            [self._alarm_section(scope, _alarm_message, fabric_wide=False)],
+            [self._alarm_section(scope, alarm_message, fabric_wide=False)],
             lambda items: admin_pb2.ListAlarmsResponse(alarms=_of(items[0], admin_pb2.Alarm)),
         )
 

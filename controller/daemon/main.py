@@ -48,6 +48,8 @@ from controller.daemon.store import FILE_NAME, StoreError
 from controller.daemon.store_url import MEMORY, StoreUrl
 from controller.daemon.store_writer import StoreWriter
 from controller.daemon.warm_copy import WarmCopy
+from controller.web.app import WebError, WebView
+from controller.web.live import Hub
 from controller.yamlnodes import IntentError
 from railfabric import cli, tls
 from railfabric.grpcopts import server_options
@@ -179,6 +181,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve Prometheus metrics on this address (unset: no metrics)",
     )
     parser.add_argument(
+        "--http",
+        type=cli.address,
+        metavar="HOST:PORT",
+        help="serve the live web view (read-only) on this address (unset: no web view)",
+    )
+    parser.add_argument(
         "--hold-down-s",
         type=_seconds,
         default=2.0,
@@ -217,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a reload (SIGHUP, railctl reload) that would withdraw more than this share of "
         "the installed routes is refused; railctl reload --force applies it (1: never refused)",
     )
-    tls.add_flags(parser, "the controller", metrics=True)
+    tls.add_flags(parser, "the controller", metrics=True, http=True)
     return parser
 
 
@@ -355,6 +363,7 @@ def _server_tls(args: argparse.Namespace) -> tls.ServerTls | None:
     try:
         files = tls.files_from(args)
         tls.metrics_files(args, files)  # refused here, before anything is bound
+        tls.http_files(args, files)
         if files is None:
             tls.warn_insecure("the controller")
             return None
@@ -503,6 +512,14 @@ async def _serve(
         loop.call_soon_threadsafe(on_loop)
 
     writer = StoreWriter(store, on_health=store_health)
+    web: WebView | None = None
+    # Events reach the web view's open pages through it (nobody subscribed: nothing done).
+    hub = Hub()
+
+    def gate_ready() -> bool:
+        # The leader's desired states are computed, or a follower's warm copy answers.
+        return gate.is_open or not leader_gate.leading
+
     election: Election | None = None
     keeper: LeaseKeeper | None = None
     try:
@@ -510,7 +527,7 @@ async def _serve(
             core,
             writer,
             sessions,
-            metrics.event,
+            partial(_on_event, metrics, hub),
             on_unwritten=(
                 partial(step_down, f"the store {where} could not be written")
                 if isinstance(store, EtcdStore)
@@ -533,6 +550,16 @@ async def _serve(
             core, sessions, insecure=server_tls is None, runner=runner, reloader=reloader
         )
         admin_pb2_grpc.add_FabricAdminServicer_to_server(admin, server)
+        if args.http:  # bound before serving, as --metrics: a bad address stops the start
+            web = WebView(admin, ready=gate_ready, hub=hub)
+            try:
+                await web.serve(
+                    args.http,
+                    tls.http_files(args, None if server_tls is None else server_tls.files),
+                )
+            except WebError as err:
+                web = None
+                raise Fatal(str(err)) from None
         health_servicer = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         services = (*FABRIC_SERVICES, reflection.SERVICE_NAME, health.SERVICE_NAME)
@@ -564,6 +591,7 @@ async def _serve(
                 if not leader_gate.leading:
                     admin.fabric = copy
                     leader_gate.warm_revision = revision
+                    hub.resync()  # the web view's pages: no events come from a warm copy
 
             warming = asyncio.create_task(
                 WarmCopy(store.endpoints, partial(_follower_core, args, core), warm).run(),
@@ -580,6 +608,7 @@ async def _serve(
             # follower's gate would send them back here.
             admin.fabric = core
             leader_gate.lead()
+            hub.resync()
             holding = _Holding(loop, runner)
             keeper = election.keep(
                 partial(_lost, loop, runner, step_down), holding.hold, holding.resume
@@ -654,6 +683,8 @@ async def _serve(
             for task in tasks:
                 task.cancel()
     finally:
+        if web is not None:
+            await web.stop()
         writer.close()
         faulthandler.cancel_dump_traceback_later()
         if keeper is not None:
@@ -663,6 +694,11 @@ async def _serve(
                 await election.resign()
             await election.__aexit__(None, None, None)
     return EXIT_DEPOSED if deposed else 0
+
+
+def _on_event(metrics: Metrics, hub: Hub, event: admin_pb2.Event) -> None:
+    metrics.event(event)
+    hub.publish(event)
 
 
 def _follower_core(args: argparse.Namespace, core: DecisionCore) -> DecisionCore:

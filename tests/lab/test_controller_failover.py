@@ -14,7 +14,7 @@ import pytest
 
 from mininet_labs import __main__ as labmain
 from mininet_labs.clean import clean
-from mininet_labs.etcd import EtcdCluster, etcd_path
+from mininet_labs.etcd import INSTALL_HINT, EtcdCluster, replicas_missing
 from mininet_labs.lab import Lab, LabOptions
 from mininet_labs.netlinks import new_tag
 from mininet_labs.processes import REPO, Softswitch, make_target
@@ -26,9 +26,7 @@ from mininet_labs.scenarios.failover import Probe, Window
 from tests.lab.test_cleanup import leftovers
 
 LAB_FABRIC = REPO / "examples" / "lab-2rail.yaml"
-NO_ETCD = pytest.mark.skipif(
-    etcd_path() is None, reason="etcd is not installed (Debian: etcd-server)"
-)
+NO_ETCD = pytest.mark.skipif(replicas_missing() is not None, reason=str(replicas_missing()))
 SWITCHES = ("spine-p1-1", "tor-r1-b1", "tor-r2-b1")
 BUDGET = Budget(controller_kills=2, probe_pps=1000)
 TTL_S = 2
@@ -135,7 +133,7 @@ def test_all_runs_it_on_a_second_lab_with_replicas() -> None:
 def test_without_etcd_it_is_a_skip_with_the_reason_and_no_lab(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(labmain, "etcd_path", lambda: None)
+    monkeypatch.setattr(labmain, "replicas_missing", lambda: INSTALL_HINT)
     monkeypatch.setattr(labmain, "_runnable_target", lambda kind, rate: Softswitch())
 
     def no_lab(*args: Any, **kwargs: Any) -> None:

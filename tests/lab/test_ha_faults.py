@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
-from mininet_labs.etcd import etcd_path
+from mininet_labs.etcd import replicas_missing
 from mininet_labs.lab import Lab, LabOptions
 from mininet_labs.netlinks import LabError
 from mininet_labs.processes import REPO, make_target
@@ -45,7 +45,7 @@ from tests.integration.e2e_fabric import (
 
 pytestmark = [
     pytest.mark.lab,
-    pytest.mark.skipif(etcd_path() is None, reason="etcd is not installed (Debian: etcd-server)"),
+    pytest.mark.skipif(replicas_missing() is not None, reason=str(replicas_missing())),
 ]
 
 LAB_FABRIC = REPO / "examples" / "lab-2rail.yaml"

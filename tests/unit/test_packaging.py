@@ -1,4 +1,5 @@
-"""The API is importable from a built wheel, not only from the source tree."""
+"""The API is importable from a built wheel, not only from the source tree, and the wheel
+holds the web view's page."""
 
 from __future__ import annotations
 
@@ -51,3 +52,6 @@ def test_railfabric_v1_imports_from_the_installed_wheel(tmp_path: Path) -> None:
     module_file, stub = done.stdout.split()
     assert Path(module_file).is_relative_to(target), module_file
     assert stub == "FabricControlStub"
+    # The controller's web page is package data: an installed controller serves it.
+    for name in ("index.html", "app.js", "style.css"):
+        assert (target / "controller" / "web" / "static" / name).is_file(), name

@@ -35,7 +35,7 @@ import pytest
 
 from bench.ha import HOLD_DOWN_S, Switch, leading, quiet, running, until
 from bench.swarm.plan import Plan, make_plan
-from mininet_labs.etcd import EtcdCluster, Writers, etcd_path
+from mininet_labs.etcd import EtcdCluster, Writers, replicas_missing
 from mininet_labs.netlinks import LabError, unroutable
 from railfabric.redirect import follower_revision_of, leader_of
 from railfabric.v1 import admin_pb2, admin_pb2_grpc
@@ -45,7 +45,7 @@ from tests.integration.controller.test_controller_daemon import CONTROLLER, LAB
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(etcd_path() is None, reason="etcd is not installed (Debian: etcd-server)"),
+    pytest.mark.skipif(replicas_missing() is not None, reason=str(replicas_missing())),
 ]
 
 TTL_S = 2

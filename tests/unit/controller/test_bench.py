@@ -9,6 +9,7 @@ import pytest
 
 from bench import controller as controller_bench
 from bench import core as core_bench
+from bench import web as web_bench
 
 pytestmark = pytest.mark.unit
 
@@ -66,3 +67,18 @@ def test_core_bench_names_the_file_of_a_bad_fabric(
     bad.write_text("bad: [\n")
     assert core_bench.main([str(bad)]) == 1
     assert f"bench.core: {bad}:2:" in capsys.readouterr().err
+
+
+def test_web_bench_requests_every_endpoint_the_page_reads(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert web_bench.main([LAB, "--json", "--repeat", "2"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["switches"], data["links"]) == (6, 8)
+    endpoints = data["endpoints"]
+    assert set(endpoints) == {
+        "fabric", "view_first_page", "view_rail_pod", "view_last_page", "switch", "alarms"
+    }  # fmt: skip
+    for figures in endpoints.values():
+        assert figures["requests"] == 2 and figures["bytes"] > 0
+    assert endpoints["view_rail_pod"]["links"] == 4  # rail 1's links of the lab
