@@ -22,6 +22,7 @@
 #include "include/control/routing.p4"
 #include "include/control/hash.p4"
 #include "include/control/next.p4"
+#include "include/control/traffic_matrix.p4"
 #include "include/control/ecn.p4"
 #include "include/control/pfc.p4"
 #include "include/control/queue_depth.p4"
@@ -36,6 +37,7 @@ control FabricIngress(inout parsed_headers_t hdr,
     Routing() routing;
     HashConfig() ecmp_hash;
     Next() next;
+    TrafficMatrix() traffic_matrix;
     DropCounter() drop_counter;
 
     apply {
@@ -51,6 +53,7 @@ control FabricIngress(inout parsed_headers_t hdr,
             if (!fabric_md.skip_forwarding) {
                 if (hdr.ipv4.isValid()) {
                     qos.apply(hdr, fabric_md, standard_metadata);
+                    traffic_matrix.apply(hdr, fabric_md, standard_metadata);
                     routing.apply(hdr, fabric_md, standard_metadata);
                     if (fabric_md.next_id_valid) {
                         ecmp_hash.apply(hdr, fabric_md, standard_metadata);

@@ -26,7 +26,7 @@ from __future__ import annotations
 import enum
 import struct
 from collections.abc import Callable, Iterable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from railfabric import ecmp
 from railfabric import fabric_p4 as p4
@@ -137,6 +137,13 @@ def _key_value(key: Key, position: int) -> int:
     return (key[position] or (0,))[0]
 
 
+def _lpm_order(levels: dict[int, Any]) -> list[tuple[int, int]]:
+    """(prefix length, mask) of an LPM table's levels, longest first: the lookup order."""
+    return [
+        (plen, (0xFFFFFFFF << (32 - plen)) & 0xFFFFFFFF) for plen in sorted(levels, reverse=True)
+    ]
+
+
 class Pipeline:
     """fabric.p4 over one P4State. `ports` are the data ports; `cpu_port` takes packet-ins."""
 
@@ -154,6 +161,7 @@ class Pipeline:
         self._a_pfc = aid[p4.SET_PFC_THRESHOLDS]
         self._a_hash_qp = aid.get(p4.HASH_QP, -1)  # a P4Info without HashConfig never folds
         self._a_pfc_watchdog = aid.get(p4.SET_PFC_WATCHDOG, -1)
+        self._a_count_matrix = aid.get(p4.COUNT_MATRIX, -1)
         self.counters: dict[int, tuple[list[int], list[int]]] = {
             c.id: ([0] * c.size, [0] * c.size) for c in schema.counters.values()
         }
@@ -182,6 +190,12 @@ class Pipeline:
         self._lpm: dict[int, dict[int, int | None]] = {}  # prefix len -> prefix -> next_id
         self._lpm_order: list[tuple[int, int]] = []  # (prefix_len, mask), longest first
         self._routing_default: int | None = None  # next_id, None: drop
+        # TrafficMatrix: the ports whose arrivals count, and destination prefixes by length
+        # (prefix len -> prefix -> class; longest first in _matrix_order).
+        self._matrix_ports: set[int] = set()
+        self._matrix_lpm: dict[int, dict[int, int]] = {}
+        self._matrix_order: list[tuple[int, int]] = []
+        self.c_matrix = self.counters[cid[p4.MATRIX_COUNTER]] if p4.MATRIX_COUNTER in cid else None
         self._hash_qp = False
         self._next: dict[int, TableAction] = {}
         self.ecn_thresholds: dict[tuple[int, int], tuple[int, int, int]] = {}
@@ -218,6 +232,11 @@ class Pipeline:
             tid[p4.ACL]: self._acl_default_set,
             tid[p4.QOS_CLASSIFY]: self._qos_default_set,
         }
+        if p4.MATRIX_SOURCE in tid and p4.MATRIX_DEST in tid:
+            self._on_set[tid[p4.MATRIX_SOURCE]] = self._matrix_source_set
+            self._on_unset[tid[p4.MATRIX_SOURCE]] = self._matrix_source_unset
+            self._on_set[tid[p4.MATRIX_DEST]] = self._matrix_dest_set
+            self._on_unset[tid[p4.MATRIX_DEST]] = self._matrix_dest_unset
         if p4.HASH_CONFIG in tid:
             self._on_default[tid[p4.HASH_CONFIG]] = self._hash_config_default_set
         if p4.PFC_WATCHDOG in tid:
@@ -295,6 +314,8 @@ class Pipeline:
             self._drop(DropReason.NOT_IPV4, in_port, n)
             return None
         tc = self._apply_qos(frame)
+        if in_port in self._matrix_ports:
+            self._count_matrix(frame, n)
         next_id = self._apply_routing(frame, in_port, n)
         if next_id is None:
             return None
@@ -361,6 +382,20 @@ class Pipeline:
         """QosClassify: the traffic class of the IPv4 DSCP (qos_classify; a miss is its
         default, set_traffic_class(TC_BEST_EFFORT))."""
         return self._qos.get(frame[IPV4 + IPV4_DSCP_ECN] >> 2, self._qos_default)
+
+    def _count_matrix(self, frame: bytes, n: int) -> None:
+        """TrafficMatrix on a host port (matrix_source hit): matrix_dest's longest prefix
+        match on the IPv4 destination counts the frame at its class; a miss counts nothing."""
+        dst = _TWO_IPS.unpack_from(frame, IPV4 + IPV4_SRC)[1]
+        for plen, mask in self._matrix_order:
+            dst_class = self._matrix_lpm[plen].get(dst & mask)
+            if dst_class is not None:
+                assert self.c_matrix is not None
+                pk, by = self.c_matrix
+                if dst_class < len(pk):
+                    pk[dst_class] += 1
+                    by[dst_class] += n
+                return
 
     def _apply_routing(self, frame: bytes, in_port: int, n: int) -> int | None:
         """Routing: drop what would leave with TTL 0, else routing_v4's longest prefix
@@ -565,10 +600,32 @@ class Pipeline:
         self._routing_default = action.args[0] if action.action_id == self._a_set_next else None
 
     def _rebuild_lpm_order(self) -> None:
-        self._lpm_order = [
-            (plen, (0xFFFFFFFF << (32 - plen)) & 0xFFFFFFFF)
-            for plen in sorted(self._lpm, reverse=True)
-        ]
+        self._lpm_order = _lpm_order(self._lpm)
+
+    def _matrix_source_set(self, key: Key, priority: int, action: TableAction) -> None:
+        self._matrix_ports.add(_key_value(key, 0))
+
+    def _matrix_source_unset(self, key: Key, priority: int) -> None:
+        self._matrix_ports.discard(_key_value(key, 0))
+
+    def _matrix_dest_set(self, key: Key, priority: int, action: TableAction) -> None:
+        value, plen = key[0] or (0, 0)
+        if not isinstance(action, ActionCall) or action.action_id != self._a_count_matrix:
+            self._matrix_dest_unset(key, priority)  # only NoAction is left: counts nothing
+            return
+        if plen not in self._matrix_lpm:
+            self._matrix_lpm[plen] = {}
+            self._matrix_order = _lpm_order(self._matrix_lpm)
+        self._matrix_lpm[plen][value] = action.args[0]
+
+    def _matrix_dest_unset(self, key: Key, priority: int) -> None:
+        value, plen = key[0] or (0, 0)
+        level = self._matrix_lpm.get(plen)
+        if level is not None:
+            level.pop(value, None)
+            if not level:
+                del self._matrix_lpm[plen]
+                self._matrix_order = _lpm_order(self._matrix_lpm)
 
     def _hash_config_default_set(self, action: ActionCall) -> None:
         self._hash_qp = action.action_id == self._a_hash_qp

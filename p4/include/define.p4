@@ -11,6 +11,9 @@ typedef bit<32> ipv4_addr_t;
 typedef bit<16> l4_port_t;
 typedef bit<3>  traffic_class_t;
 typedef bit<32> next_id_t;
+// A destination class of the traffic matrix (control/traffic_matrix.p4): an index of
+// FabricIngress.matrix_counter, below MATRIX_COUNTER_SIZE.
+typedef bit<16> matrix_class_t;
 
 // Ports start at 1; the CPU port is 255 (bmv2 --cpu-port 255); 511 is bmv2's drop port.
 const port_num_t CPU_PORT  = 255;

@@ -17,5 +17,8 @@
 #define DROP_REASON_COUNTER_SIZE   8192      // 512 ports x 16 reasons: port * 16 + reason
 #define QUEUE_DEPTH_LEVELS         64        // deq_qdepth 0..62, and 63 for 63 or more
 #define QUEUE_DEPTH_HISTOGRAM_SIZE 32768     // 512 ports x 64 levels: port * 64 + level
+#define MATRIX_SOURCE_TABLE_SIZE   512       // a ToR's host ports
+#define MATRIX_DEST_TABLE_SIZE     8192      // destination prefixes, each to its class
+#define MATRIX_COUNTER_SIZE        4096      // destination classes (ToRs): matrix_class_t
 
 #endif  // __SIZE__

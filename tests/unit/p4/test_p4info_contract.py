@@ -52,6 +52,12 @@ TABLES: dict[str, tuple[list[tuple[str, int, int]], set[str], set[str], str | No
         {p4.NO_ACTION},
         p4.ECMP_SELECTOR,
     ),
+    p4.MATRIX_SOURCE: (
+        [(p4.MATRIX_SOURCE_IG_PORT, 9, EXACT)], {p4.NO_ACTION}, set(), None,
+    ),
+    p4.MATRIX_DEST: (
+        [(p4.MATRIX_DEST_IPV4_DST, 32, LPM)], {p4.COUNT_MATRIX}, {p4.NO_ACTION}, None,
+    ),
     p4.ECN_MARKING: (
         [(p4.ECN_MARKING_EG_PORT, 9, EXACT), (p4.ECN_MARKING_TRAFFIC_CLASS, 3, EXACT)],
         {p4.SET_ECN_THRESHOLDS},
@@ -81,6 +87,7 @@ ACTIONS: dict[str, list[tuple[str, int]]] = {
         (p4.SET_NEXTHOP_SMAC, 48),
         (p4.SET_NEXTHOP_DMAC, 48),
     ],
+    p4.COUNT_MATRIX: [(p4.COUNT_MATRIX_DST_CLASS, 16)],
     p4.SET_ECN_THRESHOLDS: [
         (p4.SET_ECN_THRESHOLDS_KMIN, 32),
         (p4.SET_ECN_THRESHOLDS_KMAX, 32),
@@ -107,6 +114,8 @@ COUNTERS = {
     p4.PFC_PAUSE_RX_COUNTER: (PACKETS, 512),
     p4.PFC_STORM_COUNTER: (PACKETS, 512),
     p4.QUEUE_DEPTH_HISTOGRAM: (PACKETS, 512 * 64),
+    # Indexed by destination class (a destination ToR), not by port.
+    p4.MATRIX_COUNTER: (BOTH, 4096),
 }
 # register -> (bit width of a cell, size): indexed by port number.
 REGISTERS = {

@@ -122,3 +122,55 @@ def test_pfc_watchdog_default_action_is_the_timing_the_traffic_manager_gets(
     assert pipeline.tm_generation > generation  # egress.py re-reads it on the next frame
     assert apply(~fy.P4TableEntry(p4.PFC_WATCHDOG, is_default_action=True)) == [Code.OK]
     assert pipeline.pfc_watchdog_us is None
+
+
+def _matrix_counts(pipeline: Pipeline) -> dict[int, tuple[int, int]]:
+    """matrix_counter's non-zero cells, read back over P4Runtime as an agent reads them."""
+    counter_id = pipeline.schema.counter_ids[p4.MATRIX_COUNTER]
+    query = p4r.Entity(counter_entry=p4r.CounterEntry(counter_id=counter_id))
+    return {
+        e.counter_entry.index.index: (e.counter_entry.data.packet_count,
+                                      e.counter_entry.data.byte_count)
+        for e in pipeline.state.read(query)
+        if e.counter_entry.data.packet_count
+    }  # fmt: skip
+
+
+def test_traffic_matrix_counts_host_port_arrivals_by_destination_class(
+    apply: Apply, pipeline: Pipeline
+) -> None:
+    _group_of_all_ports(apply)
+    host_port, uplink = DATA_PORTS[0], DATA_PORTS[1]
+
+    def source() -> fy.P4TableEntry:
+        return fy.P4TableEntry(
+            p4.MATRIX_SOURCE,
+            match=fy.P4TableMatch(ig_port=host_port),
+            action=fy.P4TableAction(p4.NO_ACTION),
+        )
+
+    classes = {"10.0.0.0/16": 7, "10.0.9.0/24": 9}  # the longer prefix wins
+    dests = [
+        fy.P4TableEntry(
+            p4.MATRIX_DEST,
+            match=fy.P4TableMatch(ipv4_dst=prefix),
+            action=fy.P4TableAction(p4.COUNT_MATRIX, dst_class=dst_class),
+        )
+        for prefix, dst_class in classes.items()
+    ]
+    assert apply(+source(), *(+d for d in dests)) == [Code.OK] * 3
+
+    def frame(dst: str, size: int) -> bytes:
+        return bytes(Ether() / IP(src=SRC, dst=dst) / UDP(sport=1, dport=2) / bytes(size))
+
+    for _ in range(3):
+        assert pipeline.process(frame("10.0.9.9", 100), host_port) is not None  # class 9
+    assert pipeline.process(frame("10.0.1.1", 200), host_port) is not None  # class 7
+    assert pipeline.process(frame("10.1.0.1", 300), host_port) is not None  # no class: a miss
+    assert pipeline.process(frame("10.0.9.9", 100), uplink) is not None  # not a host port
+    small, large = len(frame("10.0.9.9", 100)), len(frame("10.0.1.1", 200))
+    assert _matrix_counts(pipeline) == {9: (3, 3 * small), 7: (1, large)}
+    # Entries deleted: nothing more is counted.
+    assert apply(-source()) == [Code.OK]
+    assert pipeline.process(frame("10.0.1.1", 200), host_port) is not None
+    assert _matrix_counts(pipeline) == {9: (3, 3 * small), 7: (1, large)}
