@@ -24,6 +24,8 @@ from agent.translate import (
     GroupEntry,
     GroupMember,
     HashConfigEntry,
+    MatrixDestEntry,
+    MatrixSourceEntry,
     MemberEntry,
     NextEntry,
     Op,
@@ -62,6 +64,8 @@ _TABLE_KEYS: dict[str, tuple[str, ...]] = {
     p4.PFC_CONFIG: (p4.PFC_CONFIG_PORT, p4.PFC_CONFIG_PRIORITY),
     p4.HASH_CONFIG: (),  # no key: the agent writes only its default action
     p4.PFC_WATCHDOG: (),  # the same
+    p4.MATRIX_SOURCE: (p4.MATRIX_SOURCE_IG_PORT,),
+    p4.MATRIX_DEST: (p4.MATRIX_DEST_IPV4_DST,),
 }
 _ACTION_PARAMS: dict[str, tuple[str, ...]] = {
     p4.PUNT_TO_CPU: (),
@@ -77,6 +81,7 @@ _ACTION_PARAMS: dict[str, tuple[str, ...]] = {
     p4.SET_PFC_THRESHOLDS: (p4.SET_PFC_THRESHOLDS_XOFF, p4.SET_PFC_THRESHOLDS_XON),
     p4.SET_PFC_WATCHDOG: (p4.SET_PFC_WATCHDOG_DETECT_US, p4.SET_PFC_WATCHDOG_RESTORE_US),
     p4.HASH_QP: (),
+    p4.COUNT_MATRIX: (p4.COUNT_MATRIX_DST_CLASS,),
     p4.NO_ACTION: (),
 }
 
@@ -235,6 +240,8 @@ class Codec:
         self.queue_histogram_id = self._find(
             counters, p4.QUEUE_DEPTH_HISTOGRAM, "counter"
         ).preamble.id
+        # Indexed by destination class (a ToR's traffic matrix; agent/counters.py).
+        self.matrix_counter_id = self._find(counters, p4.MATRIX_COUNTER, "counter").preamble.id
         registers = {r.preamble.name: r for r in p4info.registers}
         self.queue_depth_id = self._find(registers, p4.QUEUE_DEPTH, "register").preamble.id
         self.queue_watermark_id = self._find(registers, p4.QUEUE_WATERMARK, "register").preamble.id
@@ -268,6 +275,8 @@ class Codec:
             GroupEntry: self._fill_group,
             HashConfigEntry: self._fill_hash_config,
             PfcWatchdogEntry: self._fill_pfc_watchdog,
+            MatrixSourceEntry: self._fill_matrix_source,
+            MatrixDestEntry: self._fill_matrix_dest,
         }
         self._hash_config_id = self.tables[p4.HASH_CONFIG].id
         self._pfc_watchdog_id = self.tables[p4.PFC_WATCHDOG].id
@@ -400,6 +409,22 @@ class Codec:
         next_id = entry.next_id
         # p4bytes.encode, inlined for the most numerous entries.
         param.value = next_id.to_bytes(max(1, (next_id.bit_length() + 7) // 8), "big")
+
+    def _fill_matrix_source(self, entity: p4r.Entity, entry: MatrixSourceEntry) -> None:
+        te = self._table(entity, p4.MATRIX_SOURCE)
+        self._exact(te, p4.MATRIX_SOURCE, p4.MATRIX_SOURCE_IG_PORT, entry.port)
+        self._action(te.action.action, p4.NO_ACTION)
+
+    def _fill_matrix_dest(self, entity: p4r.Entity, entry: MatrixDestEntry) -> None:
+        te = self._table(entity, p4.MATRIX_DEST)
+        if entry.length > 0:  # /0: no field, as for routes (P4Runtime §9.1.1)
+            field = te.match.add()
+            field.field_id = self.tables[p4.MATRIX_DEST].keys[p4.MATRIX_DEST_IPV4_DST]
+            field.lpm.value = encode(entry.address)
+            field.lpm.prefix_len = entry.length
+        self._action(
+            te.action.action, p4.COUNT_MATRIX, (p4.COUNT_MATRIX_DST_CLASS, entry.dst_class)
+        )
 
     def _fill_next(self, entity: p4r.Entity, entry: NextEntry) -> None:
         te = entity.table_entry
@@ -568,6 +593,16 @@ class Codec:
             )
             next_id = self._params(action.action, p4.SET_NEXT_ID)[p4.SET_NEXT_ID_NEXT_ID]
             return RouteEntry(address, length, next_id)
+        if table == p4.MATRIX_SOURCE:
+            self._params(action.action, p4.NO_ACTION)  # a ValueError when not ours
+            return MatrixSourceEntry(exact(p4.MATRIX_SOURCE_IG_PORT))
+        if table == p4.MATRIX_DEST:
+            lpm = fields.get(ids.keys[p4.MATRIX_DEST_IPV4_DST])
+            address, length = (
+                (decode_unchecked(lpm.lpm.value), lpm.lpm.prefix_len) if lpm is not None else (0, 0)
+            )
+            params = self._params(action.action, p4.COUNT_MATRIX)
+            return MatrixDestEntry(address, length, params[p4.COUNT_MATRIX_DST_CLASS])
         if table == p4.QOS_CLASSIFY:
             tc = self._params(action.action, p4.SET_TRAFFIC_CLASS)[p4.SET_TRAFFIC_CLASS_TC]
             return QosEntry(exact(p4.QOS_CLASSIFY_DSCP), tc)

@@ -194,6 +194,29 @@ class PfcWatchdogEntry(NamedTuple):
         return ("pfc_watchdog",)
 
 
+class MatrixSourceEntry(NamedTuple):
+    """`p4.MATRIX_SOURCE`: a host port whose arrivals count in the traffic matrix
+    (NoAction: the hit is what counts)."""
+
+    port: int
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        return ("matrix_source", self.port)
+
+
+class MatrixDestEntry(NamedTuple):
+    """`p4.MATRIX_DEST`: lpm ipv4_dst → count_matrix(dst_class)."""
+
+    address: int
+    length: int
+    dst_class: int
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        return ("matrix_dest", self.address, self.length)
+
+
 DEFAULT_ONLY = (HashConfigEntry, PfcWatchdogEntry)  # keyless tables: only the default entry
 
 Entry = (
@@ -207,6 +230,8 @@ Entry = (
     | GroupEntry
     | NextEntry
     | RouteEntry
+    | MatrixSourceEntry
+    | MatrixDestEntry
 )
 Key = tuple[object, ...]
 
@@ -414,6 +439,9 @@ def translate(state: state_pb2.DesiredState) -> tuple[Pipeline, list[ObjectProbl
         except ValueError as err:
             problems.append(ObjectProblem(f"pfc port {pfc.port} priority {pfc.priority}", str(err)))
 
+    if state.HasField("matrix"):
+        entries.extend(_matrix_entries(state.matrix, problems))
+
     port_macs = {p.port: p.mac for p in state.ports}
     members: dict[int, MemberEntry] = {}
     groups: dict[int, GroupEntry] = {}
@@ -464,6 +492,37 @@ def translate(state: state_pb2.DesiredState) -> tuple[Pipeline, list[ObjectProbl
     return Pipeline(out), problems
 
 
+def _matrix_entries(
+    matrix: state_pb2.TrafficMatrix, problems: list[ObjectProblem]
+) -> list[MatrixSourceEntry | MatrixDestEntry]:
+    """A ToR's traffic matrix entries; the ones that do not fit the program are problems."""
+    out: list[MatrixSourceEntry | MatrixDestEntry] = []
+    for port in sorted(set(matrix.source_ports)):
+        problem = _check_port(port, f"matrix source port {port}")
+        if problem is None:
+            out.append(MatrixSourceEntry(port))
+        else:
+            problems.append(ObjectProblem(f"matrix source port {port}", problem))
+    seen: set[tuple[int, int]] = set()
+    for c in matrix.classes:
+        prefix, dst_class = c.prefix, c.dst_class
+        name = f"matrix class {prefix_name(prefix)}"
+        if prefix.length > 32 or prefix.address & _HOST_BITS[prefix.length]:
+            problems.append(ObjectProblem(name, f"{name}: not an IPv4 prefix"))
+        elif dst_class >= p4.MATRIX_COUNTER_SIZE:
+            problems.append(
+                ObjectProblem(
+                    name, f"{name}: class {dst_class} >= the counter's {p4.MATRIX_COUNTER_SIZE}"
+                )
+            )
+        elif (prefix.address, prefix.length) in seen:
+            problems.append(ObjectProblem(name, f"{name}: listed twice"))
+        else:
+            seen.add((prefix.address, prefix.length))
+            out.append(MatrixDestEntry(prefix.address, prefix.length, dst_class))
+    return out
+
+
 def _group(
     group: state_pb2.NextHopGroup,
     port_macs: Mapping[int, int],
@@ -505,10 +564,20 @@ def _group(
 # Write order (P4Runtime §12: updates inside one WriteRequest may be applied in any order, so
 # an object and what it depends on go in separate Writes). Inserts and modifies go
 # members → groups → next → routes; deletes go the other way. Tables nobody references
-# (acl, qos, ecn, pfc, hash_config, pfc_watchdog) ride in the first batch.
+# (acl, qos, ecn, pfc, hash_config, pfc_watchdog, matrix_source, matrix_dest) ride in the first
+# batch.
 _STAGE_OF: dict[tuple[type, Op], int] = {}
 for _op in Op:
-    for _kind in (AclEntry, QosEntry, EcnEntry, PfcEntry, HashConfigEntry, PfcWatchdogEntry):
+    for _kind in (
+        AclEntry,
+        QosEntry,
+        EcnEntry,
+        PfcEntry,
+        HashConfigEntry,
+        PfcWatchdogEntry,
+        MatrixSourceEntry,
+        MatrixDestEntry,
+    ):
         _STAGE_OF[(_kind, _op)] = 0
     _STAGE_OF[(RouteEntry, _op)] = 3
 for _op in (Op.INSERT, Op.MODIFY):

@@ -1,8 +1,9 @@
 """Computed state -> the controller/agent API (railfabric.v1 state.proto).
 
-`desired_state` is one switch's full snapshot (ports, neighbours, groups, routes, QoS) with
-its digest; `state_delta` turns a routing `SwitchDelta` into the `StateDelta` an agent
-applies. QoS objects depend only on the cabling plan, so link events never change them.
+`desired_state` is one switch's full snapshot (ports, neighbours, groups, routes, QoS, and on
+a ToR its traffic matrix) with its digest; `state_delta` turns a routing `SwitchDelta` into the
+`StateDelta` an agent applies. QoS objects depend only on the cabling plan, so link events
+never change them.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from controller import qos
 from controller.fabric import Prefix
 from controller.routing import FabricRouting, Group, Route, SwitchDelta
+from railfabric import fabric_p4 as p4
 from railfabric.digest import DigestAccumulator, Tag, bytes_hash, field_sum, state_sum
 from railfabric.ecmp import HashFields
 from railfabric.protowire import varint
@@ -146,6 +148,11 @@ def _intent_objects(
                 peer_port=peer_port,
                 peer_mac=topo.mac_base[peer] | peer_port,
             )
+    if topo.dest_of[x] >= 0:  # a ToR: the source of its traffic matrix row
+        matrix = state.matrix
+        matrix.MergeFromString(_matrix_classes(routing))
+        # Its host ports: owner() is (is a NIC, which), None for an uncabled port.
+        matrix.source_ports.extend(p for p in topo.ports(x) if (topo.owner(x, p) or (0,))[0])
     shared, known = _port_layout_qos(tuple(layout), params)
     state.ecn.extend(shared.ecn)
     state.pfc.extend(shared.pfc)
@@ -154,6 +161,40 @@ def _intent_objects(
     state.pfc_watchdog.restore_ns = params.pfc_watchdog_restore_ns
     state.ecmp_hash = ECMP_HASH[fabric.ecmp_hash]
     return state, known
+
+
+def matrix_classes(routing: FabricRouting) -> int:
+    """How many destination ToRs have a class of the traffic matrix: ToR t (in
+    `routing.topo.dest_switch` order) is class t, for the first MATRIX_COUNTER_SIZE of them
+    (the counter's size in fabric.p4; a larger fabric's last ToRs are not counted as
+    destinations)."""
+    return min(len(routing.topo.dest_prefix), p4.MATRIX_COUNTER_SIZE)
+
+
+def matrix_destinations(routing: FabricRouting) -> list[str]:
+    """The destination ToR of each class, by class."""
+    topo = routing.topo
+    return [topo.names[topo.dest_switch[t]] for t in range(matrix_classes(routing))]
+
+
+# Compiled fabric -> the `classes` of every ToR's TrafficMatrix, serialized once: ToRs share
+# them, and 1,600 classes on each of 1,600 ToRs built field by field would take seconds.
+_MATRIX_CLASSES: weakref.WeakKeyDictionary[object, bytes] = weakref.WeakKeyDictionary()
+
+
+def _matrix_classes(routing: FabricRouting) -> bytes:
+    topo = routing.topo
+    hit = _MATRIX_CLASSES.get(topo)
+    if hit is None:
+        holder = state_pb2.TrafficMatrix()
+        add = holder.classes.add
+        for t in range(matrix_classes(routing)):
+            prefix = topo.dest_prefix[t]
+            c = add(dst_class=t)
+            c.prefix.address = prefix.address
+            c.prefix.length = prefix.length
+        hit = _MATRIX_CLASSES[topo] = holder.SerializeToString(deterministic=True)
+    return hit
 
 
 # A group (id, members, weights, MACs) -> its serialized `groups` entry of a DesiredState and

@@ -3,14 +3,16 @@ sending the state, that they hold the same thing (DesiredState.digest, StateDelt
 Hello.applied_digest, Applied.digest).
 
 What is hashed. Every object of the state is hashed on its own: SHA-256 of a tag naming its
-kind ("switch", "port", "neighbor", "group", "route", "dscp", "ecn", "pfc", "watchdog", "ecmp"),
+kind ("switch", "port", "neighbor", "group", "route", "dscp", "ecn", "pfc", "watchdog", "ecmp",
+"matrix"),
 a NUL byte, then the object's `SerializeToString(deterministic=True)` ("switch" hashes
 switch_name as UTF-8; "watchdog" only when pfc_watchdog is set; "ecmp" hashes the EcmpHash
 value's name, only when it is not the zero value, so states without the option digest as they
-did before it existed). The tag keeps, say, a port and an ECN entry
-with equal bytes apart; the NUL keeps every tag from being a prefix of another. Generation and
-the digest field are not objects, so they are not covered. Order inside an object is content:
-a group's next hops are hashed in the order they have (the canonical ascending-port order).
+did before it existed; "matrix" hashes a ToR's TrafficMatrix whole, only when it is set). The
+tag keeps, say, a port and an ECN entry with equal bytes apart; the NUL keeps every tag from
+being a prefix of another. Generation and the digest field are not objects, so they are not
+covered. Order inside an object is content: a group's next hops are hashed in the order they
+have (the canonical ascending-port order).
 
 Why a sum. The digest is the sum modulo 2**256 of the object hashes (a multiset hash), so the
 order of repeated fields never matters, no sorted copy is needed, and a change of a few objects
@@ -37,7 +39,17 @@ from railfabric.v1 import state_pb2
 DIGEST_VERSION: Final = 2
 
 Tag = Literal[
-    "switch", "port", "neighbor", "group", "route", "dscp", "ecn", "pfc", "watchdog", "ecmp"
+    "switch",
+    "port",
+    "neighbor",
+    "group",
+    "route",
+    "dscp",
+    "ecn",
+    "pfc",
+    "watchdog",
+    "ecmp",
+    "matrix",
 ]
 
 _PREFIX: Final[dict[str, bytes]] = {tag: tag.encode("ascii") + b"\x00" for tag in get_args(Tag)}
@@ -131,6 +143,8 @@ def state_sum(state: state_pb2.DesiredState, known: Mapping[Tag, int] | None = N
         total += object_hash("watchdog", state.pfc_watchdog)
     if state.ecmp_hash:
         total += object_hash("ecmp", state_pb2.EcmpHash.Name(state.ecmp_hash))
+    if state.HasField("matrix"):
+        total += object_hash("matrix", state.matrix)
     return total & _MASK
 
 

@@ -392,6 +392,61 @@ class PfcWatchdog(_message.Message):
 Global___PfcWatchdog: _TypeAlias = PfcWatchdog  # noqa: Y015
 
 @_typing.final
+class TrafficMatrix(_message.Message):
+    """The traffic matrix at its source (a ToR): what arrives on `source_ports` (its host ports)
+    is counted by the class of its IPv4 destination, one class per destination ToR (p4:
+    FabricIngress.matrix_source, matrix_dest, matrix_counter). Like the ports it changes only
+    with the intent.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SOURCE_PORTS_FIELD_NUMBER: _builtins.int
+    CLASSES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def source_ports(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def classes(self) -> _containers.RepeatedCompositeFieldContainer[Global___MatrixClass]: ...
+    def __init__(
+        self,
+        *,
+        source_ports: _abc.Iterable[_builtins.int] | None = ...,
+        classes: _abc.Iterable[Global___MatrixClass] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["classes", b"classes", "source_ports", b"source_ports"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TrafficMatrix: _TypeAlias = TrafficMatrix  # noqa: Y015
+
+@_typing.final
+class MatrixClass(_message.Message):
+    """A destination prefix and its class: the index of the counter its traffic is counted in."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PREFIX_FIELD_NUMBER: _builtins.int
+    DST_CLASS_FIELD_NUMBER: _builtins.int
+    dst_class: _builtins.int
+    @_builtins.property
+    def prefix(self) -> Global___Ipv4Prefix: ...
+    def __init__(
+        self,
+        *,
+        prefix: Global___Ipv4Prefix | None = ...,
+        dst_class: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["prefix", b"prefix"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dst_class", b"dst_class", "prefix", b"prefix"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MatrixClass: _TypeAlias = MatrixClass  # noqa: Y015
+
+@_typing.final
 class DesiredState(_message.Message):
     """The complete desired state of one switch at generation `generation`."""
 
@@ -409,6 +464,7 @@ class DesiredState(_message.Message):
     PFC_WATCHDOG_FIELD_NUMBER: _builtins.int
     DIGEST_FIELD_NUMBER: _builtins.int
     ECMP_HASH_FIELD_NUMBER: _builtins.int
+    MATRIX_FIELD_NUMBER: _builtins.int
     switch_name: _builtins.str
     """Switch name from the fabric intent."""
     generation: _builtins.int
@@ -433,6 +489,10 @@ class DesiredState(_message.Message):
     def pfc(self) -> _containers.RepeatedCompositeFieldContainer[Global___PfcSetting]: ...
     @_builtins.property
     def pfc_watchdog(self) -> Global___PfcWatchdog: ...
+    @_builtins.property
+    def matrix(self) -> Global___TrafficMatrix:
+        """ToRs only; unset elsewhere. Changes only with the intent (a full state)."""
+
     def __init__(
         self,
         *,
@@ -448,10 +508,11 @@ class DesiredState(_message.Message):
         pfc_watchdog: Global___PfcWatchdog | None = ...,
         digest: _builtins.str = ...,
         ecmp_hash: Global___EcmpHash.ValueType = ...,
+        matrix: Global___TrafficMatrix | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["pfc_watchdog", b"pfc_watchdog"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["matrix", b"matrix", "pfc_watchdog", b"pfc_watchdog"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["digest", b"digest", "dscp_map", b"dscp_map", "ecmp_hash", b"ecmp_hash", "ecn", b"ecn", "generation", b"generation", "groups", b"groups", "neighbors", b"neighbors", "pfc", b"pfc", "pfc_watchdog", b"pfc_watchdog", "ports", b"ports", "routes", b"routes", "switch_name", b"switch_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["digest", b"digest", "dscp_map", b"dscp_map", "ecmp_hash", b"ecmp_hash", "ecn", b"ecn", "generation", b"generation", "groups", b"groups", "matrix", b"matrix", "neighbors", b"neighbors", "pfc", b"pfc", "pfc_watchdog", b"pfc_watchdog", "ports", b"ports", "routes", b"routes", "switch_name", b"switch_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -41,7 +41,22 @@ def states(draw: st.DrawFn) -> state_pb2.DesiredState:
     for port in draw(st.lists(st.integers(1, 6), max_size=4, unique=True)):
         s.ecn.add(port=port, traffic_class=3, kmin_bytes=draw(st.integers(1, 9)))
         s.neighbors.add(port=port, peer_name=f"p{port}", peer_mac=draw(st.integers(1, 3)))
+    if draw(st.booleans()):  # a ToR's traffic matrix
+        s.matrix.source_ports.extend(draw(st.lists(st.integers(1, 6), max_size=3, unique=True)))
+        for dst_class, third in enumerate(draw(st.lists(st.integers(0, 255), max_size=3))):
+            s.matrix.classes.add(
+                prefix=state_pb2.Ipv4Prefix(address=(10 << 24) | (third << 8), length=24),
+                dst_class=dst_class,
+            )
     return s
+
+
+def _only_full_states_change(old: state_pb2.DesiredState, new: state_pb2.DesiredState) -> None:
+    """`new` with what only a full state changes taken from `old`."""
+    new.ecmp_hash = old.ecmp_hash
+    new.matrix.CopyFrom(old.matrix)
+    if not old.HasField("matrix"):
+        new.ClearField("matrix")
 
 
 @settings(max_examples=200, deadline=None)
@@ -51,12 +66,13 @@ def test_diff_then_apply_reaches_the_new_state(
 ) -> None:
     for port in {e.port for e in old.ecn} - {e.port for e in new.ecn}:
         new.ecn.add(port=port, traffic_class=3)  # ECN entries are never deleted by deltas
-    new.ecmp_hash = old.ecmp_hash  # only a full state changes it
+    _only_full_states_change(old, new)
     delta = diff_states(old, new)
     got = apply_delta(old, delta)
     assert got.generation == old.generation + 1
     assert state_digest(got) == state_digest(new) == delta.digest == got.digest
-    # The same content, every field carried over (the ECMP hash was once lost here).
+    # The same content, every field carried over (the ECMP hash was once lost here; the
+    # matrix too).
     new.generation, new.digest = got.generation, got.digest
     assert canonical(got) == canonical(new)
     if state_digest(old) == state_digest(new):
@@ -72,7 +88,7 @@ def test_by_route_keys_gives_the_same_state_and_keeps_routes_sorted(
     old.routes.sort(key=lambda r: (r.prefix.address, r.prefix.length))
     for port in {e.port for e in old.ecn} - {e.port for e in new.ecn}:
         new.ecn.add(port=port, traffic_class=3)
-    new.ecmp_hash = old.ecmp_hash
+    _only_full_states_change(old, new)
     old.digest = state_digest(old)
     delta = diff_states(old, new)
     keys = route_keys(old)
@@ -141,3 +157,13 @@ def test_an_empty_delta_keeps_ports_qos_map_and_watchdog() -> None:
     assert state_digest(got) == state_digest(old)
     assert got.pfc_watchdog.detect_ns == 200_000_000
     assert got.ports[0].speed_mbps == 400_000
+
+
+def test_a_changed_traffic_matrix_needs_a_full_state() -> None:
+    old = state_pb2.DesiredState(switch_name="tor", generation=1)
+    old.matrix.source_ports.append(1)
+    new = state_pb2.DesiredState()
+    new.CopyFrom(old)
+    new.matrix.source_ports.append(2)
+    with pytest.raises(DeltaError, match="traffic matrix changed; send a full state"):
+        diff_states(old, new)

@@ -46,3 +46,15 @@ def tor_state(generation: int = 1) -> state_pb2.DesiredState:
     state.pfc.add(port=1, priority=3, xoff_bytes=300_000, xon_bytes=200_000, headroom_bytes=90_000)
     state.digest = state_digest(state)
     return state
+
+
+def with_matrix(state: state_pb2.DesiredState) -> state_pb2.DesiredState:
+    """`state` (a ToR's) with a traffic matrix: its host port 3 counted, two destination
+    classes (its own prefix and another ToR's)."""
+    out = state_pb2.DesiredState()
+    out.CopyFrom(state)
+    out.matrix.source_ports.append(3)
+    out.matrix.classes.add(prefix=state_pb2.Ipv4Prefix(address=0x0A000000, length=29), dst_class=0)
+    out.matrix.classes.add(prefix=state_pb2.Ipv4Prefix(address=0x0A000008, length=29), dst_class=1)
+    out.digest = state_digest(out)
+    return out

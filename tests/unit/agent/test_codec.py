@@ -10,6 +10,7 @@ from finsy.proto import p4r
 from agent.codec import Codec, P4InfoMismatch
 from agent.translate import (
     HashConfigEntry,
+    MatrixDestEntry,
     Op,
     PfcWatchdogEntry,
     Pipeline,
@@ -22,7 +23,7 @@ from railfabric import fabric_p4 as p4
 from railfabric.p4bytes import decode_unchecked
 from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from railfabric.v1 import state_pb2
-from tests.unit.agent.samples import tor_state
+from tests.unit.agent.samples import tor_state, with_matrix
 
 pytestmark = pytest.mark.unit
 
@@ -162,3 +163,29 @@ def test_an_ecmp_hash_this_agent_does_not_know_hashes_the_five_tuple_and_says_so
     pipeline, problems = translate(state)
     assert pipeline.entries[("hash_config",)] == HashConfigEntry(qp=False)
     assert [(p.object, "unknown" in p.message) for p in problems] == [("ecmp_hash", True)]
+
+
+def test_traffic_matrix_entries_round_trip_with_the_contract_shapes(codec: Codec) -> None:
+    pipeline, problems = translate(with_matrix(tor_state()))
+    assert problems == []
+    source = pipeline.entries[("matrix_source", 3)]
+    dest = pipeline.entries[("matrix_dest", 0x0A000008, 29)]
+    assert dest == MatrixDestEntry(0x0A000008, 29, 1)
+    for entry in (source, dest):
+        wire = p4r.Entity()
+        wire.ParseFromString(codec.encode(entry).SerializeToString())
+        assert codec.decode(wire) == entry
+    te = codec.encode(dest).table_entry
+    assert te.table_id == codec.tables[p4.MATRIX_DEST].id
+    assert (decode_unchecked(te.match[0].lpm.value), te.match[0].lpm.prefix_len) == (
+        0x0A000008,
+        29,
+    )
+    assert te.action.action.action_id == codec.actions[p4.COUNT_MATRIX].id
+    assert decode_unchecked(te.action.action.params[0].value) == 1
+    src = codec.encode(source).table_entry
+    assert src.table_id == codec.tables[p4.MATRIX_SOURCE].id
+    assert src.action.action.action_id == codec.actions[p4.NO_ACTION].id
+    # The matrix rides in the first write batch: nothing depends on it.
+    batches = diff(Pipeline({}), pipeline)
+    assert {u.entry.key for u in batches[0]} >= {source.key, dest.key}

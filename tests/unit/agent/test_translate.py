@@ -12,6 +12,8 @@ from agent.translate import (
     GroupEntry,
     GroupMember,
     HashConfigEntry,
+    MatrixDestEntry,
+    MatrixSourceEntry,
     MemberEntry,
     NextEntry,
     Op,
@@ -30,8 +32,9 @@ from agent.translate import (
     repair_updates,
     translate,
 )
+from railfabric.fabric_p4 import MATRIX_COUNTER_SIZE as MATRIX_CLASSES
 from railfabric.v1 import state_pb2
-from tests.unit.agent.samples import HOST_MAC, SPINE_MACS, port_mac, tor_state
+from tests.unit.agent.samples import HOST_MAC, SPINE_MACS, port_mac, tor_state, with_matrix
 
 pytestmark = pytest.mark.unit
 
@@ -210,3 +213,34 @@ def test_a_pfc_watchdog_the_table_cannot_hold_is_a_problem_and_keeps_the_targets
     assert pipeline.entries[("pfc_watchdog",)] == PfcWatchdogEntry(None)
     assert [p.object for p in problems] == ["pfc_watchdog"]
     assert f"pfc_watchdog.{field}" in problems[0].message
+
+
+def test_a_tors_traffic_matrix_becomes_its_entries_and_bad_classes_are_problems() -> None:
+    state = with_matrix(tor_state())
+    pipeline, problems = translate(state)
+    assert problems == []
+    assert {k: e for k, e in pipeline.entries.items() if str(k[0]).startswith("matrix")} == {
+        ("matrix_source", 3): MatrixSourceEntry(3),
+        ("matrix_dest", 0x0A000000, 29): MatrixDestEntry(0x0A000000, 29, 0),
+        ("matrix_dest", 0x0A000008, 29): MatrixDestEntry(0x0A000008, 29, 1),
+    }
+    # A state without a matrix (a spine's) has none: nothing is counted there.
+    assert not any(str(k[0]).startswith("matrix") for k in translate(tor_state())[0].entries)
+    bad = with_matrix(tor_state())
+    bad.matrix.source_ports.append(255)  # the CPU port
+    bad.matrix.classes.add(prefix=state_pb2.Ipv4Prefix(address=0x0A000001, length=29), dst_class=2)
+    bad.matrix.classes.add(
+        prefix=state_pb2.Ipv4Prefix(address=0x0B000000, length=8), dst_class=MATRIX_CLASSES
+    )
+    bad.matrix.classes.add(prefix=state_pb2.Ipv4Prefix(address=0x0A000008, length=29), dst_class=3)
+    pipeline, problems = translate(bad)
+    named = sorted(p.object for p in problems)
+    assert named == [
+        "matrix class 10.0.0.1/29",
+        "matrix class 10.0.0.8/29",
+        "matrix class 11.0.0.0/8",
+        "matrix source port 255",
+    ], problems
+    # What was valid is still there; the first of a prefix listed twice wins.
+    assert pipeline.entries[("matrix_dest", 0x0A000008, 29)] == MatrixDestEntry(0x0A000008, 29, 1)
+    assert ("matrix_source", 3) in pipeline.entries

@@ -146,3 +146,31 @@ def test_routes_built_from_shared_entries_are_the_routing_engines_in_order(
         if phase == "all links":
             link = fabric.links[0]
             routing.apply([LinkEvent(link.a, link.a_port, False)])
+
+
+def test_a_tors_traffic_matrix_counts_its_host_ports_by_destination_tor() -> None:
+    fabric = load_fabric(LAB)
+    routing = FabricRouting(fabric)
+    tors = [sw for sw in fabric.switches if sw.prefix is not None]
+    assert len(tors) == 4
+    for tor in tors:
+        state = desired_state(routing, tor.name)
+        host_ports = sorted(n.port for n in fabric.nics if n.switch == tor.name)
+        assert list(state.matrix.source_ports) == host_ports == [1, 2]
+        # One class per destination ToR, in the fabric's order: class t is ToR t's prefix.
+        assert [(c.dst_class, c.prefix.address, c.prefix.length) for c in state.matrix.classes] == [
+            (t, other.prefix.address, other.prefix.length)
+            for t, other in enumerate(tors)
+            if other.prefix is not None
+        ]
+        # In the digest: a state without it digests otherwise.
+        without = state_pb2.DesiredState()
+        without.CopyFrom(state)
+        without.ClearField("matrix")
+        assert state_digest(state) == state.digest != state_digest(without)
+    spine = desired_state(routing, "spine-p1-1")
+    assert not spine.HasField("matrix")
+    # A link event changes no matrix: deltas keep it, so a full state is never needed.
+    routing.apply([LinkEvent("tor-r1-b1", 3, False)])
+    after = desired_state(routing, "tor-r1-b1")
+    assert after.matrix == desired_state(FabricRouting(fabric), "tor-r1-b1").matrix
