@@ -214,3 +214,26 @@ def _counter(counter_id: int, index: int) -> p4r.Entity:
     return p4r.Entity(
         counter_entry=p4r.CounterEntry(counter_id=counter_id, index=p4r.Index(index=index))
     )
+
+
+def matrix_requests(codec: Codec, classes: Iterable[int]) -> list[p4r.Entity]:
+    """The reads of a ToR's traffic matrix cells: its installed classes by index (not the
+    counter's 4,096 cells)."""
+    return [_counter(codec.matrix_counter_id, c) for c in sorted(set(classes))]
+
+
+def matrix_counts(codec: Codec, entities: Iterable[p4r.Entity]) -> list[control_pb2.MatrixCount]:
+    """The cells read back that counted something, by class."""
+    out = [
+        control_pb2.MatrixCount(
+            dst_class=e.counter_entry.index.index,
+            packets=e.counter_entry.data.packet_count,
+            bytes=e.counter_entry.data.byte_count,
+        )
+        for e in entities
+        if e.HasField("counter_entry")
+        and e.counter_entry.counter_id == codec.matrix_counter_id
+        and e.counter_entry.data.packet_count
+    ]
+    out.sort(key=lambda m: m.dst_class)
+    return out

@@ -27,7 +27,7 @@ from agent.p4client import ON_DEMOTED, P4Target, PacketIn
 from agent.ports import PortEvent, PortMonitor, parse_port_map
 from agent.session import ControllerSession
 from agent.tables import report as tables_report
-from agent.translate import Pipeline, repair
+from agent.translate import MatrixDestEntry, Pipeline, repair
 from agent.writer import TARGET_LOST, Writer, server_ports
 from railfabric import __version__, cli, tls
 from railfabric.metrics import MetricsError
@@ -293,6 +293,15 @@ class Agent:
         desired = self.writer.desired()
         return None if desired is None else repair(desired, self.writer.excluded())
 
+    def matrix_classes(self) -> list[int]:
+        """The traffic matrix classes this switch counts (a ToR's; none elsewhere)."""
+        desired = self.writer.desired()  # local repair never touches the matrix
+        if desired is None:
+            return []
+        return sorted(
+            {e.dst_class for e in desired.entries.values() if isinstance(e, MatrixDestEntry)}
+        )
+
     def _port_mac(self, port: int) -> int:
         held = self.writer.held
         if held is not None:
@@ -393,6 +402,15 @@ class Agent:
             msg = control_pb2.Counters(wall_ns=time.time_ns())
             for port in sorted(self.port_map):
                 msg.ports.append(control_pb2.PortCounters(port=port, **counters.get(port, {})))
+            classes = self.matrix_classes()
+            if classes:
+                try:
+                    cells = await self.target.read_matrix(self.codec, classes)
+                except Exception as err:  # as the port counters: tried again next period
+                    LOG.warning("traffic matrix read failed: %s", err)
+                    cells = None
+                if cells:
+                    msg.matrix.extend(cells)
             self.last_counters = msg
             self._send(control_pb2.AgentMessage(counters=msg))
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -27,11 +27,12 @@ from finsy import GRPCCredentialsTLS, P4Client, P4ClientError
 from finsy.proto import p4i, p4r, rpc_code
 
 from agent.codec import Codec, Encoded
-from agent.counters import PortCounterReader
+from agent.counters import PortCounterReader, matrix_counts, matrix_requests
 from agent.session import Backoff
 from agent.translate import Pipeline
 from railfabric.p4bytes import decode_unchecked, encode
 from railfabric.tls import TlsError, TlsFiles
+from railfabric.v1 import control_pb2
 
 LOG = logging.getLogger("railfabric.agent.p4")
 
@@ -391,6 +392,19 @@ class P4Target:
             else:
                 self._counter_warnings.discard("reset")
         return out
+
+    async def read_matrix(
+        self, codec: Codec, classes: Iterable[int]
+    ) -> list[control_pb2.MatrixCount] | None:
+        """The traffic matrix cells of `classes` that counted something; None (said once)
+        when the target refuses the read: the port counters are reported all the same."""
+        try:
+            found = await self.read(matrix_requests(codec, classes))
+        except P4ClientError as err:
+            self._warn_once("matrix", f"traffic matrix not read: {err.message}")
+            return None
+        self._counter_warnings.discard("matrix")
+        return matrix_counts(codec, found)
 
     def _warn_once(self, kind: str, message: str) -> None:
         """A counter-read problem, logged when it starts (not at every poll)."""

@@ -10,6 +10,7 @@ import datetime
 import errno
 import json
 import logging
+import math
 import os
 import socket
 import sys
@@ -54,6 +55,25 @@ def bind_refusal(err: OSError, host: str) -> str:
         return f"cannot resolve {host!r} ({err.strerror})"
     # By its number: a server library may have put its own sentence around the system's.
     return os.strerror(err.errno) if err.errno else str(err)
+
+
+_UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "": 1.0}
+
+
+def duration_s(value: str) -> float:
+    """An argparse type: a duration, "10s", "500ms", "2m" or plain seconds, >= 0."""
+    text = value.strip()
+    number = text.rstrip("ms")
+    unit = text[len(number) :]
+    try:
+        seconds = float(number) * _UNITS[unit]
+    except (KeyError, ValueError):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a duration (e.g. 10s, 500ms, 2m)"
+        ) from None
+    if not math.isfinite(seconds) or seconds < 0:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected a finite duration >= 0")
+    return seconds
 
 
 def address(value: str) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 from controller.cli.admin_commands import ADMIN_COMMANDS, int_in, path_json, run_path
 from controller.cli.explicit_yaml import explicit_yaml
 from controller.cli.lldp_commands import LLDP_COMMANDS
+from controller.cli.matrix_commands import MATRIX_COMMANDS
 from controller.cli.operator_commands import OPERATOR_COMMANDS
 from controller.cli.output import dumps
 from controller.cli.pki_commands import PKI_COMMANDS
@@ -203,6 +204,7 @@ def all_commands() -> list[Command]:
             *ADMIN_COMMANDS,
             *PORT_COMMANDS,
             *LLDP_COMMANDS,
+            *MATRIX_COMMANDS,
             *OPERATOR_COMMANDS,
             *PKI_COMMANDS,
         ]

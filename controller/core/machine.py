@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from controller.core import drains
+from controller.core import drains, matrix
 from controller.core import events as ev
 from controller.core.alarms import Alarms
 from controller.core.cabling import MISWIRE, SILENT, CablingCheck, CablingPlan, ServerLldp
@@ -549,6 +549,8 @@ class DecisionCore:
         v = lookup(self.views, name)
         v.last_seen_wall_ns = now.wall_ns
         v.prev_counters, v.last_counters = v.last_counters, msg
+        if v.state.HasField("matrix"):  # a ToR: its row of the traffic matrix
+            matrix.record(v.matrix_reports, msg)
         return []
 
     def target_health(self, name: str, msg: control_pb2.TargetHealth, now: Now) -> list[Effect]:

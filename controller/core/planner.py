@@ -93,3 +93,8 @@ class Planner(Protocol):
     def predict_path(self, request: admin_pb2.PredictPathRequest) -> admin_pb2.PredictPathResponse:
         """The hop-by-hop path of a flow under the current link set."""
         ...
+
+    def matrix_destinations(self) -> Sequence[str]:
+        """The ToR each class of the traffic matrix counts traffic to, by class (what every
+        ToR's DesiredState.matrix numbers them by)."""
+        ...

@@ -11,8 +11,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from array import array
+from collections import deque
 from dataclasses import dataclass, field
 
+from controller.core.matrix import MATRIX_REPORTS, MatrixReport
 from railfabric.v1 import control_pb2, state_pb2
 
 
@@ -45,6 +47,10 @@ class SwitchView:
     # `state`'s route keys (railfabric.delta.route_keys), made at its first delta and kept
     # with it: a delta then finds its routes by binary search.
     route_keys: array[int] | None = None
+    # A ToR's last traffic matrix reports (controller.core.matrix), newest last.
+    matrix_reports: deque[MatrixReport] = field(
+        default_factory=lambda: deque(maxlen=MATRIX_REPORTS)
+    )
 
     # Fields that go with the state (from the intent); every other field is observed and
     # survives a reload.

@@ -19,6 +19,7 @@ from typing import TypeVar, cast
 import grpc
 from google.protobuf.message import Message
 
+from controller.core import matrix
 from controller.core.clock import Now
 from controller.core.drains import DrainConflict, DrainError, DrainNotFound, DrainRefused
 from controller.core.machine import DecisionCore, link_state_message
@@ -48,6 +49,9 @@ PFC_STORM_PAUSES = 1000
 TABLES_DEADLINE_S = 5.0
 # Who a drain names on a plaintext controller (--insecure): nobody is known.
 INSECURE_WHO = "insecure"
+# The ToR x ToR cells one GetTrafficMatrix answer holds (each about 60 bytes: under gRPC's
+# default 4 MiB); more is refused, naming the rail view.
+MAX_MATRIX_CELLS = 50_000
 # ListEvents' `limit` when the request leaves it 0.
 DEFAULT_EVENT_LIMIT = 100
 _DRAIN_STATUS = {
@@ -500,6 +504,47 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
             return self.fabric.predict_path(request)
         except ValueError as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+
+    async def GetTrafficMatrix(
+        self, request: admin_pb2.GetTrafficMatrixRequest, context: _Ctx
+    ) -> admin_pb2.TrafficMatrixResponse:
+        core = self.fabric
+        infos = core.planner.switches()
+        rail_of = {i.name: i.rail for i in infos}
+        tors = [i.name for i in infos if i.role == admin_pb2.SWITCH_ROLE_TOR]
+        rows, unmeasured = matrix.rows_of(
+            {name: core.views[name].matrix_reports for name in tors}, request.window_ms * 1_000_000
+        )
+        reply = admin_pb2.TrafficMatrixResponse(by=request.by, unmeasured=unmeasured)
+        for name, row in rows.items():
+            reply.measured.add(
+                tor=name, span_ns=row.span_ns, reports=row.reports, end_wall_ns=row.end_wall_ns
+            )
+        cells = matrix.tor_cells(rows, core.planner.matrix_destinations())
+        if request.by == admin_pb2.MATRIX_BY_RAIL:
+            reply.rails.extend(sorted({rail_of[t] for t in tors}))
+            for (src, dst), (packets, octets) in matrix.grouped(cells, rail_of).items():
+                reply.cells.add(
+                    src_rail=src, dst_rail=dst, packets_per_s=packets, bytes_per_s=octets
+                )
+            return reply
+        if len(cells) > MAX_MATRIX_CELLS:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{len(cells):,} ToR pairs carry traffic, more than one answer holds "
+                f"({MAX_MATRIX_CELLS:,}): ask by rail (railctl matrix --by rail)",
+            )
+        reply.tors.extend(tors)
+        for c in cells:
+            reply.cells.add(
+                src=c.src,
+                dst=c.dst,
+                src_rail=rail_of[c.src],
+                dst_rail=rail_of[c.dst],
+                packets_per_s=c.packets_per_s,
+                bytes_per_s=c.bytes_per_s,
+            )
+        return reply
 
     async def Diagnose(
         self, request: admin_pb2.DiagnoseRequest, context: _Ctx

@@ -151,6 +151,9 @@ class CorePlanner:
         planner._topo = self._topo
         return planner
 
+    def matrix_destinations(self) -> Sequence[str]:
+        return export.matrix_destinations(self.routing)
+
     def predict_path(self, request: admin_pb2.PredictPathRequest) -> admin_pb2.PredictPathResponse:
         try:
             flow = Flow(

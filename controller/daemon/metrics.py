@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from controller.core import matrix
 from controller.core.links import LinkState
 from controller.core.machine import DecisionCore
 from railfabric import metrics
@@ -36,6 +37,9 @@ class Snapshot:
     refused: dict[str, int]
     # Links an operator drained.
     drained: int = 0
+    # The traffic matrix by rail, (source rail, destination rail) -> bytes/s, over each ToR's
+    # last report period; only rails that carried traffic.
+    matrix_by_rail: dict[tuple[int, int], float] = field(default_factory=dict)
 
 
 def snapshot(core: DecisionCore, sessions: int, store_available: bool) -> Snapshot:
@@ -53,7 +57,13 @@ def snapshot(core: DecisionCore, sessions: int, store_available: bool) -> Snapsh
         store_available=store_available,
         refused=dict(core.refused),
         drained=len(core.drains),
+        matrix_by_rail=_matrix_by_rail(core),
     )
+
+
+def _matrix_by_rail(core: DecisionCore) -> dict[tuple[int, int], float]:
+    rails = matrix.rail_matrix(core, 0)
+    return {k: octets for k, (_, octets) in rails.cells.items()}
 
 
 def render(snap: Snapshot) -> Iterator[Metric]:
@@ -106,6 +116,15 @@ def render(snap: Snapshot) -> Iterator[Metric]:
     for reason, n in sorted(snap.refused.items()):
         refused.add_metric([reason], n)
     yield refused
+    traffic = GaugeMetricFamily(
+        "railfabric_traffic_matrix_bytes_per_second",
+        "Traffic between rails the ToRs counted at their host ports, over each ToR's last "
+        "report period (by ToR: railctl matrix)",
+        labels=["src_rail", "dst_rail"],
+    )
+    for (src, dst), octets in sorted(snap.matrix_by_rail.items()):
+        traffic.add_metric([str(src), str(dst)], octets)
+    yield traffic
 
 
 class Metrics:

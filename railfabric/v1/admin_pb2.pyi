@@ -23,6 +23,21 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _MatrixBy:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _MatrixByEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_MatrixBy.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    MATRIX_BY_TOR: _MatrixBy.ValueType  # 0
+    MATRIX_BY_RAIL: _MatrixBy.ValueType  # 1
+
+class MatrixBy(_MatrixBy, metaclass=_MatrixByEnumTypeWrapper): ...
+
+MATRIX_BY_TOR: MatrixBy.ValueType  # 0
+MATRIX_BY_RAIL: MatrixBy.ValueType  # 1
+Global___MatrixBy: _TypeAlias = MatrixBy  # noqa: Y015
+
 class _SwitchRole:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -208,6 +223,146 @@ LLDP_STATUS_SILENT: LldpStatus.ValueType  # 3
 LLDP_STATUS_UNPLANNED: LldpStatus.ValueType  # 4
 """Heard a peer on a port the plan leaves empty."""
 Global___LldpStatus: _TypeAlias = LldpStatus  # noqa: Y015
+
+@_typing.final
+class GetTrafficMatrixRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BY_FIELD_NUMBER: _builtins.int
+    WINDOW_MS_FIELD_NUMBER: _builtins.int
+    by: Global___MatrixBy.ValueType
+    window_ms: _builtins.int
+    """Rates between two reports of each ToR at least this far apart (or its oldest report kept,
+    about two report periods); 0: its last two reports.
+    """
+    def __init__(
+        self,
+        *,
+        by: Global___MatrixBy.ValueType = ...,
+        window_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["by", b"by", "window_ms", b"window_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetTrafficMatrixRequest: _TypeAlias = GetTrafficMatrixRequest  # noqa: Y015
+
+@_typing.final
+class MatrixCell(_message.Message):
+    """One cell, sources and destinations named by ToR (by = MATRIX_BY_TOR; their rails filled
+    too) or by rail only (MATRIX_BY_RAIL: src and dst empty).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SRC_FIELD_NUMBER: _builtins.int
+    DST_FIELD_NUMBER: _builtins.int
+    SRC_RAIL_FIELD_NUMBER: _builtins.int
+    DST_RAIL_FIELD_NUMBER: _builtins.int
+    BYTES_PER_S_FIELD_NUMBER: _builtins.int
+    PACKETS_PER_S_FIELD_NUMBER: _builtins.int
+    src: _builtins.str
+    dst: _builtins.str
+    src_rail: _builtins.int
+    dst_rail: _builtins.int
+    bytes_per_s: _builtins.float
+    packets_per_s: _builtins.float
+    def __init__(
+        self,
+        *,
+        src: _builtins.str = ...,
+        dst: _builtins.str = ...,
+        src_rail: _builtins.int = ...,
+        dst_rail: _builtins.int = ...,
+        bytes_per_s: _builtins.float = ...,
+        packets_per_s: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_per_s", b"bytes_per_s", "dst", b"dst", "dst_rail", b"dst_rail", "packets_per_s", b"packets_per_s", "src", b"src", "src_rail", b"src_rail"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MatrixCell: _TypeAlias = MatrixCell  # noqa: Y015
+
+@_typing.final
+class MatrixSample(_message.Message):
+    """What a source ToR's rates were measured over."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOR_FIELD_NUMBER: _builtins.int
+    SPAN_NS_FIELD_NUMBER: _builtins.int
+    REPORTS_FIELD_NUMBER: _builtins.int
+    END_WALL_NS_FIELD_NUMBER: _builtins.int
+    tor: _builtins.str
+    span_ns: _builtins.int
+    reports: _builtins.int
+    """Reports spanned (2 or more)."""
+    end_wall_ns: _builtins.int
+    """The newest report's time (the agent's clock): the window is [end - span, end]."""
+    def __init__(
+        self,
+        *,
+        tor: _builtins.str = ...,
+        span_ns: _builtins.int = ...,
+        reports: _builtins.int = ...,
+        end_wall_ns: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_wall_ns", b"end_wall_ns", "reports", b"reports", "span_ns", b"span_ns", "tor", b"tor"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MatrixSample: _TypeAlias = MatrixSample  # noqa: Y015
+
+@_typing.final
+class TrafficMatrixResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BY_FIELD_NUMBER: _builtins.int
+    CELLS_FIELD_NUMBER: _builtins.int
+    MEASURED_FIELD_NUMBER: _builtins.int
+    UNMEASURED_FIELD_NUMBER: _builtins.int
+    TORS_FIELD_NUMBER: _builtins.int
+    RAILS_FIELD_NUMBER: _builtins.int
+    by: Global___MatrixBy.ValueType
+    @_builtins.property
+    def cells(self) -> _containers.RepeatedCompositeFieldContainer[Global___MatrixCell]:
+        """Cells with traffic (a cell not listed measured 0, if its source is in `measured`)."""
+
+    @_builtins.property
+    def measured(self) -> _containers.RepeatedCompositeFieldContainer[Global___MatrixSample]: ...
+    @_builtins.property
+    def unmeasured(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """ToRs without two reports yet: nothing is known of their rows."""
+
+    @_builtins.property
+    def tors(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The axis, in the intent's order: ToR names, or rails."""
+
+    @_builtins.property
+    def rails(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        by: Global___MatrixBy.ValueType = ...,
+        cells: _abc.Iterable[Global___MatrixCell] | None = ...,
+        measured: _abc.Iterable[Global___MatrixSample] | None = ...,
+        unmeasured: _abc.Iterable[_builtins.str] | None = ...,
+        tors: _abc.Iterable[_builtins.str] | None = ...,
+        rails: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["by", b"by", "cells", b"cells", "measured", b"measured", "rails", b"rails", "tors", b"tors", "unmeasured", b"unmeasured"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TrafficMatrixResponse: _TypeAlias = TrafficMatrixResponse  # noqa: Y015
 
 @_typing.final
 class SwitchInfo(_message.Message):

@@ -135,6 +135,11 @@ class FabricAdminStub:
                 request_serializer=railfabric_dot_v1_dot_admin__pb2.ReloadIntentRequest.SerializeToString,
                 response_deserializer=railfabric_dot_v1_dot_admin__pb2.ReloadIntentResponse.FromString,
                 _registered_method=True)
+        self.GetTrafficMatrix = channel.unary_unary(
+                '/railfabric.v1.FabricAdmin/GetTrafficMatrix',
+                request_serializer=railfabric_dot_v1_dot_admin__pb2.GetTrafficMatrixRequest.SerializeToString,
+                response_deserializer=railfabric_dot_v1_dot_admin__pb2.TrafficMatrixResponse.FromString,
+                _registered_method=True)
 
 
 class FabricAdminServicer:
@@ -282,6 +287,14 @@ class FabricAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetTrafficMatrix(self, request, context):
+        """The traffic matrix: rates between ToRs (or rails) from what each ToR counted at its host
+        ports (controller/core/matrix.py), with each ToR's sample. Leader only (it is observed).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FabricAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -364,6 +377,11 @@ def add_FabricAdminServicer_to_server(servicer, server):
                     servicer.ReloadIntent,
                     request_deserializer=railfabric_dot_v1_dot_admin__pb2.ReloadIntentRequest.FromString,
                     response_serializer=railfabric_dot_v1_dot_admin__pb2.ReloadIntentResponse.SerializeToString,
+            ),
+            'GetTrafficMatrix': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTrafficMatrix,
+                    request_deserializer=railfabric_dot_v1_dot_admin__pb2.GetTrafficMatrixRequest.FromString,
+                    response_serializer=railfabric_dot_v1_dot_admin__pb2.TrafficMatrixResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -817,6 +835,33 @@ class FabricAdmin:
             '/railfabric.v1.FabricAdmin/ReloadIntent',
             railfabric_dot_v1_dot_admin__pb2.ReloadIntentRequest.SerializeToString,
             railfabric_dot_v1_dot_admin__pb2.ReloadIntentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTrafficMatrix(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/railfabric.v1.FabricAdmin/GetTrafficMatrix',
+            railfabric_dot_v1_dot_admin__pb2.GetTrafficMatrixRequest.SerializeToString,
+            railfabric_dot_v1_dot_admin__pb2.TrafficMatrixResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -105,6 +105,10 @@ class FabricAdminStub:
     FAILED_PRECONDITION when it would withdraw more than --reload-max-withdraw of the installed
     routes, unless `force`; INVALID_ARGUMENT when the file does not load. Operator role.
     """
+    GetTrafficMatrix: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetTrafficMatrixRequest, _admin_pb2.TrafficMatrixResponse]
+    """The traffic matrix: rates between ToRs (or rails) from what each ToR counted at its host
+    ports (controller/core/matrix.py), with each ToR's sample. Leader only (it is observed).
+    """
 
 @_typing.type_check_only
 class FabricAdminAsyncStub(FabricAdminStub):
@@ -178,6 +182,10 @@ class FabricAdminAsyncStub(FabricAdminStub):
     """Reload the intent from the controller's --fabric file, as SIGHUP does. Refused with
     FAILED_PRECONDITION when it would withdraw more than --reload-max-withdraw of the installed
     routes, unless `force`; INVALID_ARGUMENT when the file does not load. Operator role.
+    """
+    GetTrafficMatrix: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetTrafficMatrixRequest, _admin_pb2.TrafficMatrixResponse]  # type: ignore[assignment]
+    """The traffic matrix: rates between ToRs (or rails) from what each ToR counted at its host
+    ports (controller/core/matrix.py), with each ToR's sample. Leader only (it is observed).
     """
 
 class FabricAdminServicer(metaclass=_abc_1.ABCMeta):
@@ -345,6 +353,16 @@ class FabricAdminServicer(metaclass=_abc_1.ABCMeta):
         """Reload the intent from the controller's --fabric file, as SIGHUP does. Refused with
         FAILED_PRECONDITION when it would withdraw more than --reload-max-withdraw of the installed
         routes, unless `force`; INVALID_ARGUMENT when the file does not load. Operator role.
+        """
+
+    @_abc_1.abstractmethod
+    def GetTrafficMatrix(
+        self,
+        request: _admin_pb2.GetTrafficMatrixRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.TrafficMatrixResponse, _abc.Awaitable[_admin_pb2.TrafficMatrixResponse]]:
+        """The traffic matrix: rates between ToRs (or rails) from what each ToR counted at its host
+        ports (controller/core/matrix.py), with each ToR's sample. Leader only (it is observed).
         """
 
 def add_FabricAdminServicer_to_server(servicer: FabricAdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -579,6 +579,35 @@ class PortCounters(_message.Message):
 Global___PortCounters: _TypeAlias = PortCounters  # noqa: Y015
 
 @_typing.final
+class MatrixCount(_message.Message):
+    """Traffic counted by one class of a ToR's traffic matrix (state.proto TrafficMatrix): what
+    arrived on its host ports for that destination ToR, cumulative since the target started.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DST_CLASS_FIELD_NUMBER: _builtins.int
+    PACKETS_FIELD_NUMBER: _builtins.int
+    BYTES_FIELD_NUMBER: _builtins.int
+    dst_class: _builtins.int
+    packets: _builtins.int
+    bytes: _builtins.int
+    def __init__(
+        self,
+        *,
+        dst_class: _builtins.int = ...,
+        packets: _builtins.int = ...,
+        bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "dst_class", b"dst_class", "packets", b"packets"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MatrixCount: _TypeAlias = MatrixCount  # noqa: Y015
+
+@_typing.final
 class Counters(_message.Message):
     """A periodic counter report."""
 
@@ -586,18 +615,26 @@ class Counters(_message.Message):
 
     WALL_NS_FIELD_NUMBER: _builtins.int
     PORTS_FIELD_NUMBER: _builtins.int
+    MATRIX_FIELD_NUMBER: _builtins.int
     wall_ns: _builtins.int
     @_builtins.property
     def ports(self) -> _containers.RepeatedCompositeFieldContainer[Global___PortCounters]: ...
+    @_builtins.property
+    def matrix(self) -> _containers.RepeatedCompositeFieldContainer[Global___MatrixCount]:
+        """ToRs: the classes of the traffic matrix the agent installed that counted something (a
+        class not listed counted nothing; 100k-GPU fabrics have 1,600 classes per ToR).
+        """
+
     def __init__(
         self,
         *,
         wall_ns: _builtins.int = ...,
         ports: _abc.Iterable[Global___PortCounters] | None = ...,
+        matrix: _abc.Iterable[Global___MatrixCount] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ports", b"ports", "wall_ns", b"wall_ns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["matrix", b"matrix", "ports", b"ports", "wall_ns", b"wall_ns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -16,6 +16,8 @@ from agent.counters import (
     PortCounterReader,
     QueueSource,
     capabilities,
+    matrix_counts,
+    matrix_requests,
 )
 from agent.main import TARGET_KINDS
 from agent.p4client import P4Target, UpdateError
@@ -227,3 +229,29 @@ async def test_a_refused_queue_read_leaves_only_the_queue_fields_out(
     ok = FakeTarget(codec, refuse_queue=False)
     await ok.read_port_counters(reader)
     assert [len(w) for w in ok.writes] == [1]  # the watermark reset, after the read
+
+
+def test_the_matrix_is_read_by_class_and_reported_where_it_counted(codec: Codec) -> None:
+    requests = matrix_requests(codec, [3, 1, 3])
+    assert [(e.counter_entry.counter_id, e.counter_entry.index.index) for e in requests] == [
+        (codec.matrix_counter_id, 1),
+        (codec.matrix_counter_id, 3),
+    ]
+
+    def cell(counter_id: int, index: int, packets: int, octets: int) -> p4r.Entity:
+        return p4r.Entity(
+            counter_entry=p4r.CounterEntry(
+                counter_id=counter_id,
+                index=p4r.Index(index=index),
+                data=p4r.CounterData(packet_count=packets, byte_count=octets),
+            )
+        )
+
+    read = [
+        cell(codec.matrix_counter_id, 3, 5, 500),
+        cell(codec.matrix_counter_id, 1, 0, 0),  # counted nothing: not reported
+        cell(codec.counters[next(iter(codec.counters))], 3, 9, 900),  # another counter
+    ]
+    assert matrix_counts(codec, read) == [
+        control_pb2.MatrixCount(dst_class=3, packets=5, bytes=500)
+    ]

@@ -1,0 +1,166 @@
+"""The traffic matrix: ToR x ToR (and rail x rail) rates from the ToRs' counter reports.
+
+Each ToR counts, at its host ports, the traffic to every destination ToR (fabric.p4's
+matrix_counter, by class: class t is the fabric's t-th ToR, controller.export.matrix_classes)
+and reports the cumulative counts with its other counters (Counters.matrix, every 5 s by
+default). A rate is the growth of those counts between two of its reports: the newest, and the
+oldest kept that is at least the asked window older (or the oldest kept: each answer says the
+span it measured and over how many reports). A count that went down means the target's
+counters restarted: the reports before it are dropped.
+
+Pure: reports in, rates out; the core keeps the last MATRIX_REPORTS reports of each ToR.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from railfabric.v1 import admin_pb2, control_pb2
+
+if TYPE_CHECKING:  # the core keeps the reports (controller/core/switches.py)
+    from controller.core.machine import DecisionCore
+
+# Reports kept per ToR: a window of up to (MATRIX_REPORTS - 1) report periods (10 s at 5 s).
+MATRIX_REPORTS = 3
+# (packets/s, bytes/s)
+Rate = tuple[float, float]
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixReport:
+    """One report of a ToR's matrix: when, and class -> cumulative (packets, bytes)."""
+
+    wall_ns: int
+    cells: Mapping[int, tuple[int, int]]
+
+    @staticmethod
+    def of(msg: control_pb2.Counters) -> MatrixReport:
+        return MatrixReport(msg.wall_ns, {m.dst_class: (m.packets, m.bytes) for m in msg.matrix})
+
+    def restarted_after(self, earlier: MatrixReport) -> bool:
+        """Did a count go down since `earlier` (the target's counters started again)?"""
+        for c, (packets, octets) in earlier.cells.items():
+            now_packets, now_octets = self.cells.get(c, (0, 0))
+            if now_packets < packets or now_octets < octets:
+                return True
+        return False
+
+
+def record(history: deque[MatrixReport], msg: control_pb2.Counters) -> None:
+    """Keep `msg`'s matrix in `history` (a deque with maxlen MATRIX_REPORTS)."""
+    report = MatrixReport.of(msg)
+    if history and (report.wall_ns <= history[-1].wall_ns or report.restarted_after(history[-1])):
+        history.clear()  # a restarted target, or a clock gone back: start measuring again
+    history.append(report)
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """A source ToR's rates: class -> (packets/s, bytes/s), over `span_ns` between
+    `reports` reports (2 or more), the newest at `end_wall_ns`."""
+
+    rates: Mapping[int, Rate]
+    span_ns: int
+    reports: int
+    end_wall_ns: int
+
+
+def row(history: Iterable[MatrixReport], window_ns: int) -> Row | None:
+    """The rates of one ToR over about `window_ns` (see the module's docstring); None with
+    fewer than two reports."""
+    kept = list(history)
+    if len(kept) < 2:
+        return None
+    newest = kept[-1]
+    start = 0
+    for i, report in enumerate(kept[:-1]):
+        if newest.wall_ns - report.wall_ns >= window_ns:
+            start = i  # the newest one still old enough
+    oldest = kept[start]
+    span_ns = newest.wall_ns - oldest.wall_ns
+    rates: dict[int, Rate] = {}
+    for c, (packets, octets) in newest.cells.items():
+        before_pk, before_by = oldest.cells.get(c, (0, 0))
+        if packets > before_pk:
+            rates[c] = ((packets - before_pk) * 1e9 / span_ns, (octets - before_by) * 1e9 / span_ns)
+    return Row(rates, span_ns, len(kept) - start, newest.wall_ns)
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """Traffic from ToR (or rail) `src` to `dst`, per second."""
+
+    src: str
+    dst: str
+    packets_per_s: float
+    bytes_per_s: float
+
+
+def tor_cells(rows: Mapping[str, Row], destinations: Sequence[str]) -> list[Cell]:
+    """The non-zero ToR x ToR cells of `rows` (source ToR -> its row), classes named by
+    `destinations` (class -> destination ToR), sources and destinations in the rows' order."""
+    out: list[Cell] = []
+    for src, r in rows.items():
+        for c in sorted(r.rates):
+            if c < len(destinations):
+                packets, octets = r.rates[c]
+                out.append(Cell(src, destinations[c], packets, octets))
+    return out
+
+
+def grouped(cells: Iterable[Cell], group_of: Mapping[str, int]) -> dict[tuple[int, int], Rate]:
+    """`cells` summed by the group of their ends (e.g. ToRs by rail): (src group, dst group) ->
+    (packets/s, bytes/s), in first-seen order."""
+    sums: dict[tuple[int, int], Rate] = {}
+    for cell in cells:
+        key = (group_of[cell.src], group_of[cell.dst])
+        packets, octets = sums.get(key, (0.0, 0.0))
+        sums[key] = (packets + cell.packets_per_s, octets + cell.bytes_per_s)
+    return sums
+
+
+def rows_of(
+    histories: Mapping[str, Iterable[MatrixReport]], window_ns: int
+) -> tuple[dict[str, Row], list[str]]:
+    """Each ToR's row (in `histories`' order), and the ToRs without two reports yet."""
+    rows: dict[str, Row] = {}
+    unmeasured: list[str] = []
+    for name, history in histories.items():
+        r = row(history, window_ns)
+        if r is None:
+            unmeasured.append(name)
+        else:
+            rows[name] = r
+    return rows, unmeasured
+
+
+@dataclass(frozen=True, slots=True)
+class RailMatrix:
+    """The matrix by rail: (source rail, destination rail) -> rate, and the rows it sums."""
+
+    cells: Mapping[tuple[int, int], Rate]
+    rows: Mapping[str, Row]
+    unmeasured: Sequence[str]
+
+
+def by_rail(
+    histories: Mapping[str, Iterable[MatrixReport]],
+    rail_of: Mapping[str, int],
+    destinations: Sequence[str],
+    window_ns: int,
+) -> RailMatrix:
+    """The ToRs' rows (`histories`, ToR -> its reports) summed by the rails of their ends."""
+    rows, unmeasured = rows_of(histories, window_ns)
+    return RailMatrix(grouped(tor_cells(rows, destinations), rail_of), rows, unmeasured)
+
+
+def rail_matrix(core: DecisionCore, window_ns: int) -> RailMatrix:
+    """`core`'s traffic matrix by rail (Prometheus, the web view)."""
+    infos = core.planner.switches()
+    rail_of = {i.name: i.rail for i in infos}
+    tors = [i.name for i in infos if i.role == admin_pb2.SWITCH_ROLE_TOR]
+    histories = {t: core.views[t].matrix_reports for t in tors}
+    return by_rail(histories, rail_of, core.planner.matrix_destinations(), window_ns)

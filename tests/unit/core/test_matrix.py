@@ -1,0 +1,140 @@
+"""controller/core/matrix.py: a ToR's rates from its cumulative counter reports, over the
+window asked or what is kept, a target restart starting the measurement again; cells named by
+destination ToR and summed by rail."""
+
+from __future__ import annotations
+
+from collections import deque
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controller.core.matrix import (
+    MATRIX_REPORTS,
+    Cell,
+    MatrixReport,
+    Row,
+    grouped,
+    record,
+    row,
+    tor_cells,
+)
+from railfabric.v1 import control_pb2
+
+pytestmark = pytest.mark.unit
+
+S = 1_000_000_000
+
+
+def counters(wall_s: float, cells: dict[int, tuple[int, int]]) -> control_pb2.Counters:
+    msg = control_pb2.Counters(wall_ns=int(wall_s * S))
+    for c, (packets, octets) in sorted(cells.items()):
+        msg.matrix.add(dst_class=c, packets=packets, bytes=octets)
+    return msg
+
+
+def test_rates_over_the_last_period_or_the_window_asked() -> None:
+    history: deque[MatrixReport] = deque(maxlen=MATRIX_REPORTS)
+    assert row(history, 0) is None
+    record(history, counters(0, {1: (100, 10_000)}))
+    assert row(history, 0) is None  # one report: no rate yet
+    record(history, counters(5, {1: (600, 60_000), 2: (50, 5_000)}))
+    record(history, counters(10, {1: (1_100, 110_000), 2: (50, 5_000)}))
+    last = row(history, 0)
+    assert last == Row({1: (100.0, 10_000.0)}, 5 * S, 2, 10 * S)  # class 2 sent nothing since
+    ten = row(history, 10 * S)
+    assert ten == Row({1: (100.0, 10_000.0), 2: (5.0, 500.0)}, 10 * S, 3, 10 * S)
+    # More than is kept: the oldest kept, said in the span.
+    assert row(history, 60 * S) == ten
+    record(history, counters(15, {1: (1_600, 160_000), 2: (50, 5_000)}))
+    assert len(history) == MATRIX_REPORTS and row(history, 60 * S) == Row(
+        {1: (100.0, 10_000.0)}, 10 * S, 3, 15 * S
+    )
+
+
+def test_a_restarted_target_starts_the_measurement_again() -> None:
+    history: deque[MatrixReport] = deque(maxlen=MATRIX_REPORTS)
+    record(history, counters(0, {1: (1_000, 100_000)}))
+    record(history, counters(5, {1: (2_000, 200_000)}))
+    record(history, counters(10, {1: (30, 3_000)}))  # counts went down: restarted
+    assert row(history, 0) is None
+    record(history, counters(15, {1: (530, 53_000)}))
+    assert row(history, 0) == Row({1: (100.0, 10_000.0)}, 5 * S, 2, 15 * S)
+
+
+def test_cells_are_named_by_destination_and_summed_by_rail() -> None:
+    rows = {
+        "tor-a": Row({0: (1.0, 100.0), 1: (2.0, 200.0)}, 5 * S, 2, 5 * S),
+        "tor-b": Row({0: (4.0, 400.0)}, 5 * S, 2, 5 * S),
+    }
+    cells = tor_cells(rows, ["tor-a", "tor-b"])
+    assert cells == [
+        Cell("tor-a", "tor-a", 1.0, 100.0),
+        Cell("tor-a", "tor-b", 2.0, 200.0),
+        Cell("tor-b", "tor-a", 4.0, 400.0),
+    ]
+    assert grouped(cells, {"tor-a": 1, "tor-b": 2}) == {
+        (1, 1): (1.0, 100.0),
+        (1, 2): (2.0, 200.0),
+        (2, 1): (4.0, 400.0),
+    }
+
+
+@st.composite
+def reports(draw: st.DrawFn) -> list[tuple[int, dict[int, tuple[int, int]], bool]]:
+    """Reports of a ToR: (wall_ns, cumulative cells, restarted before it)."""
+    out = []
+    wall = 0
+    totals: dict[int, tuple[int, int]] = {}
+    for _ in range(draw(st.integers(1, 8))):
+        wall += draw(st.integers(1, 10)) * S
+        restarted = draw(st.booleans()) and draw(st.booleans())
+        if restarted:
+            totals = {}
+        for c in draw(st.lists(st.integers(0, 3), max_size=3)):
+            packets, octets = totals.get(c, (0, 0))
+            more = draw(st.integers(1, 1_000))
+            totals[c] = (packets + more, octets + more * 100)
+        out.append((wall, dict(totals), restarted))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(reports(), st.integers(0, 40))
+def test_a_row_is_the_growth_between_the_reports_a_fresh_reading_picks(
+    history_in: list[tuple[int, dict[int, tuple[int, int]], bool]], window_s: int
+) -> None:
+    history: deque[MatrixReport] = deque(maxlen=MATRIX_REPORTS)
+    for wall, cells, _ in history_in:
+        msg = control_pb2.Counters(wall_ns=wall)
+        for c, (packets, octets) in cells.items():
+            msg.matrix.add(dst_class=c, packets=packets, bytes=octets)
+        record(history, msg)
+    got = row(history, window_s * S)
+    # From scratch: the reports since the last one whose counts went down, the last kept few.
+    since = 0
+    for i in range(1, len(history_in)):
+        before, now = history_in[i - 1][1], history_in[i][1]
+        if any(
+            now.get(c, (0, 0))[0] < p or now.get(c, (0, 0))[1] < b for c, (p, b) in before.items()
+        ):
+            since = i
+    usable = history_in[since:][-MATRIX_REPORTS:]
+    if len(usable) < 2:
+        assert got is None
+        return
+    newest_wall, newest, _ = usable[-1]
+    old_enough = [r for r in usable[:-1] if newest_wall - r[0] >= window_s * S]
+    oldest_wall, oldest, _ = old_enough[-1] if old_enough else usable[0]
+    span = newest_wall - oldest_wall
+    want = {
+        c: (
+            (p - oldest.get(c, (0, 0))[0]) * 1e9 / span,
+            (b - oldest.get(c, (0, 0))[1]) * 1e9 / span,
+        )
+        for c, (p, b) in newest.items()
+        if p > oldest.get(c, (0, 0))[0]
+    }
+    assert got is not None
+    assert (got.rates, got.span_ns) == (want, span)
