@@ -11,6 +11,7 @@ from mininet_labs.scenarios import (
     controller_failover,
     ecmp,
     failover,
+    matrix,
     miswire,
     miswire_nic,
     qos,
@@ -48,6 +49,11 @@ SCENARIOS: dict[str, Scenario] = {
     "pfc": Scenario(
         "the same incast with PFC (lossless class): no drops, pauses counted; without: drops",
         qos.run_pfc,
+    ),
+    "matrix": Scenario(
+        "one flow at a fixed rate: the controller's traffic matrix shows it in its ToR cell "
+        "within 5%, every other cell below 1%",
+        matrix.run,
     ),
     "miswire": Scenario(
         "two cables swapped: the controller's alarms name both ends; diagnose shows it",

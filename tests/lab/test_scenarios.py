@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
 import time
 
@@ -141,3 +142,27 @@ def test_miswire_alarms_name_both_ends_and_clear(lab: Lab) -> None:
     assert int(m["diagnose_findings"]) >= 4
     assert m["alarms_cleared_after_repair"] == 1
     assert r.passed
+
+
+def test_the_traffic_matrix_shows_a_known_flow_in_its_cell_and_railctl_prints_it(
+    lab: Lab,
+) -> None:
+    r = SCENARIOS["matrix"].run(lab, BUDGET)
+    m = r.metrics
+    # Outcomes with their sample: datagrams sent, every ToR measured inside the flow, the
+    # flow's cell within 5% of the rate sent, any other cell below 1% of it.
+    assert int(m["sent"]) > 0 and m["tors_measured"] == 4, r.reason
+    assert abs(float(m["cell_error_pct"])) <= 5, r.reason
+    assert float(m["largest_other_cell_bytes_per_s"]) < 0.01 * float(m["expected_bytes_per_s"])
+    assert r.passed, r.reason
+    # railctl matrix, as an operator runs it: the grid names the ToRs and the window measured.
+    done = subprocess.run(
+        lab.railctl_argv("matrix", "--by", "rail", "--window", "2s"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "traffic matrix by rail" in done.stdout and "rail 1" in done.stdout
+    assert "measured: 4 ToRs" in done.stdout
