@@ -5,13 +5,13 @@ fabric), plaintext by default or HTTPS with a client certificate of the fabric's
 
     GET /                      the page (controller/web/static: written here, nothing fetched)
     GET /api/fabric            the fabric in figures: roles, links by state per rail and pod,
-                               alarms, telemetry ("not measured yet")
+                               alarms, telemetry (the traffic matrix by rail)
     GET /api/view?rail=&pod=&offset=
                                one page of the links of a rail and/or pod (or all), with the
                                switches they join on the first page
     GET /api/switches/NAME     a switch: status, interfaces and counters, links, alarms
     GET /api/alarms            active alarms
-    GET /api/telemetry         the traffic matrix and latency heat map: not measured yet
+    GET /api/telemetry         the traffic matrix by rail; the latency heat map: not measured yet
     GET /api/live              Server-Sent Events: link, switch and alarm changes as the
                                controller's events happen (controller/web/live.py)
 
@@ -121,7 +121,7 @@ class WebView:
         app.router.add_get("/api/fabric", self._api(self._fabric))
         app.router.add_get("/api/view", self._api(self._view))
         app.router.add_get("/api/alarms", self._api(self._alarms))
-        app.router.add_get("/api/telemetry", self._telemetry)
+        app.router.add_get("/api/telemetry", self._api(self._telemetry))
         app.router.add_get("/api/switches/{name}", self._api(self._switch))
         app.router.add_get("/api/live", self._live)
         return app
@@ -169,8 +169,8 @@ class WebView:
     def _alarms(self, request: web.Request) -> web.Response:
         return _json(fabric_json.alarms_json(self.admin.fabric))
 
-    async def _telemetry(self, request: web.Request) -> web.StreamResponse:
-        return _json(fabric_json.TELEMETRY)
+    def _telemetry(self, request: web.Request) -> web.Response:
+        return _json(fabric_json.telemetry(self.admin.fabric))
 
     def _switch(self, request: web.Request) -> web.Response:
         try:

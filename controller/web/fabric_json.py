@@ -18,6 +18,7 @@ from operator import itemgetter
 from typing import Any
 
 from controller.cli.output import to_json
+from controller.core import matrix
 from controller.core.cabling import MISWIRE, alarm_id
 from controller.core.clock import Now
 from controller.core.links import LinkState
@@ -46,12 +47,32 @@ _STATE_NAME = {
     admin_pb2.LINK_STATE_DAMPED: "damped",
     admin_pb2.LINK_STATE_UNKNOWN: "unknown",
 }
-# What the page shows where the data-plane telemetry will go. Nothing measures it yet: the
-# page says so rather than draw numbers nobody measured.
-TELEMETRY: dict[str, Any] = {
-    "traffic_matrix": {"status": "not measured yet", "data": None},
-    "latency_heatmap": {"status": "not measured yet", "data": None},
-}
+# Where telemetry nobody measured goes: the page says so rather than draw numbers. The latency
+# heat map is not measured yet at all; the traffic matrix until a ToR reported twice.
+NOT_MEASURED: dict[str, Any] = {"status": "not measured yet", "data": None}
+
+
+def telemetry(core: DecisionCore) -> dict[str, Any]:
+    """The traffic matrix by rail (bytes/s over each ToR's last report period, with how many
+    ToRs it sums), and the latency heat map (not measured yet)."""
+    rails = matrix.rail_matrix(core, 0)
+    traffic: dict[str, Any] = NOT_MEASURED
+    if rails.rows:
+        spans = [r.span_ns / 1e9 for r in rails.rows.values()]
+        traffic = {
+            "status": "measured",
+            "data": {
+                "rails": sorted({s.rail for s in core.planner.switches() if s.rail >= 0}),
+                "cells": [
+                    {"src_rail": src, "dst_rail": dst, "bytes_per_s": octets}
+                    for (src, dst), (_, octets) in sorted(rails.cells.items())
+                ],
+                "tors_measured": len(rails.rows),
+                "tors_unmeasured": len(rails.unmeasured),
+                "window_s": [min(spans), max(spans)],
+            },
+        }
+    return {"traffic_matrix": traffic, "latency_heatmap": NOT_MEASURED}
 
 
 class BadQuery(ValueError):
@@ -145,7 +166,7 @@ def _counts(states: Sequence[LinkState] | LinkState) -> dict[str, int]:
 def summary(core: DecisionCore, ix: PlanIndex) -> dict[str, Any]:
     """The whole fabric in figures: switches by role, links by state, per rail and per pod
     (a link counts for each rail and pod one of its ends is in), the alarms, and the
-    telemetry that is not measured yet. Its size grows with rails and pods, not links; its
+    telemetry (the traffic matrix by rail). Its size grows with rails and pods, not links; its
     time with links, in C (Counter, itemgetter) but for one state lookup per link."""
     groups = _groups.get(ix)
     if groups is None:
@@ -177,7 +198,7 @@ def summary(core: DecisionCore, ix: PlanIndex) -> dict[str, Any]:
         "draw_whole": len(ix.links) <= DRAW_WHOLE_LINKS,
         "max_view_links": MAX_VIEW_LINKS,
         "alarms": alarms_json(core),
-        "telemetry": TELEMETRY,
+        "telemetry": telemetry(core),
     }
 
 

@@ -14,6 +14,7 @@ const STATES = [
 // Counters come in the agents' periodic reports, which are no events: an open switch page
 // reads them again this often (link and session changes still arrive by push).
 const SWITCH_REFRESH_MS = 5000;
+const TELEMETRY_REFRESH_MS = 5000;
 
 const state = {
   summary: null,        // /api/fabric
@@ -154,9 +155,37 @@ function renderAlarms(alarms) {
 
 function renderTelemetry(telemetry) {
   for (const [name, what] of Object.entries(telemetry)) {
-    const panel = document.querySelector(`[data-telemetry="${name}"] .not-measured`);
-    if (panel && what.data === null) panel.textContent = what.status;
+    const panel = document.querySelector(`[data-telemetry="${name}"]`);
+    if (!panel) continue;
+    const note = panel.querySelector(".not-measured");
+    if (what.data === null) {
+      if (note) { note.hidden = false; note.textContent = what.status; }
+      panel.querySelectorAll("table.matrix, p.matrix-sample").forEach((n) => n.remove());
+      continue;
+    }
+    if (note) note.hidden = true;
+    if (name === "traffic_matrix") renderMatrix(panel, what.data);
   }
+}
+
+// The traffic matrix by rail, Mb/s: sources down, destinations across.
+function renderMatrix(panel, data) {
+  const rate = new Map(data.cells.map((c) => [`${c.src_rail}>${c.dst_rail}`, c.bytes_per_s]));
+  const mbps = (bytes) => (bytes * 8 / 1e6).toFixed(3);
+  const head = el("tr", {}, el("th", {}, "Mb/s"), ...data.rails.map((r) => el("th", {}, `to rail ${r}`)));
+  const rows = data.rails.map((src) => el("tr", {},
+    el("th", {}, `rail ${src}`),
+    ...data.rails.map((dst) => {
+      const bytes = rate.get(`${src}>${dst}`) || 0;
+      return el("td", { class: bytes > 0 ? "busy" : "idle", "data-cell": `${src}>${dst}` }, mbps(bytes));
+    })));
+  const table = el("table", { class: "matrix" }, el("thead", {}, head), el("tbody", {}, ...rows));
+  const [lo, hi] = data.window_s;
+  const sample = el("p", { class: "matrix-sample" },
+    `${data.tors_measured} ToRs measured over ${lo.toFixed(1)}–${hi.toFixed(1)} s` +
+    (data.tors_unmeasured ? `; ${data.tors_unmeasured} not yet` : ""));
+  panel.querySelectorAll("table.matrix, p.matrix-sample").forEach((n) => n.remove());
+  panel.append(table, sample);
 }
 
 function switchLink(name) {
@@ -304,6 +333,12 @@ function scheduleSummary() {
   }, 1000);
 }
 
+// The telemetry is measured, not an event: read again every TELEMETRY_REFRESH_MS.
+async function refreshTelemetry() {
+  try { renderTelemetry(await getJson("/api/telemetry")); } catch (err) { /* the stream says */ }
+  setTimeout(refreshTelemetry, TELEMETRY_REFRESH_MS);
+}
+
 function connect() {
   const live = document.getElementById("live");
   const source = new EventSource("/api/live");
@@ -412,3 +447,4 @@ window.addEventListener("hashchange", route);
 renderLegend();
 route();
 connect();
+setTimeout(refreshTelemetry, TELEMETRY_REFRESH_MS);

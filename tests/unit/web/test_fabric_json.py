@@ -1,7 +1,8 @@
 """The web view's JSON, from a real decision core on the lab fabric: what the page draws (links
 by observed state, drains apart from it), the summary's figures by rail and pod, pages of links,
-a switch's page from the admin API's own functions, and the placeholders for telemetry nobody
-measures yet. The live stream's reduction of the core's events is checked on the same core."""
+a switch's page from the admin API's own functions, the traffic matrix by rail once ToRs
+reported it, and the placeholder for the latency nobody measures yet. The live stream's
+reduction of the core's events is checked on the same core."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from controller.daemon.runner import now
 from controller.web import fabric_json
 from controller.web.fabric_json import BadQuery, Scope
 from controller.web.live import Hub
-from railfabric.v1 import admin_pb2
+from railfabric.v1 import admin_pb2, control_pb2
 from tests.unit.core.harness import Harness
 
 pytestmark = pytest.mark.unit
@@ -96,7 +97,8 @@ def test_the_summary_counts_links_by_state_per_rail_and_pod(h: Watched) -> None:
     assert [p["pod"] for p in s["pods"]] == [1]
     assert s["draw_whole"] is True
     assert s["sessions"] == 6
-    # Nothing measures these yet: the page says so, with no number.
+    # No ToR reported its traffic matrix, nothing measures latency: the page says so, with no
+    # number.
     assert s["telemetry"] == {
         "traffic_matrix": {"status": "not measured yet", "data": None},
         "latency_heatmap": {"status": "not measured yet", "data": None},
@@ -197,3 +199,27 @@ def test_a_replaced_core_makes_every_open_page_read_everything_again(h: Watched)
     h.cut(CUT)
     h.hub.resync()  # a follower's warm copy was rebuilt: no events came with it
     assert all(page._pending.resync for page in pages)
+
+
+def test_the_traffic_matrix_by_rail_once_tors_reported_twice(h: Watched) -> None:
+    """tor-r1-b1 (rail 1) sends to tor-r2-b2 (rail 2, class 3): 1,000 bytes/s for 5 s."""
+    tors = [i.name for i in h.core.planner.switches() if i.role == admin_pb2.SWITCH_ROLE_TOR]
+    destinations = list(h.core.planner.matrix_destinations())
+    assert destinations == tors
+    for t, octets in ((0, 0), (5, 5_000)):
+        for tor in tors:
+            msg = control_pb2.Counters(wall_ns=(100 + t) * 1_000_000_000)
+            if tor == "tor-r1-b1" and octets:
+                msg.matrix.add(dst_class=destinations.index("tor-r2-b2"), packets=50, bytes=octets)
+            h.core.counters(tor, msg, now())
+    traffic = fabric_json.telemetry(h.core)["traffic_matrix"]
+    assert traffic == {
+        "status": "measured",
+        "data": {
+            "rails": [1, 2],
+            "cells": [{"src_rail": 1, "dst_rail": 2, "bytes_per_s": 1_000.0}],
+            "tors_measured": 4,
+            "tors_unmeasured": 0,
+            "window_s": [5.0, 5.0],
+        },
+    }
