@@ -178,6 +178,8 @@ class DecisionCore:
         self._next_event = 0
         self._started = False
         self._baseline_usable = True
+        # (planner, the rail of each traffic matrix class's destination), made when first needed.
+        self._matrix_rails: tuple[Planner, list[int]] | None = None
 
     # -- start-up and reload
     def start(self, restored: Restored, now: Now) -> list[Effect]:
@@ -550,8 +552,18 @@ class DecisionCore:
         v.last_seen_wall_ns = now.wall_ns
         v.prev_counters, v.last_counters = v.last_counters, msg
         if v.state.HasField("matrix"):  # a ToR: its row of the traffic matrix
-            matrix.record(v.matrix_reports, msg)
+            matrix.record(v.matrix_reports, msg, self._class_rails())
         return []
+
+    def _class_rails(self) -> list[int]:
+        """The rail of each traffic matrix class's destination, for the planner of now (a
+        reload replaces it, and with it the classes)."""
+        cached = self._matrix_rails
+        if cached is None or cached[0] is not self.planner:
+            rail_of = {i.name: i.rail for i in self.planner.switches()}
+            rails = matrix.class_rails(self.planner.matrix_destinations(), rail_of)
+            cached = self._matrix_rails = (self.planner, rails)
+        return cached[1]
 
     def target_health(self, name: str, msg: control_pb2.TargetHealth, now: Now) -> list[Effect]:
         """The agent's report on its P4 target: a target it cannot program (or that lost

@@ -9,6 +9,7 @@ import pytest
 
 from bench import controller as controller_bench
 from bench import core as core_bench
+from bench import matrix as matrix_bench
 from bench import web as web_bench
 
 pytestmark = pytest.mark.unit
@@ -82,3 +83,14 @@ def test_web_bench_requests_every_endpoint_the_page_reads(
     for figures in endpoints.values():
         assert figures["requests"] == 2 and figures["bytes"] > 0
     assert endpoints["view_rail_pod"]["links"] == 4  # rail 1's links of the lab
+
+
+def test_matrix_bench_feeds_every_tor_and_says_its_sample(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert matrix_bench.main([LAB, "--json", "--periods", "2", "--active", "0.5"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    # 4 ToRs, 2 of the 4 destination classes each, over the 2 periods that measured a rate.
+    assert (data["tors"], data["cells_per_report"], data["periods"]) == (4, 2, 2)
+    assert data["cells_reported"] == 8 and data["wire_bytes_per_period"] > 0
+    assert 0 <= data["ingest_ms_p50"] <= data["ingest_ms_max"]

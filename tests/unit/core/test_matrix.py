@@ -15,9 +15,10 @@ from controller.core.matrix import (
     Cell,
     MatrixReport,
     Row,
-    grouped,
+    by_rail,
     record,
     row,
+    rows_of,
     tor_cells,
 )
 from railfabric.v1 import control_pb2
@@ -25,6 +26,8 @@ from railfabric.v1 import control_pb2
 pytestmark = pytest.mark.unit
 
 S = 1_000_000_000
+# The rail of each class's destination ToR, for tests of one ToR's row.
+RAILS = [1, 1, 2, 2]
 
 
 def counters(wall_s: float, cells: dict[int, tuple[int, int]]) -> control_pb2.Counters:
@@ -37,17 +40,17 @@ def counters(wall_s: float, cells: dict[int, tuple[int, int]]) -> control_pb2.Co
 def test_rates_over_the_last_period_or_the_window_asked() -> None:
     history: deque[MatrixReport] = deque(maxlen=MATRIX_REPORTS)
     assert row(history, 0) is None
-    record(history, counters(0, {1: (100, 10_000)}))
+    record(history, counters(0, {1: (100, 10_000)}), RAILS)
     assert row(history, 0) is None  # one report: no rate yet
-    record(history, counters(5, {1: (600, 60_000), 2: (50, 5_000)}))
-    record(history, counters(10, {1: (1_100, 110_000), 2: (50, 5_000)}))
+    record(history, counters(5, {1: (600, 60_000), 2: (50, 5_000)}), RAILS)
+    record(history, counters(10, {1: (1_100, 110_000), 2: (50, 5_000)}), RAILS)
     last = row(history, 0)
     assert last == Row({1: (100.0, 10_000.0)}, 5 * S, 2, 10 * S)  # class 2 sent nothing since
     ten = row(history, 10 * S)
     assert ten == Row({1: (100.0, 10_000.0), 2: (5.0, 500.0)}, 10 * S, 3, 10 * S)
     # More than is kept: the oldest kept, said in the span.
     assert row(history, 60 * S) == ten
-    record(history, counters(15, {1: (1_600, 160_000), 2: (50, 5_000)}))
+    record(history, counters(15, {1: (1_600, 160_000), 2: (50, 5_000)}), RAILS)
     assert len(history) == MATRIX_REPORTS and row(history, 60 * S) == Row(
         {1: (100.0, 10_000.0)}, 10 * S, 3, 15 * S
     )
@@ -55,30 +58,48 @@ def test_rates_over_the_last_period_or_the_window_asked() -> None:
 
 def test_a_restarted_target_starts_the_measurement_again() -> None:
     history: deque[MatrixReport] = deque(maxlen=MATRIX_REPORTS)
-    record(history, counters(0, {1: (1_000, 100_000)}))
-    record(history, counters(5, {1: (2_000, 200_000)}))
-    record(history, counters(10, {1: (30, 3_000)}))  # counts went down: restarted
+    record(history, counters(0, {1: (1_000, 100_000)}), RAILS)
+    record(history, counters(5, {1: (2_000, 200_000)}), RAILS)
+    record(history, counters(10, {1: (30, 3_000)}), RAILS)  # counts went down: restarted
     assert row(history, 0) is None
-    record(history, counters(15, {1: (530, 53_000)}))
+    record(history, counters(15, {1: (530, 53_000)}), RAILS)
     assert row(history, 0) == Row({1: (100.0, 10_000.0)}, 5 * S, 2, 15 * S)
 
 
-def test_cells_are_named_by_destination_and_summed_by_rail() -> None:
+def test_cells_are_named_by_destination_and_summed_by_rail_at_ingest() -> None:
     rows = {
         "tor-a": Row({0: (1.0, 100.0), 1: (2.0, 200.0)}, 5 * S, 2, 5 * S),
         "tor-b": Row({0: (4.0, 400.0)}, 5 * S, 2, 5 * S),
     }
-    cells = tor_cells(rows, ["tor-a", "tor-b"])
-    assert cells == [
+    assert tor_cells(rows, ["tor-a", "tor-b"]) == [
         Cell("tor-a", "tor-a", 1.0, 100.0),
         Cell("tor-a", "tor-b", 2.0, 200.0),
         Cell("tor-b", "tor-a", 4.0, 400.0),
     ]
-    assert grouped(cells, {"tor-a": 1, "tor-b": 2}) == {
-        (1, 1): (1.0, 100.0),
-        (1, 2): (2.0, 200.0),
-        (2, 1): (4.0, 400.0),
-    }
+    # Three ToRs: a (rail 1), b and c (rail 2); classes 0, 1, 2 are a, b, c.
+    rail_of = {"tor-a": 1, "tor-b": 2, "tor-c": 2}
+    rails_of_class = [1, 2, 2]
+    histories: dict[str, deque[MatrixReport]] = {t: deque(maxlen=MATRIX_REPORTS) for t in rail_of}
+    for t, scale in ((0, 0), (5, 1)):
+        record(
+            histories["tor-a"],
+            counters(t, {1: (10 * scale, 1_000 * scale), 2: (40 * scale, 4_000 * scale)}),
+            rails_of_class,
+        )
+        record(histories["tor-b"], counters(t, {0: (5 * scale, 500 * scale)}), rails_of_class)
+        if t:  # tor-c reported once: not measured
+            record(histories["tor-c"], counters(t, {0: (1, 1)}), rails_of_class)
+    rails = by_rail(histories, rail_of, 0)
+    assert rails.cells == {(1, 2): (10.0, 1_000.0), (2, 1): (1.0, 100.0)}
+    assert list(rails.unmeasured) == ["tor-c"]
+    # The same as summing the ToR x ToR cells by rail.
+    rows, _ = rows_of(histories, 0)
+    summed: dict[tuple[int, int], tuple[float, float]] = {}
+    for c in tor_cells(rows, ["tor-a", "tor-b", "tor-c"]):
+        key = (rail_of[c.src], rail_of[c.dst])
+        p, b = summed.get(key, (0.0, 0.0))
+        summed[key] = (p + c.packets_per_s, b + c.bytes_per_s)
+    assert rails.cells == summed
 
 
 @st.composite
@@ -110,7 +131,7 @@ def test_a_row_is_the_growth_between_the_reports_a_fresh_reading_picks(
         msg = control_pb2.Counters(wall_ns=wall)
         for c, (packets, octets) in cells.items():
             msg.matrix.add(dst_class=c, packets=packets, bytes=octets)
-        record(history, msg)
+        record(history, msg, RAILS)
     got = row(history, window_s * S)
     # From scratch: the reports since the last one whose counts went down, the last kept few.
     since = 0
