@@ -94,6 +94,8 @@ def run(lab: Lab, budget: Budget) -> Result:
     grid = {(c.src, c.dst): c.bytes_per_s for c in by_tor.cells}
     cells = dict(grid)
     got = cells.pop((src_tor, dst_tor), 0.0)
+    # The cell's error against what arrived; NaN with nothing arrived (a failure said below).
+    error = got / want - 1 if want > 0 else float("nan")
     stray_src, stray_dst, stray = max(
         ((s, d, b) for (s, d), b in cells.items()), key=lambda x: x[2], default=("", "", 0.0)
     )
@@ -121,7 +123,7 @@ def run(lab: Lab, budget: Budget) -> Result:
     reason = (
         f"{src.full_name} -> {dst.full_name} at {RATE_PPS} pps "
         f"({want * 8 / 1e6:.3f} Mb/s arrived): "
-        f"cell {src_tor} -> {dst_tor} {got * 8 / 1e6:.3f} Mb/s ({got / want - 1:+.1%}), largest "
+        f"cell {src_tor} -> {dst_tor} {got * 8 / 1e6:.3f} Mb/s ({error:+.1%}), largest "
         f"other cell {stray:.0f} B/s; {len(spans)} ToRs measured over "
         f"{min(spans, default=0):.1f}-{max(spans, default=0):.1f} s; {sent:,} datagrams sent"
     )
@@ -138,7 +140,7 @@ def run(lab: Lab, budget: Budget) -> Result:
         "nominal_bytes_per_s": nominal,
         "expected_bytes_per_s": round(want, 1),
         "cell_bytes_per_s": round(got, 1),
-        "cell_error_pct": round((got / want - 1) * 100, 2),
+        "cell_error_pct": round(error * 100, 2),
         "largest_other_cell_bytes_per_s": round(stray, 1),
         "rail_cell_bytes_per_s": round(got_rail, 1),
         "largest_other_rail_cell_bytes_per_s": round(stray_rail, 1),
