@@ -109,7 +109,7 @@ def row(history: Iterable[MatrixReport], window_ns: int, *, by_rail: bool = Fals
 
 @dataclass(frozen=True, slots=True)
 class Cell:
-    """Traffic from ToR (or rail) `src` to `dst`, per second."""
+    """Traffic from ToR `src` to ToR `dst`, per second."""
 
     src: str
     dst: str

@@ -73,6 +73,12 @@ class SwitchReader:
         for channel in self._channels:
             channel.close()
 
+    def __enter__(self) -> SwitchReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def egress_ports(pipeline: Pipeline, dst: int) -> frozenset[int]:
     """The ports a switch holding `pipeline` can send a packet for `dst` out of: longest

@@ -67,11 +67,8 @@ def lab() -> Iterator[Lab]:
 
 @pytest.fixture(scope="module")
 def reader(lab: Lab) -> Iterator[SwitchReader]:
-    r = SwitchReader(lab)
-    try:
+    with SwitchReader(lab) as r:
         yield r
-    finally:
-        r.close()
 
 
 @pytest.fixture(autouse=True)
