@@ -92,6 +92,51 @@ DROP_REASON_KERNEL: DropReason.ValueType  # 11
 """Lost by the host's kernel on the way in or out (softswitch: socket buffer, tx errors)."""
 Global___DropReason: _TypeAlias = DropReason  # noqa: Y015
 
+class _RoceKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _RoceKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RoceKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ROCE_KIND_UNSPECIFIED: _RoceKind.ValueType  # 0
+    ROCE_KIND_DATA: _RoceKind.ValueType  # 1
+    """Any opcode but an Acknowledge, an Atomic Acknowledge and a CNP: sends, writes, reads and
+    read responses.
+    """
+    ROCE_KIND_ACK: _RoceKind.ValueType  # 2
+    """Acknowledge or Atomic Acknowledge with an ACK syndrome."""
+    ROCE_KIND_NAK_PSN_SEQUENCE: _RoceKind.ValueType  # 3
+    """NAK, PSN sequence error: the responder saw a gap, a packet was lost on the way to it."""
+    ROCE_KIND_NAK_RNR: _RoceKind.ValueType  # 4
+    """RNR NAK: the responder had no receive buffer posted (a host problem, not the network's)."""
+    ROCE_KIND_NAK_OTHER: _RoceKind.ValueType  # 5
+    """Any other NAK (invalid request, remote access or operational error)."""
+    ROCE_KIND_CNP: _RoceKind.ValueType  # 6
+    """Congestion Notification Packet (opcode 0x81), DCQCN's answer to a CE mark."""
+
+class RoceKind(_RoceKind, metaclass=_RoceKindEnumTypeWrapper):
+    """What a RoCEv2 packet is (p4: FabricIngress.roce_counter counts by it; the values are the
+    program's kinds, railfabric/fabric_counters.py). From the BTH opcode and, for an
+    Acknowledge, the AETH syndrome (InfiniBand Architecture Specification vol. 1, 9.7.5.1).
+    """
+
+ROCE_KIND_UNSPECIFIED: RoceKind.ValueType  # 0
+ROCE_KIND_DATA: RoceKind.ValueType  # 1
+"""Any opcode but an Acknowledge, an Atomic Acknowledge and a CNP: sends, writes, reads and
+read responses.
+"""
+ROCE_KIND_ACK: RoceKind.ValueType  # 2
+"""Acknowledge or Atomic Acknowledge with an ACK syndrome."""
+ROCE_KIND_NAK_PSN_SEQUENCE: RoceKind.ValueType  # 3
+"""NAK, PSN sequence error: the responder saw a gap, a packet was lost on the way to it."""
+ROCE_KIND_NAK_RNR: RoceKind.ValueType  # 4
+"""RNR NAK: the responder had no receive buffer posted (a host problem, not the network's)."""
+ROCE_KIND_NAK_OTHER: RoceKind.ValueType  # 5
+"""Any other NAK (invalid request, remote access or operational error)."""
+ROCE_KIND_CNP: RoceKind.ValueType  # 6
+"""Congestion Notification Packet (opcode 0x81), DCQCN's answer to a CE mark."""
+Global___RoceKind: _TypeAlias = RoceKind  # noqa: Y015
+
 class _EntryStatus:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -470,6 +515,89 @@ class Neighbors(_message.Message):
 Global___Neighbors: _TypeAlias = Neighbors  # noqa: Y015
 
 @_typing.final
+class RoceCount(_message.Message):
+    """RoCEv2 packets of one kind and traffic class that arrived on a port, cumulative."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRAFFIC_CLASS_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    PACKETS_FIELD_NUMBER: _builtins.int
+    traffic_class: _builtins.int
+    kind: Global___RoceKind.ValueType
+    packets: _builtins.int
+    def __init__(
+        self,
+        *,
+        traffic_class: _builtins.int = ...,
+        kind: Global___RoceKind.ValueType = ...,
+        packets: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "packets", b"packets", "traffic_class", b"traffic_class"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RoceCount: _TypeAlias = RoceCount  # noqa: Y015
+
+@_typing.final
+class NakSample(_message.Message):
+    """One NAK the switch copied to its agent (state.proto NakSampling): the NAK's own header
+    fields. The NAK goes from the responder back to the requester, so the flow whose packet was
+    lost is the reverse: from dst_ipv4 to src_ipv4.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PORT_FIELD_NUMBER: _builtins.int
+    SRC_IPV4_FIELD_NUMBER: _builtins.int
+    DST_IPV4_FIELD_NUMBER: _builtins.int
+    UDP_SPORT_FIELD_NUMBER: _builtins.int
+    DST_QP_FIELD_NUMBER: _builtins.int
+    PSN_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    SYNDROME_FIELD_NUMBER: _builtins.int
+    DSCP_FIELD_NUMBER: _builtins.int
+    WALL_NS_FIELD_NUMBER: _builtins.int
+    port: _builtins.int
+    """The port it arrived on (a host port: the responder's NIC is behind it)."""
+    src_ipv4: _builtins.int
+    dst_ipv4: _builtins.int
+    udp_sport: _builtins.int
+    dst_qp: _builtins.int
+    """BTH destination QP (the requester's queue pair) and PSN."""
+    psn: _builtins.int
+    kind: Global___RoceKind.ValueType
+    syndrome: _builtins.int
+    """The AETH syndrome byte as sent."""
+    dscp: _builtins.int
+    """IPv4 DSCP of the NAK."""
+    wall_ns: _builtins.int
+    """When the agent received it, Unix ns."""
+    def __init__(
+        self,
+        *,
+        port: _builtins.int = ...,
+        src_ipv4: _builtins.int = ...,
+        dst_ipv4: _builtins.int = ...,
+        udp_sport: _builtins.int = ...,
+        dst_qp: _builtins.int = ...,
+        psn: _builtins.int = ...,
+        kind: Global___RoceKind.ValueType = ...,
+        syndrome: _builtins.int = ...,
+        dscp: _builtins.int = ...,
+        wall_ns: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dscp", b"dscp", "dst_ipv4", b"dst_ipv4", "dst_qp", b"dst_qp", "kind", b"kind", "port", b"port", "psn", b"psn", "src_ipv4", b"src_ipv4", "syndrome", b"syndrome", "udp_sport", b"udp_sport", "wall_ns", b"wall_ns"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NakSample: _TypeAlias = NakSample  # noqa: Y015
+
+@_typing.final
 class DropCount(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -512,6 +640,7 @@ class PortCounters(_message.Message):
     QUEUE_WATERMARK_BYTES_FIELD_NUMBER: _builtins.int
     QUEUE_DEPTH_PACKETS_FIELD_NUMBER: _builtins.int
     QUEUE_WATERMARK_PACKETS_FIELD_NUMBER: _builtins.int
+    ROCE_FIELD_NUMBER: _builtins.int
     port: _builtins.int
     rx_packets: _builtins.int
     rx_bytes: _builtins.int
@@ -536,6 +665,12 @@ class PortCounters(_message.Message):
         dropped for it; a reason it cannot count is absent ("not available on this target").
         """
 
+    @_builtins.property
+    def roce(self) -> _containers.RepeatedCompositeFieldContainer[Global___RoceCount]:
+        """RoCEv2 packets that arrived on the port by traffic class and kind; a (class, kind) not
+        listed counted nothing. Only the traffic classes the switch's QoS map uses are read.
+        """
+
     def __init__(
         self,
         *,
@@ -554,10 +689,11 @@ class PortCounters(_message.Message):
         queue_watermark_bytes: _builtins.int | None = ...,
         queue_depth_packets: _builtins.int | None = ...,
         queue_watermark_packets: _builtins.int | None = ...,
+        roce: _abc.Iterable[Global___RoceCount] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_queue_depth_bytes", b"_queue_depth_bytes", "_queue_depth_packets", b"_queue_depth_packets", "_queue_watermark_bytes", b"_queue_watermark_bytes", "_queue_watermark_packets", b"_queue_watermark_packets", "queue_depth_bytes", b"queue_depth_bytes", "queue_depth_packets", b"queue_depth_packets", "queue_watermark_bytes", b"queue_watermark_bytes", "queue_watermark_packets", b"queue_watermark_packets"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_queue_depth_bytes", b"_queue_depth_bytes", "_queue_depth_packets", b"_queue_depth_packets", "_queue_watermark_bytes", b"_queue_watermark_bytes", "_queue_watermark_packets", b"_queue_watermark_packets", "drops", b"drops", "drops_by_reason", b"drops_by_reason", "ecn_marks", b"ecn_marks", "pfc_pause_rx", b"pfc_pause_rx", "pfc_pause_tx", b"pfc_pause_tx", "pfc_watchdog_storms", b"pfc_watchdog_storms", "port", b"port", "queue_depth_bytes", b"queue_depth_bytes", "queue_depth_packets", b"queue_depth_packets", "queue_watermark_bytes", b"queue_watermark_bytes", "queue_watermark_packets", b"queue_watermark_packets", "rx_bytes", b"rx_bytes", "rx_packets", b"rx_packets", "tx_bytes", b"tx_bytes", "tx_packets", b"tx_packets"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_queue_depth_bytes", b"_queue_depth_bytes", "_queue_depth_packets", b"_queue_depth_packets", "_queue_watermark_bytes", b"_queue_watermark_bytes", "_queue_watermark_packets", b"_queue_watermark_packets", "drops", b"drops", "drops_by_reason", b"drops_by_reason", "ecn_marks", b"ecn_marks", "pfc_pause_rx", b"pfc_pause_rx", "pfc_pause_tx", b"pfc_pause_tx", "pfc_watchdog_storms", b"pfc_watchdog_storms", "port", b"port", "queue_depth_bytes", b"queue_depth_bytes", "queue_depth_packets", b"queue_depth_packets", "queue_watermark_bytes", b"queue_watermark_bytes", "queue_watermark_packets", b"queue_watermark_packets", "roce", b"roce", "rx_bytes", b"rx_bytes", "rx_packets", b"rx_packets", "tx_bytes", b"tx_bytes", "tx_packets", b"tx_packets"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__queue_depth_bytes: _TypeAlias = _typing.Literal["queue_depth_bytes"]  # noqa: Y015
     _WhichOneofArgType__queue_depth_bytes: _TypeAlias = _typing.Literal["_queue_depth_bytes", b"_queue_depth_bytes"]  # noqa: Y015
@@ -616,7 +752,10 @@ class Counters(_message.Message):
     WALL_NS_FIELD_NUMBER: _builtins.int
     PORTS_FIELD_NUMBER: _builtins.int
     MATRIX_FIELD_NUMBER: _builtins.int
+    NAK_SAMPLES_FIELD_NUMBER: _builtins.int
+    NAK_SAMPLES_DROPPED_FIELD_NUMBER: _builtins.int
     wall_ns: _builtins.int
+    nak_samples_dropped: _builtins.int
     @_builtins.property
     def ports(self) -> _containers.RepeatedCompositeFieldContainer[Global___PortCounters]: ...
     @_builtins.property
@@ -625,16 +764,24 @@ class Counters(_message.Message):
         class not listed counted nothing; 100k-GPU fabrics have 1,600 classes per ToR).
         """
 
+    @_builtins.property
+    def nak_samples(self) -> _containers.RepeatedCompositeFieldContainer[Global___NakSample]:
+        """NAKs sampled since the previous report, oldest first (the agent keeps at most 256 per
+        report), and how many more arrived that it did not keep.
+        """
+
     def __init__(
         self,
         *,
         wall_ns: _builtins.int = ...,
         ports: _abc.Iterable[Global___PortCounters] | None = ...,
         matrix: _abc.Iterable[Global___MatrixCount] | None = ...,
+        nak_samples: _abc.Iterable[Global___NakSample] | None = ...,
+        nak_samples_dropped: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["matrix", b"matrix", "ports", b"ports", "wall_ns", b"wall_ns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["matrix", b"matrix", "nak_samples", b"nak_samples", "nak_samples_dropped", b"nak_samples_dropped", "ports", b"ports", "wall_ns", b"wall_ns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -447,6 +447,36 @@ class MatrixClass(_message.Message):
 Global___MatrixClass: _TypeAlias = MatrixClass  # noqa: Y015
 
 @_typing.final
+class NakSampling(_message.Message):
+    """RoCEv2 NAKs copied to the agent (p4: FabricIngress.nak_sampling, nak_sample_time): on each
+    of `ports` (a ToR's host ports, where a responder's NAK enters the fabric) at most one NAK
+    every `interval_us`, so the CPU port carries a bounded rate whatever the NAK storm. The
+    controller places each sampled NAK's flow on its path to localise the loss behind it. Like
+    the ports it changes only with the intent (a full state).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PORTS_FIELD_NUMBER: _builtins.int
+    INTERVAL_US_FIELD_NUMBER: _builtins.int
+    interval_us: _builtins.int
+    @_builtins.property
+    def ports(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        ports: _abc.Iterable[_builtins.int] | None = ...,
+        interval_us: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["interval_us", b"interval_us", "ports", b"ports"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NakSampling: _TypeAlias = NakSampling  # noqa: Y015
+
+@_typing.final
 class DesiredState(_message.Message):
     """The complete desired state of one switch at generation `generation`."""
 
@@ -465,6 +495,7 @@ class DesiredState(_message.Message):
     DIGEST_FIELD_NUMBER: _builtins.int
     ECMP_HASH_FIELD_NUMBER: _builtins.int
     MATRIX_FIELD_NUMBER: _builtins.int
+    NAK_SAMPLING_FIELD_NUMBER: _builtins.int
     switch_name: _builtins.str
     """Switch name from the fabric intent."""
     generation: _builtins.int
@@ -493,6 +524,10 @@ class DesiredState(_message.Message):
     def matrix(self) -> Global___TrafficMatrix:
         """ToRs only; unset elsewhere. Changes only with the intent (a full state)."""
 
+    @_builtins.property
+    def nak_sampling(self) -> Global___NakSampling:
+        """ToRs only; unset elsewhere (and when the intent turns sampling off)."""
+
     def __init__(
         self,
         *,
@@ -509,10 +544,11 @@ class DesiredState(_message.Message):
         digest: _builtins.str = ...,
         ecmp_hash: Global___EcmpHash.ValueType = ...,
         matrix: Global___TrafficMatrix | None = ...,
+        nak_sampling: Global___NakSampling | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["matrix", b"matrix", "pfc_watchdog", b"pfc_watchdog"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["matrix", b"matrix", "nak_sampling", b"nak_sampling", "pfc_watchdog", b"pfc_watchdog"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["digest", b"digest", "dscp_map", b"dscp_map", "ecmp_hash", b"ecmp_hash", "ecn", b"ecn", "generation", b"generation", "groups", b"groups", "matrix", b"matrix", "neighbors", b"neighbors", "pfc", b"pfc", "pfc_watchdog", b"pfc_watchdog", "ports", b"ports", "routes", b"routes", "switch_name", b"switch_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["digest", b"digest", "dscp_map", b"dscp_map", "ecmp_hash", b"ecmp_hash", "ecn", b"ecn", "generation", b"generation", "groups", b"groups", "matrix", b"matrix", "nak_sampling", b"nak_sampling", "neighbors", b"neighbors", "pfc", b"pfc", "pfc_watchdog", b"pfc_watchdog", "ports", b"ports", "routes", b"routes", "switch_name", b"switch_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
