@@ -23,6 +23,7 @@
 #include "include/control/hash.p4"
 #include "include/control/next.p4"
 #include "include/control/traffic_matrix.p4"
+#include "include/control/roce.p4"
 #include "include/control/ecn.p4"
 #include "include/control/pfc.p4"
 #include "include/control/queue_depth.p4"
@@ -38,6 +39,7 @@ control FabricIngress(inout parsed_headers_t hdr,
     HashConfig() ecmp_hash;
     Next() next;
     TrafficMatrix() traffic_matrix;
+    RoceSignals() roce;
     DropCounter() drop_counter;
 
     apply {
@@ -53,6 +55,7 @@ control FabricIngress(inout parsed_headers_t hdr,
             if (!fabric_md.skip_forwarding) {
                 if (hdr.ipv4.isValid()) {
                     qos.apply(hdr, fabric_md, standard_metadata);
+                    roce.apply(hdr, fabric_md, standard_metadata);
                     traffic_matrix.apply(hdr, fabric_md, standard_metadata);
                     routing.apply(hdr, fabric_md, standard_metadata);
                     if (fabric_md.next_id_valid) {

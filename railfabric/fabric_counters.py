@@ -6,6 +6,9 @@ is written once more here, checked against the P4 sources by tests/unit/p4.
 - `FabricIngress.drop_reason_counter`: index `port * DROP_REASONS_PER_PORT + reason`, one
   packet per frame dropped; `reason` is a `DropReason`, whose values are those of
   `railfabric.v1.DropReason` (proto/railfabric/v1/control.proto).
+- `FabricIngress.roce_counter`: index `port * ROCE_CELLS_PER_PORT + traffic_class * ROCE_KINDS
+  + kind`, one packet per RoCEv2 packet arriving; `kind` is a `RoceKind`, whose values are
+  those of `railfabric.v1.RoceKind`.
 - `FabricEgress.queue_depth_histogram`: index `port * QUEUE_DEPTH_LEVELS + level`, one packet
   per frame leaving the port, `level = min(deq_qdepth, QUEUE_DEPTH_LEVELS - 1)`.
 """
@@ -18,6 +21,10 @@ from typing import Final
 PORTS: Final = 512  # PORT_COUNTER_SIZE: a port number is bit<9>
 DROP_REASONS_PER_PORT: Final = 16  # drop_reason_t is bit<4>
 QUEUE_DEPTH_LEVELS: Final = 64
+ROCE_KINDS: Final = 8  # roce_kind_t is bit<3>
+ROCE_CELLS_PER_PORT: Final = 64  # 8 traffic classes x ROCE_KINDS
+# The clone session fabric.p4 copies sampled NAKs into (define.p4 NAK_SAMPLE_SESSION).
+NAK_SAMPLE_SESSION: Final = 1
 
 
 class DropReason(enum.IntEnum):
@@ -46,6 +53,24 @@ PIPELINE_REASONS: Final = (
     DropReason.NO_NEXT_HOP,
     DropReason.MALFORMED,
 )
+
+
+class RoceKind(enum.IntEnum):
+    """fabric.p4's roce_kind_t values (define.p4), equal to railfabric.v1.RoceKind's."""
+
+    DATA = 1
+    ACK = 2
+    NAK_PSN_SEQUENCE = 3
+    NAK_RNR = 4
+    NAK_OTHER = 5
+    CNP = 6
+
+
+NAK_KINDS: Final = (RoceKind.NAK_PSN_SEQUENCE, RoceKind.NAK_RNR, RoceKind.NAK_OTHER)
+
+
+def roce_index(port: int, traffic_class: int, kind: RoceKind) -> int:
+    return port * ROCE_CELLS_PER_PORT + traffic_class * ROCE_KINDS + kind
 
 
 def drop_reason_index(port: int, reason: DropReason) -> int:

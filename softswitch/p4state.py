@@ -1,9 +1,9 @@
 """The P4Runtime objects a switch holds, one store per part of the spec: tables (§9.1,
 `tables.py`), action profiles (§9.2, `profiles.py`), counters (§9.3, `counters.py`), registers
-(§9.6, `registers.py`), with the entities decoded and validated in `entities.py`. `P4State`
-sends each update and read to its store; every store reports a per-update code as a `P4Error`
-(`codes.py`) and tells a `Hooks` object (the pipeline) about each change so it can keep its
-fast lookup structures.
+(§9.6, `registers.py`), clone sessions (§9.5, `replication.py`), with the entities decoded and
+validated in `entities.py`. `P4State` sends each update and read to its store; every store
+reports a per-update code as a `P4Error` (`codes.py`) and tells a `Hooks` object (the pipeline)
+about each change so it can keep its fast lookup structures.
 
 Pure: no I/O, no gRPC. `server.py` turns codes into google.rpc.Status details.
 """
@@ -37,6 +37,7 @@ from softswitch.profiles import (
     ProfileStore,
 )
 from softswitch.registers import RegisterHooks, RegisterStore
+from softswitch.replication import ReplicationStore
 from softswitch.schema import FabricSchema, TableInfo
 from softswitch.tables import TableEntryState, TableHooks, TableStore
 
@@ -78,12 +79,15 @@ _ABSENT_ENTITIES = {
 class P4State:
     """Every P4Runtime object of one forwarding pipeline config."""
 
-    def __init__(self, schema: FabricSchema, hooks: Hooks) -> None:
+    def __init__(
+        self, schema: FabricSchema, hooks: Hooks, replica_ports: Iterable[int] = ()
+    ) -> None:
         self.schema = schema
         self.profiles = ProfileStore(schema, hooks)
         self.tables = TableStore(schema, self.profiles, hooks)
         self.counters = CounterStore(schema, hooks)
         self.registers = RegisterStore(schema, hooks)
+        self.replication = ReplicationStore(replica_ports)
         self._hooks = hooks
         # The stores' dicts, as the pipeline and tests read them.
         self.entries = self.tables.entries
@@ -98,6 +102,7 @@ class P4State:
             "action_profile_group": self.profiles.write_group,
             "counter_entry": self.counters.write,
             "register_entry": self.registers.write,
+            "packet_replication_engine_entry": self.replication.write,
         }
 
     def _initial_default(self, table: TableInfo) -> ActionCall | None:
@@ -155,7 +160,7 @@ class P4State:
         elif kind is None:
             raise P4Error(Code.INVALID_ARGUMENT, "read entity is empty")
         elif kind == "packet_replication_engine_entry":
-            return  # fabric.p4 uses no multicast groups or clone sessions: nothing to read
+            yield from self.replication.read(entity.packet_replication_engine_entry)
         elif kind in _ABSENT_ENTITIES:
             # fabric.p4 has none of these: a wildcard read finds nothing, a named one is wrong.
             holder = getattr(entity, kind)

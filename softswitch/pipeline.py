@@ -1,17 +1,18 @@
 """A model of p4/fabric.p4 (v1model), one method per control of p4/include/control/*.p4.
 
 `process(frame, ingress_port)` runs FabricIngress as fabric.p4 wires it: PortCountersIngress,
-the parser, Acl, then for IPv4 QosClassify, Routing (TTL check, routing_v4 LPM), HashConfig
-and Next (the ECMP action selector, set_nexthop), DropCounter on every drop, then the IPv4
-checksum update. It returns where the frame goes (the CPU port for a punt), or None when it is
-dropped; a drop counts in drop_counter and, by its reason, in drop_reason_counter
-(railfabric/fabric_counters.py), both on the ingress port. PacketIoIngress is `packet_out`.
-The egress controls run outside this class, at the port: EcnMarking and Pfc in the traffic
-manager (egress.py, tm.py) from the ecn_marking and pfc_config entries kept here
-(`ecn_thresholds`, `pfc_thresholds`, and pfc_watchdog's default action as
-`pfc_watchdog_us`), PacketIoEgress in the switch (packet-in with the ingress port),
-PortCountersEgress in `count_egress`, QueueDepth (the queue_depth and queue_watermark
-registers, queue_depth_histogram) from the traffic manager's occupancy (egress.py).
+the parser, Acl, then for IPv4 QosClassify, RoceSignals (roce_counter, and NAKs sampled on
+nak_sampling's ports into `clones`, I2E copies of the frame as it arrived), Routing (TTL check,
+routing_v4 LPM), HashConfig and Next (the ECMP action selector, set_nexthop), DropCounter on
+every drop, then the IPv4 checksum update. It returns where the frame goes (the CPU port for a
+punt), or None when it is dropped; a drop counts in drop_counter and, by its reason, in
+drop_reason_counter (railfabric/fabric_counters.py), both on the ingress port. PacketIoIngress
+is `packet_out`. The egress controls run outside this class, at the port: EcnMarking and Pfc in
+the traffic manager (egress.py, tm.py) from the ecn_marking and pfc_config entries kept here
+(`ecn_thresholds`, `pfc_thresholds`, and pfc_watchdog's default action as `pfc_watchdog_us`),
+PacketIoEgress in the switch (packet-in with the ingress port), PortCountersEgress in
+`count_egress`, QueueDepth (the queue_depth and queue_watermark registers,
+queue_depth_histogram) from the traffic manager's occupancy (egress.py).
 
 Pure and synchronous. The P4Runtime objects live in `p4state.P4State`, which calls the hooks
 below on every change so lookups here stay dict operations.
@@ -25,13 +26,20 @@ from __future__ import annotations
 
 import enum
 import struct
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from railfabric import ecmp
 from railfabric import fabric_p4 as p4
+from railfabric.fabric_counters import (
+    NAK_KINDS,
+    NAK_SAMPLE_SESSION,
+    RoceKind,
+    drop_reason_index,
+    roce_index,
+)
 from railfabric.fabric_counters import DropReason as P4DropReason
-from railfabric.fabric_counters import drop_reason_index
 from softswitch.p4state import (
     ActionCall,
     GroupRef,
@@ -62,7 +70,15 @@ TCP_MIN_LEN = 20
 L4_SPORT = 0  # then the destination port, 2 bytes on (UDP and TCP alike)
 L4_DPORT = 2
 BTH_LEN = 12
+BTH_OPCODE = 0
 BTH_DST_QP = 5  # 3 bytes
+AETH_LEN = 4  # after the BTH of an Acknowledge and an Atomic Acknowledge; byte 0 the syndrome
+BTH_OPCODE_ACK = 0x11
+BTH_OPCODE_ATOMIC_ACK = 0x12
+BTH_OPCODE_CNP = 0x81
+AETH_TYPE_ACK = 0
+AETH_TYPE_RNR_NAK = 1
+AETH_TYPE_NAK = 3
 
 ETHERTYPE_IPV4 = 0x0800
 ETHERTYPE_LLDP = 0x88CC
@@ -76,6 +92,31 @@ _TWO_PORTS = struct.Struct("!HH")
 _CHECKSUM = struct.Struct("!H")
 
 _NO_ROUTE = -1  # an LPM level's "no such prefix", distinct from None (drop)
+_U32 = 0xFFFFFFFF
+
+
+def _monotonic_us() -> int:
+    """ingress_global_timestamp: microseconds, as bmv2 counts them."""
+    return time.monotonic_ns() // 1000
+
+
+def roce_kind(frame: bytes | bytearray, bth: int) -> RoceKind:
+    """RoceSignals' kind of the RoCEv2 packet whose BTH starts at `bth`: the opcode, and for
+    an Acknowledge the AETH syndrome's type (bits 6:5) and NAK code (bits 4:0)."""
+    opcode = frame[bth + BTH_OPCODE]
+    if opcode == BTH_OPCODE_CNP:
+        return RoceKind.CNP
+    if opcode not in (BTH_OPCODE_ACK, BTH_OPCODE_ATOMIC_ACK):
+        return RoceKind.DATA
+    syndrome = frame[bth + BTH_LEN]
+    kind = (syndrome >> 5) & 3
+    if kind == AETH_TYPE_ACK:
+        return RoceKind.ACK
+    if kind == AETH_TYPE_RNR_NAK:
+        return RoceKind.NAK_RNR
+    if kind == AETH_TYPE_NAK and syndrome & 0x1F == 0:
+        return RoceKind.NAK_PSN_SEQUENCE
+    return RoceKind.NAK_OTHER
 
 
 class DropReason(enum.Enum):
@@ -196,6 +237,17 @@ class Pipeline:
         self._matrix_lpm: dict[int, dict[int, int]] = {}
         self._matrix_order: list[tuple[int, int]] = []
         self.c_matrix = self.counters[cid[p4.MATRIX_COUNTER]] if p4.MATRIX_COUNTER in cid else None
+        # RoceSignals: the counter's packet cells (None: a P4Info without it counts nothing),
+        # the sampled ports with their intervals, the last sample per port (the register).
+        self.c_roce = self.counters[cid[p4.ROCE_COUNTER]][0] if p4.ROCE_COUNTER in cid else None
+        self._nak_ports: dict[int, int] = {}
+        self._a_sample_naks = aid.get(p4.SAMPLE_NAKS, -1)
+        self.r_nak_sample_time = (
+            self.registers[rid[p4.NAK_SAMPLE_TIME]] if p4.NAK_SAMPLE_TIME in rid else None
+        )
+        self.clock_us: Callable[[], int] = _monotonic_us
+        # I2E clones of the frame `process` last ran (the switch sends and clears them).
+        self.clones: list[Forward] = []
         self._hash_qp = False
         self._next: dict[int, TableAction] = {}
         self.ecn_thresholds: dict[tuple[int, int], tuple[int, int, int]] = {}
@@ -237,11 +289,14 @@ class Pipeline:
             self._on_unset[tid[p4.MATRIX_SOURCE]] = self._matrix_source_unset
             self._on_set[tid[p4.MATRIX_DEST]] = self._matrix_dest_set
             self._on_unset[tid[p4.MATRIX_DEST]] = self._matrix_dest_unset
+        if p4.NAK_SAMPLING in tid:
+            self._on_set[tid[p4.NAK_SAMPLING]] = self._nak_sampling_set
+            self._on_unset[tid[p4.NAK_SAMPLING]] = self._nak_sampling_unset
         if p4.HASH_CONFIG in tid:
             self._on_default[tid[p4.HASH_CONFIG]] = self._hash_config_default_set
         if p4.PFC_WATCHDOG in tid:
             self._on_default[tid[p4.PFC_WATCHDOG]] = self._pfc_watchdog_default_set
-        self.state = P4State(schema, self)
+        self.state = P4State(schema, self, self.ports | {cpu_port})
 
     # ---- hooks from P4State ------------------------------------------------------------
 
@@ -314,6 +369,13 @@ class Pipeline:
             self._drop(DropReason.NOT_IPV4, in_port, n)
             return None
         tc = self._apply_qos(frame)
+        if (
+            self.c_roce is not None
+            and l4 == IPV4 + IPV4_MIN_LEN  # fabric.p4 parses L4 only without IPv4 options
+            and frame[IPV4 + IPV4_PROTOCOL] == IPPROTO_UDP
+            and (frame[l4 + L4_DPORT] << 8 | frame[l4 + L4_DPORT + 1]) == ecmp.ROCEV2_UDP_PORT
+        ):
+            self._roce_signals(frame, l4 + UDP_LEN, in_port, tc)
         if in_port in self._matrix_ports:
             self._count_matrix(frame, n)
         next_id = self._apply_routing(frame, in_port, n)
@@ -355,8 +417,14 @@ class Pipeline:
             if n < l4 + UDP_LEN:
                 return -1
             dport = frame[l4 + L4_DPORT] << 8 | frame[l4 + L4_DPORT + 1]
-            if dport == ecmp.ROCEV2_UDP_PORT and n < l4 + UDP_LEN + BTH_LEN:
-                return -1
+            if dport == ecmp.ROCEV2_UDP_PORT:
+                bth = l4 + UDP_LEN
+                if n < bth + BTH_LEN:
+                    return -1
+                opcode = frame[bth + BTH_OPCODE]
+                acked = opcode in (BTH_OPCODE_ACK, BTH_OPCODE_ATOMIC_ACK)
+                if acked and n < bth + BTH_LEN + AETH_LEN:
+                    return -1
         elif proto == IPPROTO_TCP and n < l4 + TCP_MIN_LEN:
             return -1
         return l4
@@ -382,6 +450,38 @@ class Pipeline:
         """QosClassify: the traffic class of the IPv4 DSCP (qos_classify; a miss is its
         default, set_traffic_class(TC_BEST_EFFORT))."""
         return self._qos.get(frame[IPV4 + IPV4_DSCP_ECN] >> 2, self._qos_default)
+
+    def _roce_signals(self, frame: bytes, bth: int, in_port: int, tc: int) -> None:
+        """RoceSignals: count the packet by port, class and kind; a NAK on a port nak_sampling
+        lists is cloned to NAK_SAMPLE_SESSION when the port's last sample is `interval_us`
+        old (nak_sample_time, 32-bit microseconds, compared modulo 2**32 as the program does)."""
+        kind = roce_kind(frame, bth)
+        cells = self.c_roce
+        assert cells is not None
+        index = roce_index(in_port, tc, kind)
+        if index < len(cells):
+            cells[index] += 1
+        if kind not in NAK_KINDS:
+            return
+        interval = self._nak_ports.get(in_port)
+        last = self.r_nak_sample_time
+        if interval is None or last is None:
+            return
+        now = self.clock_us() & _U32
+        if (now - last[in_port]) & _U32 >= interval:
+            last[in_port] = now
+            self._clone(frame, NAK_SAMPLE_SESSION)
+
+    def _clone(self, frame: bytes, session_id: int) -> None:
+        """clone(CloneType.I2E, session): the frame as it arrived, to each replica's port (none
+        when the session is not configured, as on bmv2). Clones carry no metadata: class 0."""
+        session = self.state.replication.sessions.get(session_id)
+        if session is None:
+            return
+        cut = session.packet_length_bytes
+        copy = frame[:cut] if cut else frame
+        for port, _instance in session.replicas:
+            self.clones.append(Forward(port, copy, 0))
 
     def _count_matrix(self, frame: bytes, n: int) -> None:
         """TrafficMatrix on a host port (matrix_source hit): matrix_dest's longest prefix
@@ -626,6 +726,16 @@ class Pipeline:
             if not level:
                 del self._matrix_lpm[plen]
                 self._matrix_order = _lpm_order(self._matrix_lpm)
+
+    def _nak_sampling_set(self, key: Key, priority: int, action: TableAction) -> None:
+        port = _key_value(key, 0)
+        if isinstance(action, ActionCall) and action.action_id == self._a_sample_naks:
+            self._nak_ports[port] = action.args[0]
+        else:
+            self._nak_ports.pop(port, None)  # NoAction is default-only: not reached
+
+    def _nak_sampling_unset(self, key: Key, priority: int) -> None:
+        self._nak_ports.pop(_key_value(key, 0), None)
 
     def _hash_config_default_set(self, action: ActionCall) -> None:
         self._hash_qp = action.action_id == self._a_hash_qp

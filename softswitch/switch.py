@@ -93,6 +93,8 @@ class Switch:
             self.mac_control(frame, in_port)
             return
         fwd = pipeline.process(frame, in_port)
+        if pipeline.clones:
+            self._send_clones(pipeline, in_port)
         if fwd is None:
             return
         if fwd.port == self.cpu_port:
@@ -100,6 +102,17 @@ class Switch:
             self.packet_in(bytes(fwd.frame), in_port)
         else:
             self.transmit(fwd, in_port)
+
+    def _send_clones(self, pipeline: Pipeline, in_port: int) -> None:
+        """The clones the last frame made (bmv2 enqueues them before the frame itself): to the
+        CPU port as packet-ins with the frame's ingress port, else out of their port."""
+        for clone in pipeline.clones:
+            if clone.port == self.cpu_port:
+                pipeline.count_egress(clone.port, len(clone.frame))
+                self.packet_in(bytes(clone.frame), in_port)
+            else:
+                self.transmit(clone, in_port)
+        pipeline.clones.clear()
 
     def packet_out(self, frame: bytes, egress_port: int) -> bool:
         """A PacketOut from the controller; False when it was dropped."""

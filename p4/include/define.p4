@@ -32,6 +32,35 @@ const bit<8> PROTO_UDP = 17;
 // RoCEv2 runs over UDP with this well-known destination port.
 const l4_port_t UDP_PORT_ROCEV2 = 4791;
 
+// BTH opcodes the program tells apart (IBA vol. 1, 9.2; RoCEv2 annex A17 for the CNP).
+const bit<8> BTH_OPCODE_ACK        = 0x11;  // RC Acknowledge: AETH follows
+const bit<8> BTH_OPCODE_ATOMIC_ACK = 0x12;  // RC Atomic Acknowledge: AETH follows
+const bit<8> BTH_OPCODE_CNP        = 0x81;  // Congestion Notification Packet
+
+// AETH syndrome type (bits 6:5) and the NAK code of a PSN sequence error (bits 4:0).
+const bit<2> AETH_TYPE_ACK     = 0;
+const bit<2> AETH_TYPE_RNR_NAK = 1;
+const bit<2> AETH_TYPE_NAK     = 3;
+const bit<5> AETH_NAK_PSN_SEQUENCE_ERROR = 0;
+
+// What a RoCEv2 packet is, counted in FabricIngress.roce_counter at index
+// ingress_port * ROCE_CELLS_PER_PORT + traffic_class * ROCE_KINDS + kind: the values of
+// railfabric.v1.RoceKind (proto/railfabric/v1/control.proto; railfabric/fabric_counters.py,
+// checked by tests/unit/p4).
+typedef bit<3> roce_kind_t;
+const roce_kind_t ROCE_KIND_DATA             = 1;
+const roce_kind_t ROCE_KIND_ACK              = 2;
+const roce_kind_t ROCE_KIND_NAK_PSN_SEQUENCE = 3;
+const roce_kind_t ROCE_KIND_NAK_RNR          = 4;
+const roce_kind_t ROCE_KIND_NAK_OTHER        = 5;
+const roce_kind_t ROCE_KIND_CNP              = 6;
+const bit<32> ROCE_KINDS          = 8;   // roce_kind_t is 3 bits
+const bit<32> ROCE_CELLS_PER_PORT = 64;  // 8 traffic classes x 8 kinds
+
+// The clone session that copies sampled NAKs to the CPU port (control/roce.p4); the agent
+// writes it as a P4Runtime CloneSessionEntry with one replica, the CPU port.
+const bit<32> NAK_SAMPLE_SESSION = 1;
+
 // ECN codepoints (RFC 3168).
 const bit<2> ECN_NOT_ECT = 0;
 const bit<2> ECN_ECT1    = 1;

@@ -82,6 +82,14 @@ header bth_t {
     bit<24> psn;
 }
 
+// InfiniBand ACK extended transport header: follows the BTH of an Acknowledge and an Atomic
+// Acknowledge. Syndrome bits 6:5 say ACK (00), RNR NAK (01) or NAK (11); for a NAK bits 4:0
+// are its code, 0 a PSN sequence error (IBA vol. 1, 9.7.5.1).
+header aeth_t {
+    bit<8>  syndrome;
+    bit<24> msn;
+}
+
 struct parsed_headers_t {
     packet_out_header_t packet_out;
     packet_in_header_t  packet_in;
@@ -91,6 +99,7 @@ struct parsed_headers_t {
     udp_t               udp;
     tcp_t               tcp;
     bth_t               bth;
+    aeth_t              aeth;
 }
 
 struct fabric_metadata_t {

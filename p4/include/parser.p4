@@ -73,6 +73,15 @@ parser FabricParser(packet_in packet,
 
     state parse_bth {
         packet.extract(hdr.bth);
+        transition select(hdr.bth.opcode) {
+            BTH_OPCODE_ACK: parse_aeth;
+            BTH_OPCODE_ATOMIC_ACK: parse_aeth;
+            default: accept;
+        }
+    }
+
+    state parse_aeth {
+        packet.extract(hdr.aeth);
         transition accept;
     }
 }
@@ -109,6 +118,7 @@ control FabricDeparser(packet_out packet, in parsed_headers_t hdr) {
         packet.emit(hdr.udp);
         packet.emit(hdr.tcp);
         packet.emit(hdr.bth);
+        packet.emit(hdr.aeth);
     }
 }
 

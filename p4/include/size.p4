@@ -20,5 +20,7 @@
 #define MATRIX_SOURCE_TABLE_SIZE   512       // a ToR's host ports
 #define MATRIX_DEST_TABLE_SIZE     8192      // destination prefixes, each to its class
 #define MATRIX_COUNTER_SIZE        4096      // destination classes (ToRs): matrix_class_t
+#define NAK_SAMPLING_TABLE_SIZE    512       // a ToR's host ports
+#define ROCE_COUNTER_SIZE          32768     // 512 ports x 8 classes x 8 kinds (define.p4)
 
 #endif  // __SIZE__

@@ -58,6 +58,9 @@ TABLES: dict[str, tuple[list[tuple[str, int, int]], set[str], set[str], str | No
     p4.MATRIX_DEST: (
         [(p4.MATRIX_DEST_IPV4_DST, 32, LPM)], {p4.COUNT_MATRIX}, {p4.NO_ACTION}, None,
     ),
+    p4.NAK_SAMPLING: (
+        [(p4.NAK_SAMPLING_IG_PORT, 9, EXACT)], {p4.SAMPLE_NAKS}, {p4.NO_ACTION}, None,
+    ),
     p4.ECN_MARKING: (
         [(p4.ECN_MARKING_EG_PORT, 9, EXACT), (p4.ECN_MARKING_TRAFFIC_CLASS, 3, EXACT)],
         {p4.SET_ECN_THRESHOLDS},
@@ -88,6 +91,7 @@ ACTIONS: dict[str, list[tuple[str, int]]] = {
         (p4.SET_NEXTHOP_DMAC, 48),
     ],
     p4.COUNT_MATRIX: [(p4.COUNT_MATRIX_DST_CLASS, 16)],
+    p4.SAMPLE_NAKS: [(p4.SAMPLE_NAKS_INTERVAL_US, 32)],
     p4.SET_ECN_THRESHOLDS: [
         (p4.SET_ECN_THRESHOLDS_KMIN, 32),
         (p4.SET_ECN_THRESHOLDS_KMAX, 32),
@@ -116,9 +120,12 @@ COUNTERS = {
     p4.QUEUE_DEPTH_HISTOGRAM: (PACKETS, 512 * 64),
     # Indexed by destination class (a destination ToR), not by port.
     p4.MATRIX_COUNTER: (BOTH, 4096),
+    # Port, traffic class and RoCE kind.
+    p4.ROCE_COUNTER: (PACKETS, 512 * 64),
 }
 # register -> (bit width of a cell, size): indexed by port number.
 REGISTERS = {
+    p4.NAK_SAMPLE_TIME: (32, 512),
     p4.QUEUE_DEPTH: (32, 512),
     p4.QUEUE_WATERMARK: (32, 512),
 }
@@ -418,6 +425,35 @@ def test_sizes_in_the_source_are_the_shared_layout() -> None:
     assert defines["QUEUE_DEPTH_LEVELS"] == fabric_counters.QUEUE_DEPTH_LEVELS
     assert defines["DROP_REASON_COUNTER_SIZE"] == p4.DROP_REASON_COUNTER_SIZE
     assert defines["QUEUE_DEPTH_HISTOGRAM_SIZE"] == p4.QUEUE_DEPTH_HISTOGRAM_SIZE
+    assert defines["ROCE_COUNTER_SIZE"] == p4.ROCE_COUNTER_SIZE
+    assert p4.ROCE_COUNTER_SIZE == fabric_counters.PORTS * fabric_counters.ROCE_CELLS_PER_PORT
+
+
+def test_roce_kinds_and_layout_are_the_protocol_s(p4_source: str) -> None:
+    """define.p4's ROCE_KIND_* constants, railfabric.fabric_counters.RoceKind and
+    railfabric.v1.RoceKind are one list, and the counter's index layout and the clone session
+    are the program's: the agent reads the cells and writes the session by these numbers."""
+    in_p4 = {
+        name: int(value)
+        for name, value in re.findall(
+            r"\bconst\s+roce_kind_t\s+ROCE_KIND_(\w+)\s*=\s*(\d+)\s*;", p4_source
+        )
+    }
+    assert in_p4 == {k.name: k.value for k in fabric_counters.RoceKind}
+    in_proto = {
+        name.removeprefix("ROCE_KIND_"): number
+        for name, number in control_pb2.RoceKind.items()
+        if number
+    }
+    assert in_proto == in_p4
+    consts = {
+        name: int(value)
+        for name, value in re.findall(r"\bconst\s+bit<32>\s+(\w+)\s*=\s*(\d+)\s*;", p4_source)
+    }
+    assert consts["ROCE_KINDS"] == fabric_counters.ROCE_KINDS
+    assert consts["ROCE_CELLS_PER_PORT"] == fabric_counters.ROCE_CELLS_PER_PORT
+    assert consts["NAK_SAMPLE_SESSION"] == fabric_counters.NAK_SAMPLE_SESSION
+    assert re.search(r"\btypedef\s+bit<3>\s+roce_kind_t\s*;", p4_source)
 
 
 def test_drop_reasons_are_the_protocol_s(p4_source: str) -> None:
