@@ -19,6 +19,7 @@ from finsy.proto import p4i, p4r
 from agent.translate import (
     AclAction,
     AclEntry,
+    CloneSessionEntry,
     EcnEntry,
     Entry,
     GroupEntry,
@@ -27,6 +28,7 @@ from agent.translate import (
     MatrixDestEntry,
     MatrixSourceEntry,
     MemberEntry,
+    NakSamplingEntry,
     NextEntry,
     Op,
     PfcEntry,
@@ -42,6 +44,8 @@ from railfabric.protowire import varint
 
 T = TypeVar("T")
 LOG = logging.getLogger("railfabric.agent.codec")
+# The replica instance (egress_rid) of clone session copies; one copy per port, so any will do.
+CLONE_INSTANCE = 1
 
 # Counter name → (PortCounters field for packets, field for bytes or None).
 PORT_COUNTERS: dict[str, tuple[str, str | None]] = {
@@ -65,6 +69,7 @@ _TABLE_KEYS: dict[str, tuple[str, ...]] = {
     p4.HASH_CONFIG: (),  # no key: the agent writes only its default action
     p4.PFC_WATCHDOG: (),  # the same
     p4.MATRIX_SOURCE: (p4.MATRIX_SOURCE_IG_PORT,),
+    p4.NAK_SAMPLING: (p4.NAK_SAMPLING_IG_PORT,),
     p4.MATRIX_DEST: (p4.MATRIX_DEST_IPV4_DST,),
 }
 _ACTION_PARAMS: dict[str, tuple[str, ...]] = {
@@ -82,6 +87,7 @@ _ACTION_PARAMS: dict[str, tuple[str, ...]] = {
     p4.SET_PFC_WATCHDOG: (p4.SET_PFC_WATCHDOG_DETECT_US, p4.SET_PFC_WATCHDOG_RESTORE_US),
     p4.HASH_QP: (),
     p4.COUNT_MATRIX: (p4.COUNT_MATRIX_DST_CLASS,),
+    p4.SAMPLE_NAKS: (p4.SAMPLE_NAKS_INTERVAL_US,),
     p4.NO_ACTION: (),
 }
 
@@ -242,6 +248,8 @@ class Codec:
         ).preamble.id
         # Indexed by destination class (a ToR's traffic matrix; agent/counters.py).
         self.matrix_counter_id = self._find(counters, p4.MATRIX_COUNTER, "counter").preamble.id
+        # Indexed by port, traffic class and RoCE kind (agent/counters.py).
+        self.roce_counter_id = self._find(counters, p4.ROCE_COUNTER, "counter").preamble.id
         registers = {r.preamble.name: r for r in p4info.registers}
         self.queue_depth_id = self._find(registers, p4.QUEUE_DEPTH, "register").preamble.id
         self.queue_watermark_id = self._find(registers, p4.QUEUE_WATERMARK, "register").preamble.id
@@ -277,6 +285,8 @@ class Codec:
             PfcWatchdogEntry: self._fill_pfc_watchdog,
             MatrixSourceEntry: self._fill_matrix_source,
             MatrixDestEntry: self._fill_matrix_dest,
+            NakSamplingEntry: self._fill_nak_sampling,
+            CloneSessionEntry: self._fill_clone_session,
         }
         self._hash_config_id = self.tables[p4.HASH_CONFIG].id
         self._pfc_watchdog_id = self.tables[p4.PFC_WATCHDOG].id
@@ -426,6 +436,22 @@ class Codec:
             te.action.action, p4.COUNT_MATRIX, (p4.COUNT_MATRIX_DST_CLASS, entry.dst_class)
         )
 
+    def _fill_nak_sampling(self, entity: p4r.Entity, entry: NakSamplingEntry) -> None:
+        te = self._table(entity, p4.NAK_SAMPLING)
+        self._exact(te, p4.NAK_SAMPLING, p4.NAK_SAMPLING_IG_PORT, entry.port)
+        self._action(
+            te.action.action, p4.SAMPLE_NAKS, (p4.SAMPLE_NAKS_INTERVAL_US, entry.interval_us)
+        )
+
+    @staticmethod
+    def _fill_clone_session(entity: p4r.Entity, entry: CloneSessionEntry) -> None:
+        session = entity.packet_replication_engine_entry.clone_session_entry
+        session.session_id = entry.session_id
+        # `egress_port`, the field PI reads (its pre_mc_mgr.cpp), not P4Runtime 1.4's `port`.
+        session.replicas.extend(
+            p4r.Replica(egress_port=port, instance=CLONE_INSTANCE) for port in entry.ports
+        )
+
     def _fill_next(self, entity: p4r.Entity, entry: NextEntry) -> None:
         te = entity.table_entry
         te.table_id = self._next_table_id
@@ -535,10 +561,36 @@ class Codec:
         )
         return out
 
+    @staticmethod
+    def replication_read_requests() -> list[p4r.Entity]:
+        """A wildcard read of the clone sessions, in a ReadRequest of its own: a target that
+        cannot read them back (older PI) fails only that request."""
+        return [
+            p4r.Entity(
+                packet_replication_engine_entry=p4r.PacketReplicationEngineEntry(
+                    clone_session_entry=p4r.CloneSessionEntry()
+                )
+            )
+        ]
+
     def decode(self, entity: p4r.Entity) -> Entry | None:
         """The pipeline entry an entity read back from the target is, or None for entities
         the agent does not own (other tables, default entries)."""
         kind = entity.WhichOneof("entity")
+        if kind == "packet_replication_engine_entry":
+            pre = entity.packet_replication_engine_entry
+            if pre.WhichOneof("type") != "clone_session_entry":
+                return None
+            session = pre.clone_session_entry
+            ports = tuple(
+                sorted(
+                    decode_unchecked(r.port)
+                    if r.WhichOneof("port_kind") == "port"
+                    else r.egress_port
+                    for r in session.replicas
+                )
+            )
+            return CloneSessionEntry(session.session_id, ports)
         if kind == "action_profile_member":
             member = entity.action_profile_member
             if member.action_profile_id != self.selector_id:
@@ -596,6 +648,11 @@ class Codec:
         if table == p4.MATRIX_SOURCE:
             self._params(action.action, p4.NO_ACTION)  # a ValueError when not ours
             return MatrixSourceEntry(exact(p4.MATRIX_SOURCE_IG_PORT))
+        if table == p4.NAK_SAMPLING:
+            params = self._params(action.action, p4.SAMPLE_NAKS)
+            return NakSamplingEntry(
+                exact(p4.NAK_SAMPLING_IG_PORT), params[p4.SAMPLE_NAKS_INTERVAL_US]
+            )
         if table == p4.MATRIX_DEST:
             lpm = fields.get(ids.keys[p4.MATRIX_DEST_IPV4_DST])
             address, length = (

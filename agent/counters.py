@@ -34,8 +34,12 @@ from railfabric.fabric_counters import (
     DROP_REASONS_PER_PORT,
     PIPELINE_REASONS,
     QUEUE_DEPTH_LEVELS,
+    ROCE_CELLS_PER_PORT,
+    ROCE_KINDS,
     DropReason,
+    RoceKind,
     drop_reason_index,
+    roce_index,
 )
 from railfabric.p4bytes import decode_unchecked, encode
 from railfabric.v1 import control_pb2
@@ -236,4 +240,45 @@ def matrix_counts(codec: Codec, entities: Iterable[p4r.Entity]) -> list[control_
         and e.counter_entry.data.packet_count
     ]
     out.sort(key=lambda m: m.dst_class)
+    return out
+
+
+def roce_requests(
+    codec: Codec, ports: Iterable[int], traffic_classes: Iterable[int]
+) -> list[p4r.Entity]:
+    """The reads of the RoCEv2 counts of `ports` in the classes the switch's QoS map uses (a
+    port has 64 cells, 8 classes x 8 kinds; reading them all would triple a period's read)."""
+    classes = sorted(set(traffic_classes))
+    return [
+        _counter(codec.roce_counter_id, roce_index(port, tc, kind))
+        for port in sorted(set(ports))
+        for tc in classes
+        for kind in RoceKind
+    ]
+
+
+def roce_counts(
+    codec: Codec, entities: Iterable[p4r.Entity]
+) -> dict[int, list[control_pb2.RoceCount]]:
+    """port -> the (class, kind) cells read back that counted something."""
+    out: dict[int, list[control_pb2.RoceCount]] = {}
+    for e in entities:
+        if not e.HasField("counter_entry"):
+            continue
+        entry = e.counter_entry
+        if entry.counter_id != codec.roce_counter_id or not entry.data.packet_count:
+            continue
+        port, cell = divmod(entry.index.index, ROCE_CELLS_PER_PORT)
+        tc, kind = divmod(cell, ROCE_KINDS)
+        if kind not in RoceKind.__members__.values():
+            continue  # a cell the program never counts into
+        out.setdefault(port, []).append(
+            control_pb2.RoceCount(
+                traffic_class=tc,
+                kind=control_pb2.RoceKind.ValueType(kind),
+                packets=entry.data.packet_count,
+            )
+        )
+    for counts in out.values():
+        counts.sort(key=lambda c: (c.traffic_class, c.kind))
     return out

@@ -25,9 +25,10 @@ from agent.lldp import NeighborChange, NeighborTable, build_lldp
 from agent.metrics import AgentMetrics
 from agent.p4client import ON_DEMOTED, P4Target, PacketIn
 from agent.ports import PortEvent, PortMonitor, parse_port_map
+from agent.roce import NakSamples, parse_nak
 from agent.session import ControllerSession
 from agent.tables import report as tables_report
-from agent.translate import MatrixDestEntry, Pipeline, repair
+from agent.translate import MatrixDestEntry, Pipeline, QosEntry, repair
 from agent.writer import TARGET_LOST, Writer, server_ports
 from railfabric import __version__, cli, tls
 from railfabric.metrics import MetricsError
@@ -204,6 +205,8 @@ class Agent:
         )
         self.target.on_change = self._health_changed
         self.neighbors = NeighborTable()
+        # NAKs the target sampled to the CPU since the last counter report.
+        self.nak_samples = NakSamples()
         self.carrier: dict[int, bool] = {}
         # Ports whose LLDP neighbour went silent while carrier stayed up (one-way failure).
         self.lldp_down: set[int] = set()
@@ -302,6 +305,17 @@ class Agent:
             {e.dst_class for e in desired.entries.values() if isinstance(e, MatrixDestEntry)}
         )
 
+    def roce_classes(self) -> list[int]:
+        """The traffic classes the switch's QoS map gives (best effort, 0, always): the ones
+        whose RoCEv2 counts are read."""
+        desired = self.writer.desired()
+        classes = {0}
+        if desired is not None:
+            classes.update(
+                e.traffic_class for e in desired.entries.values() if isinstance(e, QosEntry)
+            )
+        return sorted(classes)
+
     def _port_mac(self, port: int) -> int:
         held = self.writer.held
         if held is not None:
@@ -337,6 +351,9 @@ class Agent:
 
     async def on_packet_in(self, packet: PacketIn) -> None:
         if packet.payload[12:14] != ETH_TYPE_LLDP:
+            sample = parse_nak(packet.payload, packet.port, time.time_ns())
+            if sample is not None:
+                self.nak_samples.add(sample)
             return
         change = self.neighbors.receive(
             packet.port, packet.payload, time.time_ns(), time.monotonic_ns()
@@ -402,15 +419,18 @@ class Agent:
             msg = control_pb2.Counters(wall_ns=time.time_ns())
             for port in sorted(self.port_map):
                 msg.ports.append(control_pb2.PortCounters(port=port, **counters.get(port, {})))
-            classes = self.matrix_classes()
-            if classes:
-                try:
-                    cells = await self.target.read_matrix(self.codec, classes)
-                except Exception as err:  # as the port counters: tried again next period
-                    LOG.warning("traffic matrix read failed: %s", err)
-                    cells = None
-                if cells:
-                    msg.matrix.extend(cells)
+            try:
+                telemetry = await self.target.read_telemetry(
+                    self.codec, self.matrix_classes(), self.port_map, self.roce_classes()
+                )
+            except Exception as err:  # as the port counters: tried again next period
+                LOG.warning("traffic matrix and RoCE counts read failed: %s", err)
+                telemetry = None
+            if telemetry is not None:
+                msg.matrix.extend(telemetry.matrix)
+                for ports in msg.ports:
+                    ports.roce.extend(telemetry.roce.get(ports.port, ()))
+            self.nak_samples.take(msg)
             self.last_counters = msg
             self._send(control_pb2.AgentMessage(counters=msg))
 

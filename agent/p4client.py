@@ -21,13 +21,19 @@ import logging
 import random
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from finsy import GRPCCredentialsTLS, P4Client, P4ClientError
 from finsy.proto import p4i, p4r, rpc_code
 
 from agent.codec import Codec, Encoded
-from agent.counters import PortCounterReader, matrix_counts, matrix_requests
+from agent.counters import (
+    PortCounterReader,
+    matrix_counts,
+    matrix_requests,
+    roce_counts,
+    roce_requests,
+)
 from agent.session import Backoff
 from agent.translate import Pipeline
 from railfabric.p4bytes import decode_unchecked, encode
@@ -339,7 +345,16 @@ class P4Target:
         return out
 
     async def read_pipeline(self) -> tuple[Pipeline, list[p4r.Entity]]:
-        return self.codec.decode_all(await self.read(self.codec.read_requests()))
+        found = await self.read(self.codec.read_requests())
+        try:
+            found += await self.read(self.codec.replication_read_requests())
+        except P4ClientError as err:
+            # Then the session reads as absent and is written again: a target that holds it
+            # answers ALREADY_EXISTS, reported with the Applied like any refused object.
+            self._warn_once("clone sessions", f"clone sessions not read back: {err.message}")
+        else:
+            self._counter_warnings.discard("clone sessions")
+        return self.codec.decode_all(found)
 
     async def write(self, updates: Encoded | list[p4r.Update]) -> list[UpdateError]:
         """One WriteRequest; the updates that failed, by index (empty on success). The writer
@@ -393,24 +408,41 @@ class P4Target:
                 self._counter_warnings.discard("reset")
         return out
 
-    async def read_matrix(
-        self, codec: Codec, classes: Iterable[int]
-    ) -> list[control_pb2.MatrixCount] | None:
-        """The traffic matrix cells of `classes` that counted something; None (said once)
-        when the target refuses the read: the port counters are reported all the same."""
+    async def read_telemetry(
+        self,
+        codec: Codec,
+        matrix_classes: Iterable[int],
+        roce_ports: Iterable[int],
+        roce_classes: Iterable[int],
+    ) -> Telemetry | None:
+        """In one ReadRequest: the traffic matrix cells of `matrix_classes` and the RoCEv2
+        cells of `roce_ports` x `roce_classes` that counted something. None (said once) when
+        the target refuses the read: the port counters are reported all the same."""
+        entities = matrix_requests(codec, matrix_classes) + roce_requests(
+            codec, roce_ports, roce_classes
+        )
+        if not entities:
+            return Telemetry([], {})
         try:
-            found = await self.read(matrix_requests(codec, classes))
+            found = await self.read(entities)
         except P4ClientError as err:
-            self._warn_once("matrix", f"traffic matrix not read: {err.message}")
+            self._warn_once("telemetry", f"traffic matrix and RoCE counts not read: {err.message}")
             return None
-        self._counter_warnings.discard("matrix")
-        return matrix_counts(codec, found)
+        self._counter_warnings.discard("telemetry")
+        return Telemetry(matrix_counts(codec, found), roce_counts(codec, found))
 
     def _warn_once(self, kind: str, message: str) -> None:
         """A counter-read problem, logged when it starts (not at every poll)."""
         if kind not in self._counter_warnings:
             self._counter_warnings.add(kind)
             LOG.warning("target %s: %s", self.address, message)
+
+
+class Telemetry(NamedTuple):
+    """What `read_telemetry` read: matrix cells, and RoCE counts by port."""
+
+    matrix: list[control_pb2.MatrixCount]
+    roce: dict[int, list[control_pb2.RoceCount]]
 
 
 def _same_tables(a: p4i.P4Info, b: p4i.P4Info) -> bool:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from railfabric import fabric_p4 as p4
+from railfabric.fabric_counters import NAK_SAMPLE_SESSION
 from railfabric.v1 import state_pb2
 
 # Field widths from the P4 contract; values must fit them.
@@ -217,6 +218,30 @@ class MatrixDestEntry(NamedTuple):
         return ("matrix_dest", self.address, self.length)
 
 
+class NakSamplingEntry(NamedTuple):
+    """`p4.NAK_SAMPLING`: a port whose NAKs are copied to the CPU, at most one every
+    `interval_us` (`p4.SAMPLE_NAKS`)."""
+
+    port: int
+    interval_us: int
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        return ("nak_sampling", self.port)
+
+
+class CloneSessionEntry(NamedTuple):
+    """A clone session of the packet replication engine (P4Runtime §9.5): the ports its
+    copies go to. fabric.p4 clones sampled NAKs into `NAK_SAMPLE_SESSION`, to the CPU port."""
+
+    session_id: int
+    ports: tuple[int, ...]  # sorted
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        return ("clone_session", self.session_id)
+
+
 DEFAULT_ONLY = (HashConfigEntry, PfcWatchdogEntry)  # keyless tables: only the default entry
 
 Entry = (
@@ -232,6 +257,8 @@ Entry = (
     | RouteEntry
     | MatrixSourceEntry
     | MatrixDestEntry
+    | NakSamplingEntry
+    | CloneSessionEntry
 )
 Key = tuple[object, ...]
 
@@ -441,6 +468,8 @@ def translate(state: state_pb2.DesiredState) -> tuple[Pipeline, list[ObjectProbl
 
     if state.HasField("matrix"):
         entries.extend(_matrix_entries(state.matrix, problems))
+    if state.HasField("nak_sampling"):
+        entries.extend(_nak_sampling_entries(state.nak_sampling, problems))
 
     port_macs = {p.port: p.mac for p in state.ports}
     members: dict[int, MemberEntry] = {}
@@ -490,6 +519,31 @@ def translate(state: state_pb2.DesiredState) -> tuple[Pipeline, list[ObjectProbl
         problems.append(ObjectProblem(name, f"{name}: {problem}"))
 
     return Pipeline(out), problems
+
+
+def _nak_sampling_entries(
+    sampling: state_pb2.NakSampling, problems: list[ObjectProblem]
+) -> list[NakSamplingEntry | CloneSessionEntry]:
+    """A ToR's NAK sampler: an entry per sampled port, and the clone session to the CPU
+    port that carries the samples (only when some port is sampled)."""
+    interval = sampling.interval_us
+    if not 1 <= interval <= U32_MAX:
+        problems.append(
+            ObjectProblem(
+                "nak sampling", f"nak sampling: interval {interval} us not in 1..{U32_MAX}"
+            )
+        )
+        return []
+    out: list[NakSamplingEntry | CloneSessionEntry] = []
+    for port in sorted(set(sampling.ports)):
+        problem = _check_port(port, f"nak sampling port {port}")
+        if problem is None:
+            out.append(NakSamplingEntry(port, interval))
+        else:
+            problems.append(ObjectProblem(f"nak sampling port {port}", problem))
+    if out:
+        out.append(CloneSessionEntry(NAK_SAMPLE_SESSION, (CPU_PORT,)))
+    return out
 
 
 def _matrix_entries(
@@ -564,8 +618,8 @@ def _group(
 # Write order (P4Runtime §12: updates inside one WriteRequest may be applied in any order, so
 # an object and what it depends on go in separate Writes). Inserts and modifies go
 # members → groups → next → routes; deletes go the other way. Tables nobody references
-# (acl, qos, ecn, pfc, hash_config, pfc_watchdog, matrix_source, matrix_dest) ride in the first
-# batch.
+# (acl, qos, ecn, pfc, hash_config, pfc_watchdog, matrix_source, matrix_dest, nak_sampling) and
+# the clone session (the program names it, no entry does) ride in the first batch.
 _STAGE_OF: dict[tuple[type, Op], int] = {}
 for _op in Op:
     for _kind in (
@@ -577,6 +631,8 @@ for _op in Op:
         PfcWatchdogEntry,
         MatrixSourceEntry,
         MatrixDestEntry,
+        NakSamplingEntry,
+        CloneSessionEntry,
     ):
         _STAGE_OF[(_kind, _op)] = 0
     _STAGE_OF[(RouteEntry, _op)] = 3

@@ -68,6 +68,30 @@ class RoceKind(enum.IntEnum):
 
 NAK_KINDS: Final = (RoceKind.NAK_PSN_SEQUENCE, RoceKind.NAK_RNR, RoceKind.NAK_OTHER)
 
+# BTH opcodes fabric.p4 tells apart (define.p4): an AETH follows the two acknowledges.
+BTH_OPCODE_ACK: Final = 0x11
+BTH_OPCODE_ATOMIC_ACK: Final = 0x12
+BTH_OPCODE_CNP: Final = 0x81
+
+
+def roce_kind(opcode: int, syndrome: int) -> RoceKind:
+    """fabric.p4 RoceSignals' kind of a RoCEv2 packet: a CNP by its opcode; an Acknowledge or
+    Atomic Acknowledge by its AETH `syndrome` (type in bits 6:5: ACK 0, RNR NAK 1, NAK 3, the
+    NAK's code in bits 4:0, 0 a PSN sequence error); any other opcode is data (`syndrome` is
+    then not looked at)."""
+    if opcode == BTH_OPCODE_CNP:
+        return RoceKind.CNP
+    if opcode not in (BTH_OPCODE_ACK, BTH_OPCODE_ATOMIC_ACK):
+        return RoceKind.DATA
+    kind = (syndrome >> 5) & 3
+    if kind == 0:
+        return RoceKind.ACK
+    if kind == 1:
+        return RoceKind.NAK_RNR
+    if kind == 3 and syndrome & 0x1F == 0:
+        return RoceKind.NAK_PSN_SEQUENCE
+    return RoceKind.NAK_OTHER
+
 
 def roce_index(port: int, traffic_class: int, kind: RoceKind) -> int:
     return port * ROCE_CELLS_PER_PORT + traffic_class * ROCE_KINDS + kind

@@ -33,11 +33,13 @@ from typing import Any, NamedTuple
 from railfabric import ecmp
 from railfabric import fabric_p4 as p4
 from railfabric.fabric_counters import (
+    BTH_OPCODE_ACK,
+    BTH_OPCODE_ATOMIC_ACK,
     NAK_KINDS,
     NAK_SAMPLE_SESSION,
-    RoceKind,
     drop_reason_index,
     roce_index,
+    roce_kind,
 )
 from railfabric.fabric_counters import DropReason as P4DropReason
 from softswitch.p4state import (
@@ -73,12 +75,6 @@ BTH_LEN = 12
 BTH_OPCODE = 0
 BTH_DST_QP = 5  # 3 bytes
 AETH_LEN = 4  # after the BTH of an Acknowledge and an Atomic Acknowledge; byte 0 the syndrome
-BTH_OPCODE_ACK = 0x11
-BTH_OPCODE_ATOMIC_ACK = 0x12
-BTH_OPCODE_CNP = 0x81
-AETH_TYPE_ACK = 0
-AETH_TYPE_RNR_NAK = 1
-AETH_TYPE_NAK = 3
 
 ETHERTYPE_IPV4 = 0x0800
 ETHERTYPE_LLDP = 0x88CC
@@ -98,25 +94,6 @@ _U32 = 0xFFFFFFFF
 def _monotonic_us() -> int:
     """ingress_global_timestamp: microseconds, as bmv2 counts them."""
     return time.monotonic_ns() // 1000
-
-
-def roce_kind(frame: bytes | bytearray, bth: int) -> RoceKind:
-    """RoceSignals' kind of the RoCEv2 packet whose BTH starts at `bth`: the opcode, and for
-    an Acknowledge the AETH syndrome's type (bits 6:5) and NAK code (bits 4:0)."""
-    opcode = frame[bth + BTH_OPCODE]
-    if opcode == BTH_OPCODE_CNP:
-        return RoceKind.CNP
-    if opcode not in (BTH_OPCODE_ACK, BTH_OPCODE_ATOMIC_ACK):
-        return RoceKind.DATA
-    syndrome = frame[bth + BTH_LEN]
-    kind = (syndrome >> 5) & 3
-    if kind == AETH_TYPE_ACK:
-        return RoceKind.ACK
-    if kind == AETH_TYPE_RNR_NAK:
-        return RoceKind.NAK_RNR
-    if kind == AETH_TYPE_NAK and syndrome & 0x1F == 0:
-        return RoceKind.NAK_PSN_SEQUENCE
-    return RoceKind.NAK_OTHER
 
 
 class DropReason(enum.Enum):
@@ -455,7 +432,9 @@ class Pipeline:
         """RoceSignals: count the packet by port, class and kind; a NAK on a port nak_sampling
         lists is cloned to NAK_SAMPLE_SESSION when the port's last sample is `interval_us`
         old (nak_sample_time, 32-bit microseconds, compared modulo 2**32 as the program does)."""
-        kind = roce_kind(frame, bth)
+        opcode = frame[bth + BTH_OPCODE]
+        acked = opcode in (BTH_OPCODE_ACK, BTH_OPCODE_ATOMIC_ACK)  # the parser took an AETH
+        kind = roce_kind(opcode, frame[bth + BTH_LEN] if acked else 0)
         cells = self.c_roce
         assert cells is not None
         index = roce_index(in_port, tc, kind)

@@ -58,3 +58,15 @@ def with_matrix(state: state_pb2.DesiredState) -> state_pb2.DesiredState:
     out.matrix.classes.add(prefix=state_pb2.Ipv4Prefix(address=0x0A000008, length=29), dst_class=1)
     out.digest = state_digest(out)
     return out
+
+
+def with_nak_sampling(
+    state: state_pb2.DesiredState, interval_us: int = 10_000
+) -> state_pb2.DesiredState:
+    """`state` (a ToR's) with its host port 3's NAKs sampled every `interval_us`."""
+    out = state_pb2.DesiredState()
+    out.CopyFrom(state)
+    out.nak_sampling.ports.append(3)
+    out.nak_sampling.interval_us = interval_us
+    out.digest = state_digest(out)
+    return out
