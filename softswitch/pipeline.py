@@ -37,8 +37,9 @@ from railfabric.fabric_counters import (
     BTH_OPCODE_ATOMIC_ACK,
     NAK_KINDS,
     NAK_SAMPLE_SESSION,
+    ROCE_CELLS_PER_PORT,
+    ROCE_KINDS,
     drop_reason_index,
-    roce_index,
     roce_kind,
 )
 from railfabric.fabric_counters import DropReason as P4DropReason
@@ -89,6 +90,13 @@ _CHECKSUM = struct.Struct("!H")
 
 _NO_ROUTE = -1  # an LPM level's "no such prefix", distinct from None (drop)
 _U32 = 0xFFFFFFFF
+# roce_kind as two tables: the kind of each opcode, 0 for the acknowledges, whose kind is that
+# of their AETH syndrome (the second table).
+_OPCODE_KIND = bytes(
+    0 if op in (BTH_OPCODE_ACK, BTH_OPCODE_ATOMIC_ACK) else roce_kind(op, 0) for op in range(256)
+)
+_SYNDROME_KIND = bytes(roce_kind(BTH_OPCODE_ACK, syndrome) for syndrome in range(256))
+_NAK_FIRST, _NAK_LAST = min(NAK_KINDS), max(NAK_KINDS)
 
 
 def _monotonic_us() -> int:
@@ -432,15 +440,14 @@ class Pipeline:
         """RoceSignals: count the packet by port, class and kind; a NAK on a port nak_sampling
         lists is cloned to NAK_SAMPLE_SESSION when the port's last sample is `interval_us`
         old (nak_sample_time, 32-bit microseconds, compared modulo 2**32 as the program does)."""
-        opcode = frame[bth + BTH_OPCODE]
-        acked = opcode in (BTH_OPCODE_ACK, BTH_OPCODE_ATOMIC_ACK)  # the parser took an AETH
-        kind = roce_kind(opcode, frame[bth + BTH_LEN] if acked else 0)
+        # The kind by table lookups (every lab frame is RoCEv2: this is on the hot path).
+        kind = _OPCODE_KIND[frame[bth + BTH_OPCODE]] or _SYNDROME_KIND[frame[bth + BTH_LEN]]
         cells = self.c_roce
         assert cells is not None
-        index = roce_index(in_port, tc, kind)
+        index = in_port * ROCE_CELLS_PER_PORT + tc * ROCE_KINDS + kind
         if index < len(cells):
             cells[index] += 1
-        if kind not in NAK_KINDS:
+        if not _NAK_FIRST <= kind <= _NAK_LAST or not self._nak_ports:
             return
         interval = self._nak_ports.get(in_port)
         last = self.r_nak_sample_time

@@ -26,6 +26,7 @@ from scapy.layers.l2 import Ether
 
 from railfabric import ecmp
 from railfabric import fabric_p4 as p4
+from railfabric.fabric_counters import NAK_SAMPLE_SESSION, RoceKind, roce_index
 from railfabric.p4info import DEFAULT_P4INFO
 from tests.conftest import Netns, Processes, ip
 from tests.p4_entries import SELECTOR
@@ -341,3 +342,66 @@ async def check_qp_hashing(
             assert qp in arrived[ecmp.choose_member(h, members)], (action, qp)
         used = [p for p, n in counts.items() if n]
         assert len(used) == (len(members) if action == p4.HASH_QP else 1), (action, counts)
+
+
+# ---- RoCEv2 signals (roce_counter, nak_sampling, the NAK clone session) ----------------------
+
+NAK_MARK = b"railfabric-nak-test"
+
+
+def roce_ack_frame(src: str, dst: str, syndrome: int, seq: int) -> bytes:
+    """An RC Acknowledge from port 1's host (the responder), DSCP 26, with `syndrome` in its
+    AETH (0x1F an ACK, 0x60 a NAK for a PSN sequence error) and `seq` after the marker."""
+    bth = bytes([0x11, 0, 0xFF, 0xFF, 0, 0, 0x12, 0x34, 0, 0, 0, 7])
+    aeth = bytes([syndrome, 0, 0, 1])
+    return bytes(
+        Ether(dst=ROUTER_MAC, src=host_mac(1))
+        / IP(src=src, dst=dst, tos=26 << 2)
+        / UDP(sport=49152, dport=ecmp.ROCEV2_UDP_PORT)
+        / (bth + aeth + NAK_MARK + seq.to_bytes(4, "big"))
+    )
+
+
+async def check_nak_sampling(sw: fy.Switch, hosts: dict[int, Host], src: str, dst: str) -> None:
+    """With `dst` routed out of port 2, DSCP 26 in class 3 and port 1 sampled at most once a
+    second: 20 NAKs and 10 ACKs sent back to back from port 1 all leave on port 2, exactly one
+    NAK (the first, as it arrived) comes to the controller as a packet-in from port 1, and
+    roce_counter counts 20 NAKs and 10 ACKs at (port 1, class 3)."""
+    await add_member(sw, 102, 2)
+    await add_next_entry(sw, 100, member_id=102)
+    await add_routing_v4_entry(sw, dst + "/32", 100)
+    await add_qos_classify_entry(sw, 26, 3)
+    await sw.insert(
+        [
+            fy.P4TableEntry(
+                p4.NAK_SAMPLING,
+                match=fy.P4TableMatch(ig_port=1),
+                action=fy.P4TableAction(p4.SAMPLE_NAKS, interval_us=1_000_000),
+            ),
+            fy.P4CloneSessionEntry(NAK_SAMPLE_SESSION, replicas=[(255, 1)]),
+        ]
+    )
+    naks = [roce_ack_frame(src, dst, 0x60, i) for i in range(20)]
+    acks = [roce_ack_frame(src, dst, 0x1F, 100 + i) for i in range(10)]
+
+    async def packet_ins() -> list[fy.P4PacketIn]:
+        got: list[fy.P4PacketIn] = []
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(2.0):
+                async for packet in sw.read_packets():
+                    if NAK_MARK in packet.payload:
+                        got.append(packet)
+        return got
+
+    listener = asyncio.create_task(packet_ins())
+    await asyncio.sleep(0.2)
+    for frame in naks + acks:
+        hosts[1].send(frame)
+    forwarded = await asyncio.to_thread(hosts[2].capture, 2.0, lambda f: NAK_MARK in f, 0.5)
+    sampled = await listener
+    assert len(forwarded) == len(naks) + len(acks)
+    assert [(p.metadata["ingress_port"], p.payload) for p in sampled] == [(1, naks[0])]
+    counts = {}
+    for kind in (RoceKind.NAK_PSN_SEQUENCE, RoceKind.ACK, RoceKind.DATA):
+        counts[kind] = (await read_counter(sw, p4.ROCE_COUNTER, roce_index(1, 3, kind)))[0]
+    assert counts == {RoceKind.NAK_PSN_SEQUENCE: 20, RoceKind.ACK: 10, RoceKind.DATA: 0}

@@ -28,6 +28,7 @@ from tests.integration.softswitch.fabric_helpers import (
     add_next_entry,
     add_routing_v4_entry,
     build_hosts,
+    check_nak_sampling,
     check_qp_hashing,
     controller,
     host_mac,
@@ -319,3 +320,8 @@ async def test_qp_hashing_spreads_one_source_port_onto_the_predicted_members(
     async with controller(fabric.address) as sw:
         await _ecmp_group(sw)
         await check_qp_hashing(sw, fabric.hosts, SRC, "10.2.0.9", [2, 3, 4])
+
+
+async def test_naks_are_counted_forwarded_and_sampled_once_per_interval(fabric: Fabric) -> None:
+    async with controller(fabric.address) as sw:
+        await check_nak_sampling(sw, fabric.hosts, SRC, "10.2.0.9")
