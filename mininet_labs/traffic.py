@@ -30,6 +30,8 @@ from types import FrameType
 
 # BTH: opcode (RC SEND only), flags, partition key (default), reserved, dest QP, ack/PSN.
 BTH_HEAD = bytes([0x04, 0x00, 0xFF, 0xFF, 0x00])
+# The same for an RC Acknowledge (opcode 0x11), which an AETH (syndrome, MSN) follows.
+ACK_HEAD = bytes([0x11, 0x00, 0xFF, 0xFF, 0x00])
 BTH_LEN = 12
 QP_MAX = (1 << 24) - 1
 HEADER = struct.Struct("!IIq")  # flow id, sequence, send monotonic ns, after the BTH
@@ -51,27 +53,40 @@ class FlowSpec:
     dport: int
     tos: int
     dst_qp: int = 0
+    # An AETH syndrome: the flow is RC Acknowledges carrying it (0x00 an ACK, 0x60 a NAK for a
+    # PSN sequence error) instead of SENDs. None: SENDs.
+    syndrome: int | None = None
 
     @classmethod
     def parse(cls, text: str) -> FlowSpec:
-        """'FLOW,SRC,DST,SPORT,DPORT,TOS[,QP]'."""
+        """'FLOW,SRC,DST,SPORT,DPORT,TOS[,QP[,SYNDROME]]'."""
         parts = text.split(",")
-        if len(parts) not in (6, 7):
-            raise ValueError(f"--flow {text!r}: expected FLOW,SRC,DST,SPORT,DPORT,TOS[,QP]")
-        flow, src, dst, sport, dport, tos, *qp = parts
-        return cls(int(flow), src, dst, int(sport), int(dport), int(tos), int(qp[0]) if qp else 0)
+        if len(parts) not in (6, 7, 8):
+            raise ValueError(
+                f"--flow {text!r}: expected FLOW,SRC,DST,SPORT,DPORT,TOS[,QP[,SYNDROME]]"
+            )
+        flow, src, dst, sport, dport, tos, *rest = parts
+        qp = int(rest[0]) if rest else 0
+        syndrome = int(rest[1]) if len(rest) > 1 else None
+        return cls(int(flow), src, dst, int(sport), int(dport), int(tos), qp, syndrome)
 
     def __str__(self) -> str:
-        return (
+        text = (
             f"{self.flow},{self.src},{self.dst},{self.sport},{self.dport},{self.tos},{self.dst_qp}"
         )
+        return text if self.syndrome is None else f"{text},{self.syndrome}"
 
     @property
     def bth(self) -> bytes:
-        """The BTH every datagram of the flow starts with."""
+        """The BTH every datagram of the flow starts with (and an Acknowledge's AETH)."""
         if not 0 <= self.dst_qp <= QP_MAX:
             raise ValueError(f"flow {self.flow}: QP {self.dst_qp} is outside 0..{QP_MAX}")
-        return BTH_HEAD + self.dst_qp.to_bytes(3, "big") + bytes(BTH_LEN - 8)
+        qp = self.dst_qp.to_bytes(3, "big")
+        if self.syndrome is None:
+            return BTH_HEAD + qp + bytes(BTH_LEN - 8)
+        if not 0 <= self.syndrome <= 0xFF:
+            raise ValueError(f"flow {self.flow}: syndrome {self.syndrome} is not a byte")
+        return ACK_HEAD + qp + bytes(BTH_LEN - 8) + bytes([self.syndrome, 0, 0, 1])
 
 
 class _Stop(Exception):

@@ -16,6 +16,7 @@ from mininet_labs.scenarios import (
     miswire_nic,
     qos,
     reachability,
+    retransmit,
 )
 from mininet_labs.scenarios.common import Budget
 
@@ -54,6 +55,11 @@ SCENARIOS: dict[str, Scenario] = {
         "one flow at a fixed rate: the controller's traffic matrix shows it in its ToR cell "
         "within 5%, every other cell below 1%",
         matrix.run,
+    ),
+    "retransmit": Scenario(
+        "crafted RoCEv2: clean SENDs and ACKs raise no alarm; NAKs on flows sharing one link "
+        "raise roce_retransmission naming that link",
+        retransmit.run,
     ),
     "miswire": Scenario(
         "two cables swapped: the controller's alarms name both ends; diagnose shows it",

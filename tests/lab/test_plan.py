@@ -75,3 +75,10 @@ def test_flow_spec_round_trips_and_rejects_bad_text() -> None:
     assert FlowSpec.parse("7,10.0.0.2,10.0.0.18,49152,4791,106") == f
     with pytest.raises(ValueError, match="expected FLOW,SRC,DST,SPORT,DPORT,TOS"):
         FlowSpec.parse("7,10.0.0.2,10.0.0.18")
+    # An Acknowledge: opcode 0x11, then the AETH's syndrome and MSN after the BTH.
+    nak = FlowSpec(7, "10.0.0.2", "10.0.0.18", 49152, 4791, 106, dst_qp=5, syndrome=0x60)
+    assert FlowSpec.parse(str(nak)) == nak
+    assert nak.bth[0] == 0x11 and nak.bth[5:8] == bytes([0, 0, 5])
+    assert nak.bth[12:] == bytes([0x60, 0, 0, 1])
+    with pytest.raises(ValueError, match="not a byte"):
+        _ = FlowSpec(7, "10.0.0.2", "10.0.0.18", 49152, 4791, 106, syndrome=256).bth

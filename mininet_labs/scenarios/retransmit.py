@@ -1,0 +1,181 @@
+"""RoCEv2 retransmission alarms, checked with crafted frames (issue 14, part 2).
+
+Clean phase: RoCEv2 SENDs one way and ACKs back between NIC pairs of different ToRs, for
+CLEAN_S: no `roce_retransmission` alarm may appear. NAK phase: a target link, spine -> ToR T,
+is picked; requesters on two other ToRs, each paired with its own responder NIC under T, with
+UDP source ports chosen by PredictPath so that each data flow crosses the target link and the
+flows share no other link. The responders then send NAKs (PSN sequence error) back to their
+requesters on those 5-tuples at NAK_PPS each, as a NIC does after a loss. The controller must
+raise `roce_retransmission` naming the spine's port toward T (the end that transmitted the
+lost packets), and no other link. The sample: NAKs sent, flows, the NAK-ing ports' rates.
+"""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+
+from controller.fabric import Nic, ipv4_str
+from mininet_labs.lab import LAB_PORT, Lab
+from mininet_labs.netlinks import LabError
+from mininet_labs.report import Result, Table
+from mininet_labs.scenarios.common import Budget, nics_on
+from mininet_labs.traffic import FlowSpec
+from mininet_labs.waiting import wait_for
+from railfabric.v1 import admin_pb2
+
+NAME = "retransmit"
+KIND = "roce_retransmission"
+DSCP_ROCE = 26
+CLEAN_S = 6.0  # several counter reports of clean RoCE traffic
+NAK_PPS = 50  # per flow: above any sane alarm threshold, far below the sampler's bound
+ALARM_TIMEOUT_S = 30.0
+SYNDROME_ACK = 0x00
+SYNDROME_NAK_PSN = 0x60
+SPORTS = range(49152, 49152 + 512)  # where to look for a source port that crosses the link
+
+
+def _links(path: admin_pb2.PredictPathResponse) -> list[tuple[str, int]]:
+    """The switch ports a path leaves by (its links, named by their transmitting end)."""
+    return [(h.switch_name, h.egress_port) for h in path.hops if h.egress_port]
+
+
+def _roce(fid: int, src: Nic, dst: Nic, sport: int, syndrome: int | None) -> FlowSpec:
+    return FlowSpec(
+        fid, ipv4_str(src.ipv4), ipv4_str(dst.ipv4), sport, LAB_PORT, DSCP_ROCE << 2, 0, syndrome
+    )
+
+
+def _plan(lab: Lab) -> tuple[tuple[str, int], list[tuple[Nic, Nic, int]]]:
+    """The target link (spine, port toward T) and the (requester, responder, sport) flows whose
+    predicted paths all cross it and share nothing else."""
+    tors = [s.name for s in lab.fabric.switches if s.prefix is not None]
+    for target_tor in tors:
+        responders = nics_on(lab, target_tor)
+        others = [t for t in tors if t != target_tor]
+        if len(responders) < 2 or len(others) < 2:
+            continue
+        for spine_hop in _spine_ports(lab, target_tor):
+            flows: list[tuple[Nic, Nic, int]] = []
+            paths: list[set[tuple[str, int]]] = []
+            for src_tor, responder in zip(others, responders, strict=False):
+                requester = nics_on(lab, src_tor)[0]
+                for sport in SPORTS:
+                    links = _links(lab.predict(_roce(0, requester, responder, sport, None)))
+                    if spine_hop in links:
+                        flows.append((requester, responder, sport))
+                        paths.append(set(links))
+                        break
+            if len(flows) >= 2 and set.intersection(*paths) == {spine_hop}:
+                return spine_hop, flows
+    raise LabError(f"fabric {lab.fabric.name}: no link two NAK-ing flows share alone")
+
+
+def _spine_ports(lab: Lab, tor: str) -> list[tuple[str, int]]:
+    """The spine ports cabled to `tor`, as (spine, port)."""
+    # A link's `a` is its lower tier end: a ToR's uplink has the ToR at `a`, the spine at `b`.
+    return sorted((link.b, link.b_port) for link in lab.fabric.links if link.a == tor)
+
+
+def _alarms(lab: Lab) -> list[admin_pb2.Alarm]:
+    try:
+        alarms = lab.admin.ListAlarms(admin_pb2.ListAlarmsRequest(), timeout=10).alarms
+    except grpc.RpcError:
+        return []
+    return [a for a in alarms if a.kind == KIND]
+
+
+def run(lab: Lab, budget: Budget) -> Result:
+    target, flows = _plan(lab)
+    problems: list[str] = []
+    # Clean: data one way, ACKs back, on the same 5-tuples.
+    clean = [_roce(i, r, q, sport, None) for i, (r, q, sport) in enumerate(flows)]
+    acks = [_roce(100 + i, q, r, sport, SYNDROME_ACK) for i, (r, q, sport) in enumerate(flows)]
+    data_sent = ack_sent = 0
+    by_host: dict[str, list[FlowSpec]] = {}
+    for (r, q, _), data, ack in zip(flows, clean, acks, strict=True):
+        by_host.setdefault(r.host, []).append(data)
+        by_host.setdefault(q.host, []).append(ack)
+    running = [
+        lab.start_sender(host, f"roce-clean-{i}", fs, rate_pps=NAK_PPS * len(fs),
+                         duration_s=CLEAN_S)
+        for i, (host, fs) in enumerate(sorted(by_host.items()))
+    ]  # fmt: skip
+    for sender in running:
+        summary = lab.finish_sender(sender, timeout_s=CLEAN_S + 30)
+        for fid, n in summary.get("sent", {}).items():
+            if int(fid) >= 100:
+                ack_sent += int(n)
+            else:
+                data_sent += int(n)
+    raised_clean = _alarms(lab)
+    if data_sent <= 0 or ack_sent <= 0:
+        problems.append(f"clean phase sent {data_sent} SENDs and {ack_sent} ACKs: no sample")
+    if raised_clean:
+        problems.append("clean traffic raised " + ", ".join(a.id for a in raised_clean))
+
+    # NAKs back from each responder on its data flow's 5-tuple.
+    naks = [_roce(200 + i, q, r, sport, SYNDROME_NAK_PSN) for i, (r, q, sport) in enumerate(flows)]
+    nak_hosts: dict[str, list[FlowSpec]] = {}
+    for f, (_, q, _) in zip(naks, flows, strict=True):
+        nak_hosts.setdefault(q.host, []).append(f)
+    started = time.monotonic()
+    running = [
+        lab.start_sender(host, f"roce-nak-{i}", fs, rate_pps=NAK_PPS * len(fs), duration_s=3600)
+        for i, (host, fs) in enumerate(sorted(nak_hosts.items()))
+    ]
+    nak_sent = 0
+    try:
+        alarm = wait_for(
+            f"a {KIND} alarm on {target[0]}:{target[1]}",
+            lambda: next((a for a in _alarms(lab) if (a.switch_name, a.port) == target), None),
+            timeout_s=ALARM_TIMEOUT_S,
+            every_s=0.5,
+        )
+        took = time.monotonic() - started
+        others = [a for a in _alarms(lab) if (a.switch_name, a.port) != target]
+    except LabError as err:
+        alarm, took, others = None, float("nan"), _alarms(lab)
+        problems.append(str(err))
+    finally:
+        for sender in running:
+            summary = lab.stop_sender(sender)
+            nak_sent += sum(int(n) for n in summary.get("sent", {}).values())
+    if nak_sent <= 0:
+        problems.append("no NAK was sent: no sample")
+    if others:
+        problems.append("other links accused: " + ", ".join(a.id for a in others))
+
+    link = f"{target[0]}:{target[1]}"
+    reason = (
+        f"clean: {data_sent:,} SENDs and {ack_sent:,} ACKs over {len(flows)} flows for "
+        f"{CLEAN_S:g} s, {len(raised_clean)} alarms; NAKs: {len(flows)} flows crossing only "
+        f"{link} in common, {nak_sent:,} NAKs at {NAK_PPS} pps each"
+    )
+    if alarm is not None:
+        reason += f"; alarm on {link} after {took:.1f} s"
+    if problems:
+        reason += "; " + "; ".join(problems)
+    table = Table(
+        ("flow", "requester", "responder", "sport", "path"),
+        tuple(
+            (str(i), r.full_name, q.full_name, str(sport),
+             " > ".join(f"{s}:{p}" for s, p in _links(lab.predict(_roce(0, r, q, sport, None)))))
+            for i, (r, q, sport) in enumerate(flows)
+        ),
+    )  # fmt: skip
+    metrics: dict[str, float | int | str] = {
+        "target_link": link,
+        "flows": len(flows),
+        "clean_sends": data_sent,
+        "clean_acks": ack_sent,
+        "clean_alarms": len(raised_clean),
+        "naks_sent": nak_sent,
+        "nak_pps_per_flow": NAK_PPS,
+        "alarm_after_s": round(took, 2),
+        "other_links_accused": len(others),
+    }
+    if alarm is not None:
+        metrics["alarm_message"] = alarm.message
+    return Result(NAME, not problems, reason, metrics, (table,))
