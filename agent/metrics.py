@@ -81,6 +81,11 @@ def peer_label(neighbor: state_pb2.Neighbor) -> str:
     return neighbor.peer_name
 
 
+def roce_kind_label(kind: int) -> str:
+    """railfabric.v1.RoceKind value -> 'nak_psn_sequence' (the enum name, lower case)."""
+    return control_pb2.RoceKind.Name(kind).removeprefix("ROCE_KIND_").lower()  # type: ignore[arg-type]
+
+
 def drop_reason_label(reason: int) -> str:
     """DROP_REASON_QUEUE_FULL -> "queue_full" (a number this build does not know: as is)."""
     try:
@@ -100,6 +105,8 @@ class Snapshot:
     connected: bool
     connections: int
     dropped: int
+    nak_samples: int
+    nak_samples_dropped: int
 
 
 def snapshot(agent: Agent) -> Snapshot:
@@ -120,6 +127,8 @@ def snapshot(agent: Agent) -> Snapshot:
         connected=agent.session.connected.is_set(),
         connections=agent.session.connections,
         dropped=agent.session.dropped,
+        nak_samples=agent.nak_samples.received,
+        nak_samples_dropped=agent.nak_samples.dropped_total,
     )
 
 
@@ -172,6 +181,16 @@ def render(snap: Snapshot) -> Iterator[Metric]:
             "Messages for the controller dropped because the session's outbox was full",
             snap.dropped,
         ),
+        (
+            "railfabric_agent_nak_samples",
+            "RoCEv2 NAKs the target sampled to the agent (fabric.p4 nak_sampling)",
+            snap.nak_samples,
+        ),
+        (
+            "railfabric_agent_nak_samples_dropped",
+            "Sampled NAKs not reported: more than a counter report carries (256)",
+            snap.nak_samples_dropped,
+        ),
     ):
         counter = CounterMetricFamily(name, help_text, labels=["switch"])
         counter.add_metric(switch, count)
@@ -188,6 +207,12 @@ def _ports(snap: Snapshot) -> Iterator[Metric]:
         "Frames dropped, by reason; a reason the target cannot count is absent (so the sum "
         "can be below railfabric_port_drops_total)",
         labels=[*PORT_LABELS, "reason"],
+    )
+    roce = CounterMetricFamily(
+        "railfabric_port_roce_packets",
+        "RoCEv2 packets arrived, by traffic class and kind (data, ack, nak_psn_sequence, "
+        "nak_rnr, nak_other, cnp); a class and kind not listed counted nothing",
+        labels=[*PORT_LABELS, "traffic_class", "kind"],
     )
     gauges = {
         queue_field: GaugeMetricFamily(name, help_text, labels=PORT_LABELS)
@@ -206,12 +231,17 @@ def _ports(snap: Snapshot) -> Iterator[Metric]:
                 counter.add_metric(labels, getattr(port, field))
             for drop in port.drops_by_reason:
                 by_reason.add_metric([*labels, drop_reason_label(drop.reason)], drop.packets)
+            for count in port.roce:
+                roce.add_metric(
+                    [*labels, str(count.traffic_class), roce_kind_label(count.kind)], count.packets
+                )
             for queue_field, gauge in gauges.items():
                 if port.HasField(queue_field):
                     gauge.add_metric(labels, getattr(port, queue_field))
     yield read_at
     yield from counters.values()
     yield by_reason
+    yield roce
     yield from gauges.values()
 
 

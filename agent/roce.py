@@ -62,12 +62,17 @@ class NakSamples:
     def __init__(self) -> None:
         self.samples: list[control_pb2.NakSample] = []
         self.dropped = 0
+        # Since the agent started (its metrics): every sample, and those not reported.
+        self.received = 0
+        self.dropped_total = 0
 
     def add(self, sample: control_pb2.NakSample) -> None:
+        self.received += 1
         if len(self.samples) < MAX_NAK_SAMPLES:
             self.samples.append(sample)
         else:
             self.dropped += 1
+            self.dropped_total += 1
 
     def take(self, report: control_pb2.Counters) -> None:
         """Move what was kept into `report`, and start again."""

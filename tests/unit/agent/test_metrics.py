@@ -91,6 +91,14 @@ async def test_port_counters_carry_switch_port_and_peer_and_the_values_read(
                 ],
                 queue_depth_bytes=1_500,
                 queue_watermark_bytes=0,
+                roce=[
+                    control_pb2.RoceCount(
+                        traffic_class=3, kind=control_pb2.ROCE_KIND_DATA, packets=900
+                    ),
+                    control_pb2.RoceCount(
+                        traffic_class=3, kind=control_pb2.ROCE_KIND_NAK_PSN_SEQUENCE, packets=4
+                    ),
+                ],
             ),
             control_pb2.PortCounters(port=2, rx_packets=7, queue_depth_packets=4),
             control_pb2.PortCounters(port=3),
@@ -123,6 +131,10 @@ async def test_port_counters_carry_switch_port_and_peer_and_the_values_read(
         "no_route",
         "queue_full",
     }
+    roce = "railfabric_port_roce_packets_total"
+    assert value(found, roce, **one, traffic_class="3", kind="data") == 900
+    assert value(found, roce, **one, traffic_class="3", kind="nak_psn_sequence") == 4
+    assert len([1 for name, _ in found if name == roce]) == 2  # only what counted
     two = {"switch": SWITCH, "port": "2", "peer": "srv-b1-s1/nic1"}
     assert value(found, "railfabric_port_rx_packets_total", **two) == 7
     assert value(found, "railfabric_port_queue_depth_packets", **two) == 4

@@ -174,3 +174,5 @@ def test_samples_are_bounded_per_report_and_the_rest_counted() -> None:
     again = control_pb2.Counters()
     samples.take(again)
     assert (len(again.nak_samples), again.nak_samples_dropped) == (0, 0)
+    # The totals the agent's metrics show keep counting across reports.
+    assert (samples.received, samples.dropped_total) == (MAX_NAK_SAMPLES + 5, 5)
