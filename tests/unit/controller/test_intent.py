@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from controller.daemon.core_planner import CorePlanner
-from controller.fabric import LldpIntent, Role, RoceIntent, ipv4_str, mac_str
+from controller.fabric import LldpIntent, RoceIntent, Role, ipv4_str, mac_str
 from controller.intent import IntentError, load_fabric, load_fabric_text, to_explicit_yaml
 from controller.intent_keys import LIMITS, Limit
 from controller.topology import host_nics, switch_ports
