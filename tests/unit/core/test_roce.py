@@ -1,0 +1,350 @@
+"""controller/core/roce.py through the decision core: RoCE rates per port and kind from
+cumulative counts, NAK samples placed on their flows' predicted paths, `roce_retransmission`
+on the link the NAK-ing flows share (at its transmitting end), not localised where nothing was
+sampled, held through a window (no flapping), RNR NAKs and clean traffic never alarming, and
+`roce_congestion` after a sustained CNP rate."""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+from collections.abc import Mapping
+from typing import TypeAlias
+
+import pytest
+
+from controller.core import roce
+from controller.core.records import AlarmRecord
+from controller.core.roce import Placed, RoceSwitch, Sample, localise
+from railfabric.v1 import admin_pb2, control_pb2
+from tests.unit.core.harness import Harness, S
+
+pytestmark = pytest.mark.unit
+
+K = control_pb2.RoceKind
+Kind: TypeAlias = control_pb2.RoceKind.ValueType
+TC = 3  # the lossless class RoCE data travels in
+IP = {
+    "b1s1n1": "10.0.0.2",  # tor-r1-b1 port 1
+    "b1s1n2": "10.0.0.10",  # tor-r2-b1 port 1
+    "b2s1n1": "10.0.0.18",  # tor-r1-b2 port 1
+    "b2s2n1": "10.0.0.19",  # tor-r1-b2 port 2
+    "b2s1n2": "10.0.0.26",  # tor-r2-b2 port 1
+}
+
+
+def ip(name: str) -> int:
+    return int(ipaddress.IPv4Address(IP[name]))
+
+
+def counters(
+    wall_ns: int,
+    ports: Mapping[int, Mapping[Kind, int]],
+    samples: list[control_pb2.NakSample] = (),  # type: ignore[assignment]
+    dropped: int = 0,
+) -> control_pb2.Counters:
+    """A report: port -> kind -> cumulative packets (class 3), and sampled NAKs."""
+    msg = control_pb2.Counters(wall_ns=wall_ns, nak_samples=samples, nak_samples_dropped=dropped)
+    for port, kinds in sorted(ports.items()):
+        pc = msg.ports.add(port=port)
+        for kind, packets in sorted(kinds.items()):
+            pc.roce.add(traffic_class=TC, kind=kind, packets=packets)
+    return msg
+
+
+def nak(
+    port: int, requester: str, responder: str, sport: int, kind: Kind = K.ROCE_KIND_NAK_PSN_SEQUENCE
+) -> control_pb2.NakSample:
+    """The NAK `responder` sends back to `requester` for the data flow requester -> responder,
+    as the responder's ToR samples it on host port `port`."""
+    return control_pb2.NakSample(
+        port=port,
+        src_ipv4=ip(responder),
+        dst_ipv4=ip(requester),
+        udp_sport=sport,
+        dst_qp=0x11,
+        psn=7,
+        kind=kind,
+        syndrome=0x60,
+    )
+
+
+def via(h: Harness, requester: str, responder: str, spine: str) -> int:
+    """A source port whose data flow requester -> responder crosses `spine` (found with the
+    path prediction the core itself uses)."""
+    for sport in range(49152, 49152 + 512):
+        reply = h.core.predict_path(
+            admin_pb2.PredictPathRequest(
+                src_ip=IP[requester], dst_ip=IP[responder], protocol=17, sport=sport, dport=4791
+            )
+        )
+        if any(hop.switch_name == spine for hop in reply.hops):
+            return sport
+    raise AssertionError(f"no flow {requester} -> {responder} crosses {spine}")
+
+
+def feed(h: Harness, name: str, msg: control_pb2.Counters) -> None:
+    h.run(h.core.counters(name, msg, h.now))
+
+
+def roce_alarms(h: Harness) -> dict[str, AlarmRecord]:
+    return {i: a for i, a in h.core.alarms.active.items() if a.kind.startswith(("roce_",))}
+
+
+@pytest.fixture
+def lab() -> Harness:
+    h = Harness()
+    h.connect_all()
+    return h
+
+
+def test_rates_per_port_and_kind_between_the_last_two_reports() -> None:
+    sw = RoceSwitch()
+    sw.record_counts(counters(0, {1: {K.ROCE_KIND_DATA: 1_000}}))
+    assert sw.rates == {} and sw.span_ns == 0  # one report: no rate yet
+    sw.record_counts(
+        counters(2 * S, {1: {K.ROCE_KIND_DATA: 3_000, K.ROCE_KIND_NAK_PSN_SEQUENCE: 40}})
+    )
+    assert sw.rates == {
+        (1, TC, K.ROCE_KIND_DATA): 1_000.0,
+        (1, TC, K.ROCE_KIND_NAK_PSN_SEQUENCE): 20.0,
+    }
+    assert sw.port_rate(roce.NETWORK_NAKS) == {1: 20.0}
+    # A count that went down: the target restarted, no rate until the next report.
+    sw.record_counts(counters(4 * S, {1: {K.ROCE_KIND_DATA: 10}}))
+    assert sw.rates == {}
+    sw.record_counts(counters(5 * S, {1: {K.ROCE_KIND_DATA: 510}}))
+    assert sw.rates == {(1, TC, K.ROCE_KIND_DATA): 500.0}
+    # A report no newer than the last measures nothing.
+    sw.record_counts(counters(5 * S, {1: {K.ROCE_KIND_DATA: 910}}))
+    assert sw.rates == {}
+
+
+def test_a_naks_flow_is_its_reverse() -> None:
+    s = nak(1, "b1s1n1", "b2s1n1", 50_000)
+    assert roce.flow_of(s) == (ip("b1s1n1"), ip("b2s1n1"), 50_000)
+
+
+def test_localise_scores_links_by_distinct_flows() -> None:
+    pair = ("a", "b")
+
+    def sample(
+        flow: int, *links: tuple[str, int], kind: int = K.ROCE_KIND_NAK_PSN_SEQUENCE
+    ) -> Sample:
+        return Sample(0, "b", 1, kind, (flow, 9, 1), Placed(pair, links))
+
+    x, y, z = ("s1", 1), ("s2", 2), ("s3", 3)
+    # The same flow sampled three times counts once; RNR NAKs accuse nothing.
+    found = localise(
+        [
+            sample(1, x, y),
+            sample(1, x, y),
+            sample(1, x, y),
+            sample(2, x, z),
+            sample(3, y, z, kind=K.ROCE_KIND_NAK_RNR),
+        ]
+    )
+    assert found.link_flows == {x: 2, y: 1, z: 1} and found.flows == 2
+    assert [s.end for s in found.suspects] == [x] and found.suspects[0].flows == 2
+    # Flows sharing nothing accuse nothing; one flow accuses its whole path.
+    assert localise([sample(1, x), sample(2, y)]).suspects == ()
+    assert [s.end for s in localise([sample(1, x, y)]).suspects] == [x, y]
+
+
+def test_naks_on_flows_sharing_one_link_raise_the_alarm_at_its_transmitting_end(
+    lab: Harness,
+) -> None:
+    h = lab
+    spine = "spine-p1-1"
+    # Three requesters on three ToRs, two responders on tor-r1-b2: the flows share only
+    # spine-p1-1 -> tor-r1-b2 (spine-p1-1 port 3).
+    a = nak(1, "b1s1n1", "b2s1n1", via(h, "b1s1n1", "b2s1n1", spine))
+    b = nak(2, "b1s1n2", "b2s2n1", via(h, "b1s1n2", "b2s2n1", spine))
+    c = nak(1, "b2s1n2", "b2s1n1", via(h, "b2s1n2", "b2s1n1", spine))
+    tor = "tor-r1-b2"
+    clean = {3: {K.ROCE_KIND_DATA: 0}}
+    feed(h, tor, counters(h.now.wall_ns, {1: {K.ROCE_KIND_DATA: 1}, **clean}))
+    h.advance(5 * S)
+    feed(
+        h,
+        tor,
+        counters(
+            h.now.wall_ns,
+            {
+                1: {K.ROCE_KIND_DATA: 1, K.ROCE_KIND_NAK_PSN_SEQUENCE: 100},
+                2: {K.ROCE_KIND_NAK_PSN_SEQUENCE: 60},
+                **clean,
+            },
+            [a, b, c, a],
+        ),
+    )
+    alarms = roce_alarms(h)
+    assert list(alarms) == [f"roce_retransmission:{spine}:3"], alarms
+    alarm = alarms[f"roce_retransmission:{spine}:3"]
+    assert (alarm.switch, alarm.port, alarm.severity, alarm.kind) == (
+        spine,
+        3,
+        "warning",
+        "roce_retransmission",
+    )
+    assert "toward tor-r1-b2:3" in alarm.message
+    assert "3 of 3 NAK-ing flows" in alarm.message
+    assert "20.0/s at tor-r1-b2:1" in alarm.message
+    assert "tor-r1-b1->tor-r1-b2" in alarm.message
+    assert h.core.roce.suspects()[0].end == (spine, 3)
+    events = [e for e in h.core.events if e.type == admin_pb2.EVENT_KIND_ALARM_RAISED]
+    assert events[-1].switch_name == spine and events[-1].port == 3
+
+
+def test_clean_roce_traffic_raises_nothing(lab: Harness) -> None:
+    h = lab
+    before = dict(h.core.alarms.active)
+    for i in range(6):
+        for tor in ("tor-r1-b1", "tor-r1-b2"):
+            ports = {
+                p: {
+                    K.ROCE_KIND_DATA: 1_000_000 * i,
+                    K.ROCE_KIND_ACK: 100_000 * i,
+                    K.ROCE_KIND_CNP: 10 * i,  # a few CNPs: DCQCN at work, not congestion
+                }
+                for p in (1, 2, 3, 4)
+            }
+            assert h.core.counters(tor, counters(h.now.wall_ns, ports), h.now) == []
+        h.advance(5 * S)
+    assert h.core.alarms.active == before
+    assert h.core.roce.switches["tor-r1-b1"].rates[(1, TC, K.ROCE_KIND_DATA)] == 200_000.0
+
+
+def test_rnr_naks_are_counted_and_never_accuse_the_network(lab: Harness) -> None:
+    h = lab
+    tor = "tor-r1-b2"
+    s = nak(1, "b1s1n1", "b2s1n1", 50_000, kind=K.ROCE_KIND_NAK_RNR)
+    for i in range(4):
+        feed(h, tor, counters(h.now.wall_ns, {1: {K.ROCE_KIND_NAK_RNR: 1_000 * i}}, [s]))
+        h.advance(5 * S)
+    assert roce_alarms(h) == {}
+    assert h.core.roce.switches[tor].rates == {(1, TC, K.ROCE_KIND_NAK_RNR): 200.0}
+
+
+def test_naks_without_samples_raise_on_the_port_they_arrive_on_not_localised(
+    lab: Harness,
+) -> None:
+    h = lab
+    tor = "tor-r1-b2"
+    feed(h, tor, counters(h.now.wall_ns, {1: {K.ROCE_KIND_NAK_PSN_SEQUENCE: 0}}))
+    h.advance(5 * S)
+    # The same NAKs cross the spine on their way back: counted there too, alarmed once, where
+    # they enter the fabric.
+    feed(h, "spine-p1-1", counters(h.now.wall_ns - 5 * S, {3: {K.ROCE_KIND_NAK_PSN_SEQUENCE: 0}}))
+    feed(h, "spine-p1-1", counters(h.now.wall_ns, {3: {K.ROCE_KIND_NAK_PSN_SEQUENCE: 500}}))
+    feed(h, tor, counters(h.now.wall_ns, {1: {K.ROCE_KIND_NAK_PSN_SEQUENCE: 500}}))
+    alarms = roce_alarms(h)
+    assert list(alarms) == [f"roce_retransmission:{tor}:1"]
+    text = alarms[f"roce_retransmission:{tor}:1"].message
+    assert "100.0 RoCE NAKs/s" in text
+    assert "not localised: no NAK sampled on this port in the last 10 s" in text
+
+
+def test_with_sampling_off_the_alarm_says_so() -> None:
+    h = Harness()
+    off = dataclasses.replace(h.core.roce.params, sample_interval_us=0)
+    h.core.roce.params = off
+    h.connect_all()
+    h.core.roce.params = off  # as the intent would say (a reload sets it)
+    feed(h, "spine-p1-2", counters(h.now.wall_ns, {1: {K.ROCE_KIND_NAK_OTHER: 0}}))
+    h.advance(5 * S)
+    feed(h, "spine-p1-2", counters(h.now.wall_ns, {1: {K.ROCE_KIND_NAK_OTHER: 100}}))
+    (alarm,) = roce_alarms(h).values()
+    assert (alarm.switch, alarm.port) == ("spine-p1-2", 1)
+    assert "NAK sampling is off (roce.nak_sample_interval_us: 0)" in alarm.message
+
+
+def test_the_alarm_holds_through_the_window_and_clears_after_it(lab: Harness) -> None:
+    h = lab
+    spine = "spine-p1-1"
+    tor = "tor-r1-b2"
+    a = nak(1, "b1s1n1", "b2s1n1", via(h, "b1s1n1", "b2s1n1", spine))
+    b = nak(2, "b1s1n2", "b2s2n1", via(h, "b1s1n2", "b2s2n1", spine))
+    naks = 0
+    raised_cleared: list[tuple[int, int]] = []
+    # 12 NAKs/s then 8 then 12 ... around the threshold of 10: raised once, held.
+    for i, per_s in enumerate([0, 12, 8, 12, 8, 12, 0, 0, 0, 0]):
+        naks += per_s * 5
+        feed(
+            h,
+            tor,
+            counters(
+                h.now.wall_ns,
+                {p: {K.ROCE_KIND_NAK_PSN_SEQUENCE: naks} for p in (1, 2)},
+                [a, b] if per_s else [],
+            ),
+        )
+        kinds = [e.type for e in h.core.events]
+        raised_cleared.append(
+            (
+                kinds.count(admin_pb2.EVENT_KIND_ALARM_RAISED),
+                kinds.count(admin_pb2.EVENT_KIND_ALARM_CLEARED),
+            )
+        )
+        if i == 5:
+            assert f"roce_retransmission:{spine}:3" in roce_alarms(h)
+        h.advance(5 * S)
+    first_raise = raised_cleared[1][0]
+    assert [r for r, _ in raised_cleared[1:]] == [first_raise] * 9  # raised once
+    assert roce_alarms(h) == {}
+    # Cleared once per link alarm, a window after the NAKs stopped (report 7 at 35 s: the
+    # last hot report was at 25 s).
+    cleared = [c for _, c in raised_cleared]
+    assert cleared[6] == cleared[0] and cleared[8] > cleared[0]
+    texts = [e.message for e in h.core.events if e.type == admin_pb2.EVENT_KIND_ALARM_CLEARED]
+    assert "no NAK-ing flow sampled in the last 10 s crosses it" in texts[-1]
+
+
+def test_sustained_cnps_raise_congestion_and_a_lower_rate_clears_it(lab: Harness) -> None:
+    h = lab
+    tor = "tor-r1-b1"
+    cnps = 0
+    seen: list[bool] = []
+    for per_s in [0, 2_000, 2_000, 2_000, 500]:
+        cnps += per_s * 5
+        feed(h, tor, counters(h.now.wall_ns, {3: {K.ROCE_KIND_CNP: cnps}}))
+        seen.append(f"roce_congestion:{tor}:3" in roce_alarms(h))
+        h.advance(5 * S)
+    # Above 1,000/s from 0 s: at 10 s it has lasted the 10 s of roce.cnp_alarm_s.
+    assert seen == [False, False, True, True, False]
+    text = next(
+        e.message
+        for e in h.core.events
+        if e.type == admin_pb2.EVENT_KIND_ALARM_RAISED and e.switch_name == tor
+    )
+    assert "2000 CNPs/s arriving for 10 s" in text and "(roce.cnp_alarm_s)" in text
+
+
+def test_a_routing_change_places_new_samples_on_the_new_path(lab: Harness) -> None:
+    h = lab
+    spine = "spine-p1-1"
+    sport = via(h, "b1s1n1", "b2s1n1", spine)
+    flow = (ip("b1s1n1"), ip("b2s1n1"), sport)
+    first = h.core.roce._place(flow, h.now.mono_ns, h.core._roce_context)
+    assert first is not None and (spine, 3) in first.links
+    assert first.pair == ("tor-r1-b1", "tor-r1-b2")
+    h.set_carrier("tor-r1-b2:3--spine-p1-1:3", False)
+    h.settle()
+    again = h.core.roce._place(flow, h.now.mono_ns, h.core._roce_context)
+    assert again is not None and (spine, 3) not in again.links
+
+
+def test_path_prediction_is_bounded_per_second(lab: Harness) -> None:
+    h = lab
+    monitor = h.core.roce
+    ctx = h.core._roce_context
+    placed = [
+        monitor._place((ip("b1s1n1"), ip("b2s1n1"), sport), h.now.mono_ns, ctx)
+        for sport in range(roce.PREDICTIONS_PER_S + 10)
+    ]
+    assert sum(p is not None for p in placed) == roce.PREDICTIONS_PER_S
+    assert monitor.unplaced == 10
+    # A cached flow costs nothing; a second later the budget is back.
+    assert monitor._place((ip("b1s1n1"), ip("b2s1n1"), 0), h.now.mono_ns, ctx) is not None
+    later = h.now.mono_ns + S
+    assert monitor._place((ip("b1s1n1"), ip("b2s1n1"), 65_000), later, ctx) is not None
