@@ -562,7 +562,9 @@ class DecisionCore:
             matrix.record(v.matrix_reports, msg, self._class_rails())
         alarms = self.alarms
         active = {**alarms.kind(roce.RETRANSMISSION), **alarms.kind(roce.CONGESTION)}
-        verdict = self.roce.report(name, msg, now.mono_ns, self._roce_context, active)
+        verdict = self.roce.report(
+            name, msg, now.mono_ns, self._roce_context, active, wall_ns=now.wall_ns
+        )
         if not verdict.raised and not verdict.cleared:
             return []
         out = _Out()
@@ -574,6 +576,10 @@ class DecisionCore:
             )
             self._raise(alarm, out)
         return self._finish(out, now)
+
+    def roce_answer(self, switch: str = "") -> admin_pb2.RoceResponse:
+        """GetRoce's answer (controller/core/roce.py): read-only."""
+        return roce.answer(self.roce, self._roce_context, switch)
 
     def _class_rails(self) -> list[int]:
         """The rail of each traffic matrix class's destination, for the planner of now (a

@@ -65,9 +65,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, cast
 
-from railfabric.v1 import control_pb2
+from railfabric.v1 import admin_pb2, control_pb2
 
 T = TypeVar("T")
 K = control_pb2.RoceKind
@@ -230,10 +230,11 @@ class Suspect:
 
 @dataclass(frozen=True, slots=True)
 class Localisation:
-    """What the evidence says: link end -> distinct flows crossing it, the suspects, how
-    many distinct flows, how many evidence samples had no place."""
+    """What the evidence says: link end -> distinct flows crossing it and their ToR pairs,
+    the suspects, how many distinct flows, how many evidence samples had no place."""
 
     link_flows: Mapping[End, int]
+    link_pairs: Mapping[End, tuple[Pair, ...]]
     suspects: tuple[Suspect, ...]
     flows: int
     unplaced: int
@@ -258,15 +259,16 @@ def localise(samples: Iterable[Sample]) -> Localisation:
             by_link.setdefault(end, set()).add(s.flow)
             pairs_of.setdefault(end, set()).add(s.placed.pair)
     link_flows = {end: len(f) for end, f in by_link.items()}
+    link_pairs = {end: tuple(sorted(p)) for end, p in pairs_of.items()}
     best = max(link_flows.values(), default=0)
     suspects: tuple[Suspect, ...] = ()
     if best and (best >= 2 or len(flows) == 1):
         suspects = tuple(
-            Suspect(end, n, len(flows), tuple(sorted(pairs_of[end])))
+            Suspect(end, n, len(flows), link_pairs[end])
             for end, n in sorted(link_flows.items())
             if n == best
         )
-    return Localisation(link_flows, suspects, len(flows), unplaced)
+    return Localisation(link_flows, link_pairs, suspects, len(flows), unplaced)
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,7 +339,9 @@ class RoceMonitor:
         self._assessed_ns: int | None = None
         self.predictions = 0
         self.unplaced = 0
+        # The last assessment's localisation, and when it was made (wall clock; 0: never).
         self.last: Localisation = localise(())
+        self.assessed_wall_ns = 0
 
     # -- changes of the fabric
     def routing_changed(self) -> None:
@@ -365,9 +369,12 @@ class RoceMonitor:
         now_ns: int,
         ctx: Context,
         active: Mapping[str, object],
+        *,
+        wall_ns: int = 0,
     ) -> Verdict:
-        """Take `msg` (switch `name`'s Counters) at monotonic `now_ns`; `active`: the roce
-        alarms raised now, by id."""
+        """Take `msg` (switch `name`'s Counters) at monotonic `now_ns` (`wall_ns`: the same
+        instant on the wall clock, for reports); `active`: the roce alarms raised now, by
+        id."""
         out = Verdict()
         sw = self.switches.setdefault(name, RoceSwitch())
         params = self.params
@@ -383,7 +390,8 @@ class RoceMonitor:
         if sw.span_ns:  # rates to judge by
             urgent = self._mark(name, sw, now_ns)
             self._congestion(name, sw, now_ns, active, out)
-        self._maybe_assess(now_ns, ctx, active, out, urgent=urgent)
+        if self._maybe_assess(now_ns, ctx, active, out, urgent=urgent):
+            self.assessed_wall_ns = wall_ns
         return out
 
     def _place(self, flow: Flow, now_ns: int, ctx: Context) -> Placed | None:
@@ -477,15 +485,20 @@ class RoceMonitor:
         out: Verdict,
         *,
         urgent: bool,
-    ) -> None:
+    ) -> bool:
+        """Assess the alarms if anything is hot or raised (once a second at most unless
+        `urgent`); True when it did."""
         retrans = [a for a in active if a.startswith(RETRANSMISSION + ":")]
         if not self.ports and not self.pairs and not retrans:
-            return
+            if self.last.link_flows:
+                self.last = localise(())  # nothing hot any more: nothing is evidence
+            return False
         last = self._assessed_ns
         if not urgent and last is not None and now_ns - last < ASSESS_EVERY_NS:
-            return
+            return False
         self._assessed_ns = now_ns
         self._assess(now_ns, ctx, retrans, out)
+        return True
 
     def evidence(self, now_ns: int) -> list[Sample]:
         """The window's samples taken on a port, or of a ToR pair, hot within the window."""
@@ -647,3 +660,81 @@ def _localised_text(
         f"{where} (above {params.nak_alarm_per_s:g}/s, roce.nak_alarm_per_s); ToR pairs "
         f"{_pairs_text(s.pairs)}"
     )
+
+
+# RocePortRates' field for each kind.
+_RATE_FIELD = {
+    K.ROCE_KIND_DATA: "data_per_s",
+    K.ROCE_KIND_ACK: "ack_per_s",
+    K.ROCE_KIND_NAK_PSN_SEQUENCE: "nak_psn_sequence_per_s",
+    K.ROCE_KIND_NAK_RNR: "nak_rnr_per_s",
+    K.ROCE_KIND_NAK_OTHER: "nak_other_per_s",
+    K.ROCE_KIND_CNP: "cnp_per_s",
+}
+# Links an answer lists beside the suspects.
+CROSSED_MAX = 100
+
+
+def port_rates(name: str, sw: RoceSwitch) -> list[admin_pb2.RocePortRates]:
+    """`sw`'s rates by port and traffic class (those with RoCE traffic), port order."""
+    rows: dict[tuple[int, int], admin_pb2.RocePortRates] = {}
+    end_wall_ns = sw.wall_ns or 0
+    for (port, tc, kind), rate in sorted(sw.rates.items()):
+        field_name = _RATE_FIELD.get(cast("control_pb2.RoceKind.ValueType", kind))
+        if field_name is None:
+            continue  # a kind of a later release
+        row = rows.get((port, tc))
+        if row is None:
+            row = rows[(port, tc)] = admin_pb2.RocePortRates(
+                switch_name=name,
+                port=port,
+                traffic_class=tc,
+                span_ns=sw.span_ns,
+                end_wall_ns=end_wall_ns,
+            )
+        setattr(row, field_name, getattr(row, field_name) + rate)
+    return list(rows.values())
+
+
+def answer(monitor: RoceMonitor, ctx: Context, switch: str = "") -> admin_pb2.RoceResponse:
+    """GetRoce's answer: rates of `switch` (every switch: ""), the hot ports and pairs, and
+    the last assessment's localisation."""
+    params = monitor.params
+    reply = admin_pb2.RoceResponse(
+        window_ms=params.window_ns // 1_000_000,
+        nak_alarm_per_s=params.nak_alarm_per_s,
+        cnp_alarm_per_s=params.cnp_alarm_per_s,
+        sampling=params.sample_interval_us > 0,
+        assessed_wall_ns=monitor.assessed_wall_ns,
+    )
+    for name in sorted(monitor.switches):
+        sw = monitor.switches[name]
+        if not switch or name == switch:
+            reply.ports.extend(port_rates(name, sw))
+        reply.samples += len(sw.samples)
+        reply.samples_dropped += sw.samples_dropped
+        reply.samples_overflowed += sw.overflowed
+    for (name, port), m in sorted(monitor.ports.items()):
+        if not switch or name == switch:
+            reply.hot.add(switch_name=name, port=port, naks_per_s=m.rate, hot_now=m.hot)
+    for (requester, responder), m in sorted(monitor.pairs.items()):
+        if not switch or switch in (requester, responder):
+            reply.hot.add(
+                requester_tor=requester, responder_tor=responder, naks_per_s=m.rate, hot_now=m.hot
+            )
+    found = monitor.last
+    reply.flows, reply.unplaced = found.flows, found.unplaced
+
+    def link(end: End, flows: int) -> admin_pb2.RoceLink:
+        return admin_pb2.RoceLink(
+            end=admin_pb2.LinkEnd(switch_name=end[0], port=end[1]),
+            peer=ctx.peer(end),
+            flows=flows,
+            of_flows=found.flows,
+            tor_pairs=[f"{a}->{b}" for a, b in found.link_pairs.get(end, ())],
+        )
+
+    reply.suspects.extend(link(s.end, s.flows) for s in found.suspects)
+    crossed = sorted(found.link_flows.items(), key=lambda kv: (-kv[1], kv[0]))[:CROSSED_MAX]
+    reply.crossed.extend(link(end, n) for end, n in crossed)
+    return reply

@@ -6,13 +6,16 @@ sampled, held through a window (no flapping), RNR NAKs and clean traffic never a
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import ipaddress
+import re
 from collections.abc import Mapping
 from typing import TypeAlias
 
 import pytest
 
+from controller.cli import roce_commands
 from controller.core import roce
 from controller.core.records import AlarmRecord
 from controller.core.roce import Placed, RoceSwitch, Sample, localise
@@ -194,6 +197,40 @@ def test_naks_on_flows_sharing_one_link_raise_the_alarm_at_its_transmitting_end(
     assert h.core.roce.suspects()[0].end == (spine, 3)
     events = [e for e in h.core.events if e.type == admin_pb2.EVENT_KIND_ALARM_RAISED]
     assert events[-1].switch_name == spine and events[-1].port == 3
+
+    # GetRoce and `railctl roce` say the same.
+    reply = h.core.roce_answer()
+    assert [(p.switch_name, p.port, p.nak_psn_sequence_per_s) for p in reply.ports] == [
+        (tor, 1, 20.0),
+        (tor, 2, 12.0),
+    ]
+    (suspect,) = reply.suspects
+    assert (suspect.end.switch_name, suspect.end.port, suspect.peer) == (spine, 3, "tor-r1-b2:3")
+    assert (suspect.flows, suspect.of_flows) == (3, 3)
+    assert list(suspect.tor_pairs) == [
+        "tor-r1-b1->tor-r1-b2",
+        "tor-r2-b1->tor-r1-b2",
+        "tor-r2-b2->tor-r1-b2",
+    ]
+    assert {(c.end.switch_name, c.end.port): c.flows for c in reply.crossed} == {
+        (spine, 3): 3,
+        (tor, 1): 2,
+        (tor, 2): 1,
+        ("tor-r1-b1", 3): 1,
+        ("tor-r2-b1", 3): 1,
+        ("tor-r2-b2", 3): 1,
+    }
+    assert (reply.samples, reply.flows, reply.window_ms, reply.sampling) == (4, 3, 10_000, True)
+    assert reply.assessed_wall_ns == h.now.wall_ns
+    assert [(x.switch_name, x.port, x.hot_now) for x in reply.hot if x.switch_name] == [
+        (tor, 1, True),
+        (tor, 2, True),
+    ]
+    assert h.core.roce_answer("spine-p1-2").ports == []
+    text = "\n".join(roce_commands.render(reply, argparse.Namespace()))
+    assert re.search(r"^tor-r1-b2\s+1\s+3\s+0\s+0\s+20\.0\s+0\s+0\s+0$", text, re.M), text
+    assert re.search(r"^spine-p1-1:3\s+tor-r1-b2:3\s+3/3\s+tor-r1-b1->tor-r1-b2, ", text, re.M)
+    assert roce_commands._exit(reply) == 3
 
 
 def test_clean_roce_traffic_raises_nothing(lab: Harness) -> None:
