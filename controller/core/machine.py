@@ -561,7 +561,7 @@ class DecisionCore:
         if v.state.HasField("matrix"):  # a ToR: its row of the traffic matrix
             matrix.record(v.matrix_reports, msg, self._class_rails())
         alarms = self.alarms
-        active = {**alarms.kind(roce.RETRANSMISSION), **alarms.kind(roce.CONGESTION)}
+        active = roce.Active(alarms.kind(roce.RETRANSMISSION), alarms.kind(roce.CONGESTION))
         verdict = self.roce.report(
             name, msg, now.mono_ns, self._roce_context, active, wall_ns=now.wall_ns
         )
@@ -1339,6 +1339,12 @@ class _RoceContext:
         if v is None or not v.state.HasField("matrix"):
             return frozenset()
         return frozenset(v.state.matrix.source_ports)
+
+    def report_rates(self, switch: str) -> roce.ReportRates:
+        v = self._core.views.get(switch)
+        if v is None:
+            return roce.report_rates(None, None)
+        return roce.report_rates(v.prev_counters, v.last_counters)
 
     def peer(self, end: roce.End) -> str:
         core = self._core

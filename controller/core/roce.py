@@ -63,7 +63,7 @@ unless something turned hot.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar, cast
 
@@ -73,6 +73,8 @@ T = TypeVar("T")
 K = control_pb2.RoceKind
 # NAKs that accuse the network (the alarm's rate and localisation); RNR is a host's.
 NETWORK_NAKS = frozenset({K.ROCE_KIND_NAK_PSN_SEQUENCE, K.ROCE_KIND_NAK_OTHER})
+# The kinds the monitor keeps counts of: NAKs (RNR to show it) and CNPs.
+WATCHED: frozenset[int] = NETWORK_NAKS | {K.ROCE_KIND_NAK_RNR, K.ROCE_KIND_CNP}
 RETRANSMISSION = "roce_retransmission"
 CONGESTION = "roce_congestion"
 # Samples kept per switch (an agent sends at most 256 per report; a 10 s window at 5 s
@@ -83,8 +85,7 @@ SAMPLES_PER_SWITCH = 2048
 PREDICTIONS_PER_S = 2000
 # Flows whose paths are kept (cleared whenever routing changes).
 PATH_CACHE_MAX = 65_536
-# How often the alarms are assessed while anything is hot or raised (more often when a port or
-# pair turns hot).
+# How often at most the alarms are assessed (while anything is hot or raised).
 ASSESS_EVERY_NS = 1_000_000_000
 # With ecmp.hash five_tuple_qp: QP values tried to find the paths a NIC pair's flows may take.
 PATH_QPS = 16
@@ -140,15 +141,78 @@ def flow_of(s: control_pb2.NakSample) -> Flow:
     return (s.dst_ipv4, s.src_ipv4, s.udp_sport)
 
 
+def counts_of(msg: control_pb2.Counters, kinds: frozenset[int] | None = None) -> dict[int, int]:
+    """`msg`'s RoCE counts (every kind, or `kinds`) by packed key (`pack`)."""
+    counts: dict[int, int] = {}
+    get = counts.get
+    for p in msg.ports:
+        roce = p.roce
+        if not roce:
+            continue
+        base = p.port << 16
+        for r in roce:
+            kind = r.kind
+            if kinds is None or kind in kinds:
+                key = base | (r.traffic_class << 8) | kind
+                counts[key] = get(key, 0) + r.packets
+    return counts
+
+
+def pack(port: int, traffic_class: int, kind: int) -> int:
+    """A count's key: one int (a tuple per count cost a third of the ingest at ref-100k)."""
+    return (port << 16) | (traffic_class << 8) | kind
+
+
+def unpack(key: int) -> Key:
+    return key >> 16, (key >> 8) & 0xFF, key & 0xFF
+
+
+def rates_between(
+    before: Mapping[int, int], after: Mapping[int, int], span_ns: int
+) -> dict[int, float] | None:
+    """Packets/s of each count that grew over `span_ns`; None when a count went down (the
+    target's counters restarted) or there is no span."""
+    if span_ns <= 0:
+        return None
+    get = after.get
+    for k, n in before.items():
+        if get(k, 0) < n:
+            return None
+    rates: dict[int, float] = {}
+    scale = 1e9 / span_ns
+    before_get = before.get
+    for k, n in after.items():
+        grew = n - before_get(k, 0)
+        if grew:
+            rates[k] = grew * scale
+    return rates
+
+
+def report_rates(
+    prev: control_pb2.Counters | None, last: control_pb2.Counters | None
+) -> ReportRates:
+    """The rates of every RoCE count between two reports (what answers show beside the
+    watched kinds: data and ACKs)."""
+    if prev is None or last is None:
+        return ReportRates({}, 0, last.wall_ns if last is not None else 0)
+    span = last.wall_ns - prev.wall_ns
+    rates = rates_between(counts_of(prev), counts_of(last), span)
+    if rates is None:
+        return ReportRates({}, 0, last.wall_ns)
+    return ReportRates({unpack(k): r for k, r in rates.items()}, span, last.wall_ns)
+
+
 @dataclass
 class RoceSwitch:
-    """One switch's RoCE counts, rates and sampled NAKs."""
+    """One switch's RoCE counts of the WATCHED kinds, their rates, and sampled NAKs. Data and
+    ACK counts are left in the reports (answers compute them on demand): at ref-100k they are
+    most of a report's counts, and nothing is decided on them."""
 
     wall_ns: int | None = None
-    counts: dict[Key, int] = field(default_factory=dict)
-    # (port, class, kind) -> packets/s between the last two reports, over `span_ns`; empty
-    # when the last report gave none (the first, or the target's counters restarted).
-    rates: dict[Key, float] = field(default_factory=dict)
+    counts: dict[int, int] = field(default_factory=dict)
+    # pack(port, class, kind) -> packets/s between the last two reports, over `span_ns`;
+    # empty when the last report gave none (the first, or the target's counters restarted).
+    rates: dict[int, float] = field(default_factory=dict)
     span_ns: int = 0
     samples: deque[Sample] = field(default_factory=deque)
     # Samples the window had no room for, and those the agent said it did not keep, as
@@ -158,24 +222,20 @@ class RoceSwitch:
 
     def record_counts(self, msg: control_pb2.Counters) -> None:
         """Rates from `msg`'s RoCE counts against the previous report's."""
-        counts: dict[Key, int] = {}
-        for p in msg.ports:
-            for r in p.roce:
-                key = (p.port, r.traffic_class, r.kind)
-                counts[key] = counts.get(key, 0) + r.packets
+        counts = counts_of(msg, WATCHED)
         before, was = self.counts, self.wall_ns
         self.counts, self.wall_ns = counts, msg.wall_ns
         self.rates, self.span_ns = {}, 0
-        if was is None or msg.wall_ns <= was:
-            return  # the first report, or a clock gone back: no span to measure over
-        if any(counts.get(k, 0) < n for k, n in before.items()):
-            return  # the target's counters restarted
+        if was is None:
+            return  # the first report
         span = msg.wall_ns - was
-        self.span_ns = span
-        for k, n in counts.items():
-            grew = n - before.get(k, 0)
-            if grew:
-                self.rates[k] = grew * 1e9 / span
+        rates = rates_between(before, counts, span)
+        if rates is not None:  # None: a clock gone back, or the target's counters restarted
+            self.rates, self.span_ns = rates, span
+
+    def rates_by_key(self) -> dict[Key, float]:
+        """The rates by (port, class, kind)."""
+        return {unpack(k): r for k, r in self.rates.items()}
 
     def expire(self, now_ns: int, window_ns: int) -> None:
         """Forget what is older than the window (an instant exactly a window old is out)."""
@@ -196,10 +256,27 @@ class RoceSwitch:
         """port -> packets/s of `kinds`, summed over traffic classes (ports with none left out)."""
         wanted = frozenset(kinds)
         out: dict[int, float] = {}
-        for (port, _tc, kind), rate in self.rates.items():
-            if kind in wanted:
+        for key, rate in self.rates.items():
+            if key & 0xFF in wanted:
+                port = key >> 16
                 out[port] = out.get(port, 0.0) + rate
         return out
+
+    def nak_and_cnp_rates(self) -> tuple[dict[int, float], dict[int, float]]:
+        """Port -> network NAKs/s, and port -> CNPs/s, summed over classes (one pass)."""
+        naks: dict[int, float] = {}
+        cnps: dict[int, float] = {}
+        network = NETWORK_NAKS
+        cnp = K.ROCE_KIND_CNP
+        for key, rate in self.rates.items():
+            kind = key & 0xFF
+            if kind == cnp:
+                port = key >> 16
+                cnps[port] = cnps.get(port, 0.0) + rate
+            elif kind in network:
+                port = key >> 16
+                naks[port] = naks.get(port, 0.0) + rate
+        return naks, cnps
 
     @property
     def samples_dropped(self) -> int:
@@ -215,6 +292,8 @@ class Mark:
     last_hot_ns: int
     rate: float
     hot: bool
+    # Reports in a row that found it hot.
+    streak: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,6 +386,24 @@ def parse_alarm_id(alarm: str) -> End | None:
     return switch, int(port)
 
 
+@dataclass(frozen=True, slots=True)
+class ReportRates:
+    """A switch's rates of every RoCE count between its last two reports, their span and the
+    newest report's time."""
+
+    rates: Mapping[Key, float]
+    span_ns: int
+    end_wall_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class Active:
+    """The roce alarms active now, by id (the core's alarm index of each kind)."""
+
+    retransmission: Mapping[str, object]
+    congestion: Mapping[str, object]
+
+
 class Context(Protocol):
     """What the monitor needs from the rest of the core (the fabric as planned and routed)."""
 
@@ -322,6 +419,10 @@ class Context(Protocol):
         """Who is at the other end of `end`'s cable ("spine-1:3", a NIC's name, or "")."""
         ...
 
+    def report_rates(self, switch: str) -> ReportRates:
+        """Every RoCE rate of `switch` between its last two reports (`report_rates`)."""
+        ...
+
 
 class RoceMonitor:
     """Every switch's RoCE state and the alarms it implies. The core feeds it each Counters
@@ -332,7 +433,15 @@ class RoceMonitor:
         self.switches: dict[str, RoceSwitch] = {}
         self.ports: dict[End, Mark] = {}
         self.pairs: dict[Pair, Mark] = {}
-        self._cnp_since: dict[End, int] = {}
+        # The marks by switch (a port's, a pair's responder ToR): a report looks only at its
+        # own switch's (a pass over every mark per report was most of a NAK storm's cost).
+        self._ports_of: dict[str, set[int]] = {}
+        self._pairs_of: dict[str, set[str]] = {}
+        # Switch -> port -> since when its CNP rate is above the threshold (monotonic).
+        self._cnp_since: dict[str, dict[int, int]] = {}
+        # Switch -> ports with a roce_congestion alarm (from the active alarms at the first
+        # report: they survive a restart; then from this monitor's own verdicts).
+        self._congested: dict[str, set[int]] | None = None
         self._paths: dict[Flow, Placed | None] = {}
         self._tokens = float(PREDICTIONS_PER_S)
         self._tokens_at: int | None = None
@@ -352,11 +461,11 @@ class RoceMonitor:
     def keep_only(self, switches: Iterable[str]) -> None:
         """A new intent: forget the switches it no longer has."""
         keep = frozenset(switches)
-        for name in [n for n in self.switches if n not in keep]:
-            del self.switches[name]
-        for marks in (self.ports, self._cnp_since):
-            for end in [e for e in marks if e[0] not in keep]:
-                del marks[end]
+        for index in (self.switches, self._ports_of, self._pairs_of, self._cnp_since):
+            for name in [n for n in index if n not in keep]:
+                del index[name]
+        for end in [e for e in self.ports if e[0] not in keep]:
+            del self.ports[end]
         for pair in [p for p in self.pairs if p[1] not in keep]:
             del self.pairs[pair]
         self._paths.clear()
@@ -368,13 +477,12 @@ class RoceMonitor:
         msg: control_pb2.Counters,
         now_ns: int,
         ctx: Context,
-        active: Mapping[str, object],
+        active: Active,
         *,
         wall_ns: int = 0,
     ) -> Verdict:
         """Take `msg` (switch `name`'s Counters) at monotonic `now_ns` (`wall_ns`: the same
-        instant on the wall clock, for reports); `active`: the roce alarms raised now, by
-        id."""
+        instant on the wall clock, for reports); `active`: the roce alarms raised now."""
         out = Verdict()
         sw = self.switches.setdefault(name, RoceSwitch())
         params = self.params
@@ -386,11 +494,11 @@ class RoceMonitor:
             flow = flow_of(s)
             placed = self._place(flow, now_ns, ctx) if s.kind in NETWORK_NAKS else None
             sw.add(Sample(now_ns, name, s.port, s.kind, flow, placed))
-        urgent = False
         if sw.span_ns:  # rates to judge by
-            urgent = self._mark(name, sw, now_ns)
-            self._congestion(name, sw, now_ns, active, out)
-        if self._maybe_assess(now_ns, ctx, active, out, urgent=urgent):
+            naks, cnps = sw.nak_and_cnp_rates()
+            self._mark(name, sw, naks, now_ns)
+            self._congestion(name, sw, cnps, now_ns, active=active.congestion, out=out)
+        if self._maybe_assess(now_ns, ctx, active.retransmission, out):
             self.assessed_wall_ns = wall_ns
         return out
 
@@ -424,52 +532,80 @@ class RoceMonitor:
         self._paths[flow] = placed
         return placed
 
-    def _mark(self, name: str, sw: RoceSwitch, now_ns: int) -> bool:
-        """Update the hot marks of `name`'s ports and of the ToR pairs it responds for; True
-        when one turned hot."""
+    def _mark(self, name: str, sw: RoceSwitch, rates: Mapping[int, float], now_ns: int) -> None:
+        """Update the hot marks of `name`'s ports and of the ToR pairs it responds for, from
+        its network NAK rates by port."""
         threshold = self.params.nak_alarm_per_s
-        rates = sw.port_rate(NETWORK_NAKS)
-        port_rates = {(name, port): rate for port, rate in rates.items()}
-        turned = _update_marks(self.ports, port_rates, lambda e: e[0] == name, threshold, now_ns)
+        ports = self._ports_of.setdefault(name, set())
+        _update_marks(
+            self.ports, {(name, p): r for p, r in rates.items()}, [(name, p) for p in ports],
+            threshold, now_ns,
+        )  # fmt: skip
+        ports.update(p for p, r in rates.items() if r > threshold)
         # ToR pairs: each port's rate shared over the pairs of its samples in the window.
         by_port: dict[int, dict[Pair, int]] = {}
-        for s in sw.samples:
-            if s.network and s.placed is not None and s.port in rates:
-                counts = by_port.setdefault(s.port, {})
-                counts[s.placed.pair] = counts.get(s.placed.pair, 0) + 1
+        if rates:
+            for s in sw.samples:
+                if s.network and s.placed is not None and s.port in rates:
+                    counts = by_port.setdefault(s.port, {})
+                    counts[s.placed.pair] = counts.get(s.placed.pair, 0) + 1
         pair_rates: dict[Pair, float] = {}
         for port, counts in by_port.items():
             total = sum(counts.values())
             for pair, n in counts.items():
                 pair_rates[pair] = pair_rates.get(pair, 0.0) + rates[port] * n / total
-        turned |= _update_marks(self.pairs, pair_rates, lambda p: p[1] == name, threshold, now_ns)
-        return turned
+        requesters = self._pairs_of.setdefault(name, set())
+        _update_marks(self.pairs, pair_rates, [(r, name) for r in requesters], threshold, now_ns)
+        requesters.update(p[0] for p, r in pair_rates.items() if r > threshold)
 
     def _congestion(
-        self, name: str, sw: RoceSwitch, now_ns: int, active: Mapping[str, object], out: Verdict
+        self,
+        name: str,
+        sw: RoceSwitch,
+        rates: Mapping[int, float],
+        now_ns: int,
+        *,
+        active: Mapping[str, object],
+        out: Verdict,
     ) -> None:
         params = self.params
-        rates = sw.port_rate((K.ROCE_KIND_CNP,))
-        ports = set(rates) | {e[1] for e in self._cnp_since if e[0] == name}
-        ports |= {e[1] for a in active if (e := _congestion_end(a, name)) is not None}
+        threshold = params.cnp_alarm_per_s
+        if self._congested is None:  # the alarms as the store kept them
+            self._congested = {}
+            for ident in active:
+                end = parse_alarm_id(ident)
+                if end is not None:
+                    self._congested.setdefault(end[0], set()).add(end[1])
+        since_of = self._cnp_since.get(name)
+        congested = self._congested.get(name)
+        ports = {p for p, r in rates.items() if r > threshold}
+        if since_of:
+            ports.update(since_of)
+        if congested:
+            ports.update(congested)
+        if not ports:
+            return  # most switches, most reports
+        since_of = self._cnp_since.setdefault(name, {})
+        congested = self._congested.setdefault(name, set())
         for port in sorted(ports):
-            end = (name, port)
             rate = rates.get(port, 0.0)
-            ident = alarm_id(CONGESTION, end)
-            if rate <= params.cnp_alarm_per_s:
-                self._cnp_since.pop(end, None)
-                if ident in active:
+            ident = alarm_id(CONGESTION, (name, port))
+            if rate <= threshold:
+                since_of.pop(port, None)
+                if port in congested:
+                    congested.discard(port)
                     why = (
                         f"{rate:.0f} CNPs/s arrive on {name} port {port}, at most "
-                        f"{params.cnp_alarm_per_s:g}/s (roce.cnp_alarm_per_s)"
+                        f"{threshold:g}/s (roce.cnp_alarm_per_s)"
                     )
                     out.cleared.append(Clear(ident, name, port, why))
                 continue
-            since = self._cnp_since.setdefault(end, now_ns - sw.span_ns)
-            if now_ns - since >= params.cnp_alarm_ns and ident not in active:
+            since = since_of.setdefault(port, now_ns - sw.span_ns)
+            if now_ns - since >= params.cnp_alarm_ns and port not in congested:
+                congested.add(port)
                 text = (
                     f"{name} port {port}: {rate:.0f} CNPs/s arriving for "
-                    f"{(now_ns - since) / 1e9:.0f} s, above {params.cnp_alarm_per_s:g}/s "
+                    f"{(now_ns - since) / 1e9:.0f} s, above {threshold:g}/s "
                     f"(roce.cnp_alarm_per_s) for {params.cnp_alarm_ns / 1e9:g} s "
                     "(roce.cnp_alarm_s): DCQCN is slowing the senders behind it; "
                     "railctl ecn shows where ECN marks"
@@ -483,19 +619,17 @@ class RoceMonitor:
         ctx: Context,
         active: Mapping[str, object],
         out: Verdict,
-        *,
-        urgent: bool,
     ) -> bool:
-        """Assess the alarms if anything is hot or raised (once a second at most unless
-        `urgent`); True when it did."""
-        retrans = [a for a in active if a.startswith(RETRANSMISSION + ":")]
-        if not self.ports and not self.pairs and not retrans:
+        """Assess the alarms if anything is hot or raised, once a second at most; True when
+        it did."""
+        if not self.ports and not self.pairs and not active:
             if self.last.link_flows:
                 self.last = localise(())  # nothing hot any more: nothing is evidence
             return False
         last = self._assessed_ns
-        if not urgent and last is not None and now_ns - last < ASSESS_EVERY_NS:
+        if last is not None and now_ns - last < ASSESS_EVERY_NS:
             return False
+        retrans = list(active)
         self._assessed_ns = now_ns
         self._assess(now_ns, ctx, retrans, out)
         return True
@@ -524,12 +658,24 @@ class RoceMonitor:
         since = now_ns - params.window_ns
         for end in [e for e, m in self.ports.items() if m.last_hot_ns <= since]:
             del self.ports[end]
+            self._ports_of[end[0]].discard(end[1])
         for pair in [p for p, m in self.pairs.items() if m.last_hot_ns <= since]:
             del self.pairs[pair]
+            self._pairs_of[pair[1]].discard(pair[0])
         found = self.last = localise(self.evidence(now_ns))
         hot_ports = {e: m for e, m in self.ports.items() if m.hot}
         hot_pairs = {p: m for p, m in self.pairs.items() if m.hot}
-        keep: set[str] = {alarm_id(RETRANSMISSION, e) for e, n in found.link_flows.items() if n}
+        # A localised alarm holds while its link is crossed by at least half as many evidence
+        # flows as the most-crossed link (two at least, unless one flow is all there is): a
+        # link that was the best guess does not clear the moment another overtakes it, nor
+        # stay up on one stray flow in a storm.
+        best = max(found.link_flows.values(), default=0)
+        floor = min(2, found.flows)
+        keep: set[str] = {
+            alarm_id(RETRANSMISSION, e)
+            for e, n in found.link_flows.items()
+            if n and 2 * n >= best and n >= floor
+        }
         if hot_ports or hot_pairs:
             for s in found.suspects:
                 ident = alarm_id(RETRANSMISSION, s.end)
@@ -545,15 +691,22 @@ class RoceMonitor:
                     out.raised.append(Raise(ident, RETRANSMISSION, s.end[0], s.end[1], text))
                     retrans.append(ident)
         # Hot ports with no sample of their own: raised where the NAKs arrive, not localised.
-        sampled = (
-            {(name, s.port) for name, sw in self.switches.items() for s in sw.samples}
-            if self.ports
-            else set()
-        )
+        marked = {e[0] for e in self.ports}
+        sampled = {
+            (name, s.port) for name in marked if name in self.switches
+            for s in self.switches[name].samples
+        }  # fmt: skip
         unsampled = [e for e in self.ports if e not in sampled]
         host = [e for e in unsampled if e[1] in ctx.host_ports(e[0])]
         hot_host = any(e in hot_ports for e in host)
-        candidates = host if hot_host or found.suspects else unsampled
+        # Elsewhere (the same NAKs cross spines on their way back), only when no host port
+        # explains them, and hot at two reports in a row: a spine that reports first must not
+        # raise an alarm the ToR's report then clears.
+        candidates = (
+            host
+            if hot_host or found.suspects
+            else [e for e in unsampled if e in host or self.ports[e].streak >= 2]
+        )
         keep |= {alarm_id(RETRANSMISSION, e) for e in candidates}
         for end in candidates:
             ident = alarm_id(RETRANSMISSION, end)
@@ -573,9 +726,14 @@ class RoceMonitor:
                 continue
             parsed = parse_alarm_id(ident)
             switch, port = parsed if parsed is not None else ("", 0)
+            n = found.link_flows.get((switch, port), 0)
             why = (
-                f"no NAK-ing flow sampled in the last {params.window_ns / 1e9:g} s crosses it, "
-                f"and no port or ToR pair above {params.nak_alarm_per_s:g} NAKs/s behind it"
+                f"crossed by {n} of the {found.flows} NAK-ing flows sampled in the last "
+                f"{params.window_ns / 1e9:g} s on ports or ToR pairs above "
+                f"{params.nak_alarm_per_s:g} NAKs/s (the most-crossed link: {best})"
+                if n
+                else f"no NAK-ing flow sampled in the last {params.window_ns / 1e9:g} s on a "
+                f"port or ToR pair above {params.nak_alarm_per_s:g} NAKs/s crosses it"
             )
             out.cleared.append(Clear(ident, switch, port, why))
 
@@ -599,31 +757,23 @@ class RoceMonitor:
 def _update_marks(
     marks: dict[T, Mark],
     rates: Mapping[T, float],
-    reported: Callable[[T], bool],
+    reported: Iterable[T],
     threshold: float,
     now_ns: int,
-) -> bool:
-    """Marks after a report: what is above `threshold` is hot now, what the report covers
-    (`reported`) and is not, is not; True when something turned hot."""
-    turned = False
-    for key, old in marks.items():
-        if key not in rates and reported(key):
+) -> None:
+    """Marks after a report: what is above `threshold` is hot now; of the marks the report
+    covers (`reported`), the others are not."""
+    for key in reported:
+        old = marks.get(key)
+        if old is not None and key not in rates:
             old.hot = False
     for key, rate in rates.items():
         mark = marks.get(key)
         if rate > threshold:
-            turned |= mark is None or not mark.hot
-            marks[key] = Mark(now_ns, rate, True)
+            streak = mark.streak + 1 if mark is not None and mark.hot else 1
+            marks[key] = Mark(now_ns, rate, True, streak)
         elif mark is not None:
             mark.hot, mark.rate = False, rate
-    return turned
-
-
-def _congestion_end(alarm: str, name: str) -> End | None:
-    if not alarm.startswith(CONGESTION + ":"):
-        return None
-    end = parse_alarm_id(alarm)
-    return end if end is not None and end[0] == name else None
 
 
 def _pairs_text(pairs: Iterable[Pair], limit: int = 4) -> str:
@@ -675,30 +825,37 @@ _RATE_FIELD = {
 CROSSED_MAX = 100
 
 
-def port_rates(name: str, sw: RoceSwitch) -> list[admin_pb2.RocePortRates]:
-    """`sw`'s rates by port and traffic class (those with RoCE traffic), port order."""
-    rows: dict[tuple[int, int], admin_pb2.RocePortRates] = {}
-    end_wall_ns = sw.wall_ns or 0
-    for (port, tc, kind), rate in sorted(sw.rates.items()):
+# Ports one answer lists without a switch asked: those where NAKs or CNPs arrive, most first.
+ANSWER_PORTS_MAX = 2000
+
+
+def port_rates(
+    name: str, rates: Mapping[Key, float], span_ns: int, end_wall_ns: int, ports: Iterable[int]
+) -> list[admin_pb2.RocePortRates]:
+    """Rows of `ports` (in that order) by traffic class, from `rates` (every kind)."""
+    by_port: dict[int, dict[int, admin_pb2.RocePortRates]] = {}
+    for (port, tc, kind), rate in sorted(rates.items()):
         field_name = _RATE_FIELD.get(cast("control_pb2.RoceKind.ValueType", kind))
         if field_name is None:
             continue  # a kind of a later release
-        row = rows.get((port, tc))
+        rows = by_port.setdefault(port, {})
+        row = rows.get(tc)
         if row is None:
-            row = rows[(port, tc)] = admin_pb2.RocePortRates(
+            row = rows[tc] = admin_pb2.RocePortRates(
                 switch_name=name,
                 port=port,
                 traffic_class=tc,
-                span_ns=sw.span_ns,
+                span_ns=span_ns,
                 end_wall_ns=end_wall_ns,
             )
         setattr(row, field_name, getattr(row, field_name) + rate)
-    return list(rows.values())
+    return [row for port in ports for row in by_port.get(port, {}).values()]
 
 
 def answer(monitor: RoceMonitor, ctx: Context, switch: str = "") -> admin_pb2.RoceResponse:
-    """GetRoce's answer: rates of `switch` (every switch: ""), the hot ports and pairs, and
-    the last assessment's localisation."""
+    """GetRoce's answer: the rates of every RoCE port of `switch`, or (""), of the ports of
+    the fabric where NAKs or CNPs arrive (at most ANSWER_PORTS_MAX, most NAKs, then CNPs,
+    first); the hot ports and pairs; the last assessment's localisation."""
     params = monitor.params
     reply = admin_pb2.RoceResponse(
         window_ms=params.window_ns // 1_000_000,
@@ -707,13 +864,38 @@ def answer(monitor: RoceMonitor, ctx: Context, switch: str = "") -> admin_pb2.Ro
         sampling=params.sample_interval_us > 0,
         assessed_wall_ns=monitor.assessed_wall_ns,
     )
+    naks = NETWORK_NAKS | {K.ROCE_KIND_NAK_RNR}
+    watched: list[tuple[float, float, str, int]] = []
     for name in sorted(monitor.switches):
         sw = monitor.switches[name]
-        if not switch or name == switch:
-            reply.ports.extend(port_rates(name, sw))
         reply.samples += len(sw.samples)
         reply.samples_dropped += sw.samples_dropped
         reply.samples_overflowed += sw.overflowed
+        if switch:
+            continue
+        nak_rates, cnp_rates = sw.port_rate(naks), sw.port_rate((K.ROCE_KIND_CNP,))
+        for port in set(nak_rates) | set(cnp_rates):
+            watched.append((-nak_rates.get(port, 0.0), -cnp_rates.get(port, 0.0), name, port))
+    if switch:
+        rates = ctx.report_rates(switch)
+        reply.ports.extend(
+            port_rates(
+                switch,
+                rates.rates,
+                rates.span_ns,
+                rates.end_wall_ns,
+                sorted({k[0] for k in rates.rates}),
+            )
+        )
+    else:
+        chosen: dict[str, list[int]] = {}
+        for _n, _c, name, port in sorted(watched)[:ANSWER_PORTS_MAX]:
+            chosen.setdefault(name, []).append(port)
+        for name, ports in chosen.items():
+            rates = ctx.report_rates(name)
+            reply.ports.extend(
+                port_rates(name, rates.rates, rates.span_ns, rates.end_wall_ns, sorted(ports))
+            )
     for (name, port), m in sorted(monitor.ports.items()):
         if not switch or name == switch:
             reply.hot.add(switch_name=name, port=port, naks_per_s=m.rate, hot_now=m.hot)

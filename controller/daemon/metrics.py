@@ -81,7 +81,7 @@ def _roce(core: DecisionCore) -> dict[str, Any]:
     naks: dict[tuple[str, int, str], float] = {}
     cnps: dict[tuple[str, int], float] = {}
     for name, sw in core.roce.switches.items():
-        for (port, _tc, kind), rate in sw.rates.items():
+        for (port, _tc, kind), rate in sw.rates_by_key().items():
             if kind == control_pb2.ROCE_KIND_CNP:
                 cnps[(name, port)] = cnps.get((name, port), 0.0) + rate
             elif (label := _NAK_LABEL.get(kind)) is not None:

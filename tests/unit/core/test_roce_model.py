@@ -17,10 +17,15 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from controller.core.roce import (
+    CONGESTION,
     NETWORK_NAKS,
+    RETRANSMISSION,
+    WATCHED,
+    Active,
     Flow,
     Pair,
     Placed,
+    ReportRates,
     RoceMonitor,
     RoceParams,
     localise,
@@ -55,6 +60,9 @@ class Fabric:
     def peer(self, end: tuple[str, int]) -> str:
         return ""
 
+    def report_rates(self, switch: str) -> ReportRates:
+        return ReportRates({}, 0, 0)
+
 
 @dataclass(frozen=True)
 class Logged:
@@ -78,6 +86,11 @@ def rates_of(before: Logged | None, after: Logged) -> dict[tuple[int, int, int],
     }
 
 
+def watched(counts: dict[tuple[int, int, int], int]) -> dict[tuple[int, int, int], int]:
+    """The counts the monitor keeps: NAKs and CNPs (data is left in the reports)."""
+    return {k: n for k, n in counts.items() if k[2] in WATCHED}
+
+
 class RoceModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
@@ -89,7 +102,7 @@ class RoceModel(RuleBasedStateMachine):
         self.wall = {name: 1_700_000_000 * S for name in SWITCHES}
         self.counts = {name: dict[tuple[int, int, int], int]() for name in SWITCHES}
         self.log: dict[str, list[Logged]] = {name: [] for name in SWITCHES}
-        self.active: dict[str, object] = {}
+        self.active: dict[str, dict[str, object]] = {RETRANSMISSION: {}, CONGESTION: {}}
 
     @rule(ns=st.sampled_from([S // 2, S, 3 * S, 5 * S, 10 * S]))
     def time_passes(self, ns: int) -> None:
@@ -142,12 +155,14 @@ class RoceModel(RuleBasedStateMachine):
                 port=port, src_ipv4=i, dst_ipv4=requester, udp_sport=sport, kind=kind
             )
             logged.append((port, kind, (requester, i, sport)))
-        verdict = self.monitor.report(name, msg, self.mono, self.fabric, self.active)
+        active = Active(self.active[RETRANSMISSION], self.active[CONGESTION])
+        verdict = self.monitor.report(name, msg, self.mono, self.fabric, active)
         for r in verdict.raised:
-            self.active[r.alarm_id] = r
+            self.active[r.kind][r.alarm_id] = r
         for c in verdict.cleared:
-            self.active.pop(c.alarm_id, None)
-        self.log[name].append(Logged(self.mono, self.wall[name], counts, tuple(logged)))
+            for alarms in self.active.values():
+                alarms.pop(c.alarm_id, None)
+        self.log[name].append(Logged(self.mono, self.wall[name], watched(counts), tuple(logged)))
 
     # -- from scratch
     def _window(
@@ -197,7 +212,7 @@ class RoceModel(RuleBasedStateMachine):
             log = self.log[name]
             want = rates_of(log[-2] if len(log) > 1 else None, log[-1]) if log else {}
             sw = self.monitor.switches.get(name)
-            got = sw.rates if sw is not None else {}
+            got = sw.rates_by_key() if sw is not None else {}
             assert got == pytest.approx(want), name
 
     @invariant()
