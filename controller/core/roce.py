@@ -18,11 +18,15 @@ a host's problem, counted and shown, never alarmed on and never localised.
 
 Localisation. A NAK goes from the responder back to the requester; the flow whose packet was
 lost is its reverse: from the NAK's destination to its source, UDP, the NAK's source port, to
-4791. Linux computes a RoCEv2 source port from both QP numbers symmetrically (kernel
-`rdma_calc_flow_label(lqpn, rqpn)` multiplies them, include/rdma/ib_verbs.h, and
-`rdma_flow_label_to_udp_sport` folds the label into 0xC000..0xFFFF; mlx5 takes the same value
-for the QP's address vector), so both directions of a queue pair carry the same source port
-and the NAK's is the data's. Each sampled NAK's data flow is placed on its path by the
+4791. Linux computes a connected QP's RoCEv2 source port from both QP numbers symmetrically:
+include/rdma/ib_verbs.h `rdma_calc_flow_label(lqpn, rqpn)` multiplies them ("a symmetric
+flow_label value ... both the requester and responder calculate the same flow_label for a
+given connection") and `rdma_flow_label_to_udp_sport` folds the label into 0xC000..0xFFFF;
+mlx5 does this when it modifies a QP whose address has no flow label
+(drivers/infiniband/hw/mlx5/qp.c, `mlx5_set_path_udp_sport`). So both directions of a queue
+pair carry the same source port, and the NAK's is the data's. (An application that sets a GRH
+flow label gets a source port from that label instead: the same both ways only when both
+ends set the same label.) Each sampled NAK's data flow is placed on its path by the
 planner's own path prediction (controller.path over the current routing, what `railctl path`
 and PredictPath answer), cached per flow until routing changes; each hop's egress port is the
 end of a link that transmits toward the responder. A link's score is the number of distinct
