@@ -11,6 +11,7 @@ import dataclasses
 import ipaddress
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TypeAlias
 
 import pytest
@@ -20,7 +21,7 @@ from controller.core import roce
 from controller.core.records import AlarmRecord
 from controller.core.roce import Placed, RoceSwitch, Sample, localise
 from railfabric.v1 import admin_pb2, control_pb2
-from tests.unit.core.harness import Harness, S
+from tests.unit.core.harness import LAB, Harness, S
 
 pytestmark = pytest.mark.unit
 
@@ -401,3 +402,60 @@ def test_path_prediction_is_bounded_per_second(lab: Harness) -> None:
     assert monitor._place((ip("b1s1n1"), ip("b2s1n1"), 0), h.now.mono_ns, ctx) is not None
     later = h.now.mono_ns + S
     assert monitor._place((ip("b1s1n1"), ip("b2s1n1"), 65_000), later, ctx) is not None
+
+
+def _lab_file(tmp_path: Path, extra: str) -> Path:
+    text = LAB.read_text().replace("rails: 2\n", f"rails: 2\n{extra}\n")
+    path = tmp_path / "lab.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_with_the_qp_hashed_a_flow_counts_on_every_path_of_its_nic_pair(tmp_path: Path) -> None:
+    h = Harness(_lab_file(tmp_path, "ecmp: {hash: five_tuple_qp}"))
+    h.connect_all()
+    assert h.core.roce.params.qp_hashed
+    flow = (ip("b1s1n1"), ip("b2s1n1"), 50_000)
+    placed = h.core.roce._place(flow, h.now.mono_ns, h.core._roce_context)
+    assert placed is not None
+    # Both spines: the data's QP (the responder's) is not in the NAK, so either path.
+    assert {("tor-r1-b1", 3), ("tor-r1-b1", 4), ("spine-p1-1", 3), ("spine-p1-2", 3)} <= set(
+        placed.links
+    )
+    assert ("tor-r1-b2", 1) in placed.links
+    assert h.core.roce.predictions == roce.PATH_QPS
+
+
+def test_a_reload_takes_the_new_thresholds(tmp_path: Path) -> None:
+    h = Harness()
+    h.connect_all()
+    tor = "tor-r1-b2"
+    feed(h, tor, counters(h.now.wall_ns, {1: {K.ROCE_KIND_NAK_PSN_SEQUENCE: 0}}))
+    h.advance(5 * S)
+    feed(h, tor, counters(h.now.wall_ns, {1: {K.ROCE_KIND_NAK_PSN_SEQUENCE: 25}}))  # 5/s
+    assert roce_alarms(h) == {}
+    h.reload(_lab_file(tmp_path, "roce: {nak_alarm_per_s: 2, window_s: 30}"))
+    assert h.core.roce.params.nak_alarm_per_s == 2.0
+    assert h.core.roce.params.window_ns == 30 * S
+    h.advance(5 * S)
+    feed(h, tor, counters(h.now.wall_ns, {1: {K.ROCE_KIND_NAK_PSN_SEQUENCE: 50}}))
+    assert list(roce_alarms(h)) == [f"roce_retransmission:{tor}:1"]
+
+
+def test_a_congestion_alarm_restored_from_the_store_clears_when_cnps_stop() -> None:
+    h = Harness()
+    h.connect_all()
+    tor = "tor-r1-b1"
+    cnps = 0
+    for per_s in [0, 2_000, 2_000, 2_000]:
+        cnps += per_s * 5
+        feed(h, tor, counters(h.now.wall_ns, {3: {K.ROCE_KIND_CNP: cnps}}))
+        h.advance(5 * S)
+    assert f"roce_congestion:{tor}:3" in roce_alarms(h)
+    h.restart_controller()
+    h.connect_all()
+    assert f"roce_congestion:{tor}:3" in roce_alarms(h)  # restored
+    for _ in range(2):  # the CNPs stopped: the counts do not grow
+        feed(h, tor, counters(h.now.wall_ns, {3: {K.ROCE_KIND_CNP: cnps}}))
+        h.advance(5 * S)
+    assert roce_alarms(h) == {}
