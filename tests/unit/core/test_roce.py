@@ -459,3 +459,24 @@ def test_a_congestion_alarm_restored_from_the_store_clears_when_cnps_stop() -> N
         feed(h, tor, counters(h.now.wall_ns, {3: {K.ROCE_KIND_CNP: cnps}}))
         h.advance(5 * S)
     assert roce_alarms(h) == {}
+
+
+def test_a_retransmission_alarm_restored_from_the_store_waits_a_window_for_evidence() -> None:
+    h = Harness()
+    h.connect_all()
+    tor = "tor-r1-b2"
+    feed(h, tor, counters(h.now.wall_ns, {1: {K.ROCE_KIND_NAK_PSN_SEQUENCE: 0}}))
+    h.advance(5 * S)
+    feed(h, tor, counters(h.now.wall_ns, {1: {K.ROCE_KIND_NAK_PSN_SEQUENCE: 500}}))
+    alarm_id = f"roce_retransmission:{tor}:1"
+    assert alarm_id in roce_alarms(h)
+    h.restart_controller()
+    h.connect_all()
+    seen = []
+    for _ in range(4):  # the NAKs stopped
+        feed(h, tor, counters(h.now.wall_ns, {1: {K.ROCE_KIND_NAK_PSN_SEQUENCE: 500}}))
+        seen.append(alarm_id in roce_alarms(h))
+        h.advance(5 * S)
+    # Kept while the new monitor has less than a window (10 s) of reports (0, 5 s), then
+    # cleared: nothing was hot in that window.
+    assert seen == [True, True, False, False]
