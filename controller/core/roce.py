@@ -49,8 +49,9 @@ Alarms (one per link or port, the ids `roce_retransmission:<SW>:<PORT>` and
 - Evidence: the samples of the window taken on a port, or of a pair, that was hot at some
   point of the window. While something is hot, a `roce_retransmission` alarm is raised on
   each suspect link of the evidence, at its transmitting end. A hot port with no sample in the
-  window (sampling off, a port that is not a ToR host port) raises the alarm on that port,
-  saying it is not localised and why. Host ports first: a NAK crosses several switches, and
+  window (sampling off, a port that is not a ToR host port), or any hot host port when
+  nothing localises (the flows sampled share no link), raises the alarm on that port, saying
+  it is not localised and why. Host ports first: a NAK crosses several switches, and
   every one of them counts it; another port raises it only when no host port is hot and it
   was hot at two reports in a row (a spine that reports before the ToR must not raise what
   the ToR's report then clears).
@@ -708,14 +709,17 @@ class RoceMonitor:
                     )
                     out.raised.append(Raise(ident, RETRANSMISSION, s.end[0], s.end[1], text))
                     retrans.append(ident)
-        # Hot ports with no sample of their own: raised where the NAKs arrive, not localised.
+        # Not localised: raised where the NAKs arrive. With suspects, on the hot host ports
+        # none of whose NAKs were sampled (what the suspects do not explain); with none, on
+        # every hot host port (the flows sampled share no link, or none could be placed).
         marked = {e[0] for e in self.ports}
         sampled = {
             (name, s.port) for name in marked if name in self.switches
             for s in self.switches[name].samples
         }  # fmt: skip
-        unsampled = [e for e in self.ports if e not in sampled]
-        host = [e for e in unsampled if e[1] in ctx.host_ports(e[0])]
+        host = [e for e in self.ports if e[1] in ctx.host_ports(e[0])]
+        if found.suspects:
+            host = [e for e in host if e not in sampled]
         hot_host = any(e in hot_ports for e in host)
         # Elsewhere (the same NAKs cross spines on their way back), only when no host port
         # explains them, and hot at two reports in a row: a spine that reports first must not
@@ -723,15 +727,18 @@ class RoceMonitor:
         candidates = (
             host
             if hot_host or found.suspects
-            else [e for e in unsampled if e in host or self.ports[e].streak >= 2]
-        )
+            else [
+                e for e in self.ports
+                if e in host or (e not in sampled and self.ports[e].streak >= 2)
+            ]
+        )  # fmt: skip
         keep |= {alarm_id(RETRANSMISSION, e) for e in candidates}
         for end in candidates:
             ident = alarm_id(RETRANSMISSION, end)
             mark = hot_ports.get(end)
             if mark is None or ident in retrans:
                 continue
-            why = self._why_unlocalised(end, ctx, found)
+            why = self._why_unlocalised(end, ctx, found, sampled=end in sampled)
             text = (
                 f"{end[0]} port {end[1]}: {mark.rate:.1f} RoCE NAKs/s arrive (PSN sequence "
                 f"errors and other NAKs), above {params.nak_alarm_per_s:g}/s "
@@ -758,7 +765,10 @@ class RoceMonitor:
             )
             out.cleared.append(Clear(ident, switch, port, why))
 
-    def _why_unlocalised(self, end: End, ctx: Context, found: Localisation) -> str:
+    def _why_unlocalised(
+        self, end: End, ctx: Context, found: Localisation, *, sampled: bool
+    ) -> str:
+        window = self.params.window_ns / 1e9
         if not self.params.sample_interval_us:
             return "NAK sampling is off (roce.nak_sample_interval_us: 0)"
         if end[1] not in ctx.host_ports(end[0]):
@@ -766,10 +776,16 @@ class RoceMonitor:
                 "not a ToR host port (NAKs are sampled only where they enter the fabric, at "
                 "the responder's ToR)"
             )
+        if not sampled:
+            return f"no NAK sampled on this port in the last {window:g} s"
+        if found.flows > 1:
+            return (
+                f"the {found.flows} NAK-ing flows sampled in the last {window:g} s share no "
+                "link (several faults, or hosts)"
+            )
         if found.unplaced:
             return f"{found.unplaced} sampled NAKs could not be placed on a path"
-        window = self.params.window_ns / 1e9
-        return f"no NAK sampled on this port in the last {window:g} s"
+        return "the NAKs sampled here are RNR NAKs (a host's), which accuse no link"
 
     def suspects(self) -> tuple[Suspect, ...]:
         return self.last.suspects

@@ -480,3 +480,19 @@ def test_a_retransmission_alarm_restored_from_the_store_waits_a_window_for_evide
     # Kept while the new monitor has less than a window (10 s) of reports (0, 5 s), then
     # cleared: nothing was hot in that window.
     assert seen == [True, True, False, False]
+
+
+def test_flows_sharing_no_link_raise_where_the_naks_arrive_saying_so(lab: Harness) -> None:
+    h = lab
+    tor = "tor-r1-b2"
+    a = nak(1, "b1s1n1", "b2s1n1", via(h, "b1s1n1", "b2s1n1", "spine-p1-1"))
+    b = nak(2, "b1s1n2", "b2s2n1", via(h, "b1s1n2", "b2s2n1", "spine-p1-2"))
+    for i in range(2):
+        naks = {p: {K.ROCE_KIND_NAK_PSN_SEQUENCE: 100 * i} for p in (1, 2)}
+        feed(h, tor, counters(h.now.wall_ns, naks, [a, b] if i else []))
+        h.advance(5 * S)
+    alarms = roce_alarms(h)
+    assert sorted(alarms) == [f"roce_retransmission:{tor}:1", f"roce_retransmission:{tor}:2"]
+    text = alarms[f"roce_retransmission:{tor}:1"].message
+    assert "not localised: the 2 NAK-ing flows sampled in the last 10 s share no link" in text
+    assert h.core.roce.suspects() == ()
