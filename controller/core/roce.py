@@ -95,8 +95,9 @@ CONGESTION = "roce_congestion"
 # reports holds 512): past it the oldest go, counted in `overflowed`.
 SAMPLES_PER_SWITCH = 2048
 # Paths predicted per second, fabric-wide (a token bucket of one second): a NAK storm on
-# every ToR must not turn into seconds of path prediction per report.
-PREDICTIONS_PER_S = 2000
+# every ToR must not turn into seconds of path prediction per report. One prediction costs
+# about 0.2 ms on ref-100k (bench.roce), so the budget is at most a tenth of a core there.
+PREDICTIONS_PER_S = 500
 # Flows whose paths are kept (cleared whenever routing changes).
 PATH_CACHE_MAX = 65_536
 # How often at most the alarms are assessed (while anything is hot or raised).
