@@ -124,6 +124,11 @@ async def test_naks_on_flows_sharing_one_link_raise_the_alarm_on_it_and_clean_tr
             assert {r["port"]: r["data_per_s"] for r in rows} == {p: 25_000.0 for p in (1, 2, 3, 4)}
             done = await arailctl(addr, "roce")
             assert "spine-p1-1:3  tor-r1-b2:3  3/3" in done.stdout, done.stdout
+            wrong = await arailctl(addr, "roce", "--switch", "tor-r1-b9")
+            assert wrong.returncode == 1
+            assert "NOT_FOUND: switch_name: unknown switch 'tor-r1-b9'; did you mean" in (
+                wrong.stderr
+            ), wrong.stderr
         finally:
             for agent in agents.values():
                 await agent.close()
