@@ -859,8 +859,11 @@ _RATE_FIELD = {
     K.ROCE_KIND_NAK_OTHER: "nak_other_per_s",
     K.ROCE_KIND_CNP: "cnp_per_s",
 }
-# Links an answer lists beside the suspects.
+# What one answer lists at most (a NAK storm over a 100k-GPU fabric must fit gRPC's 4 MiB):
+# links beside the suspects, suspects (ties), hot ports and hot ToR pairs (most NAKs first).
 CROSSED_MAX = 100
+SUSPECTS_MAX = 1000
+HOT_MAX = 2000
 
 
 # Ports one answer lists without a switch asked: those where NAKs or CNPs arrive, most first.
@@ -934,14 +937,22 @@ def answer(monitor: RoceMonitor, ctx: Context, switch: str = "") -> admin_pb2.Ro
             reply.ports.extend(
                 port_rates(name, rates.rates, rates.span_ns, rates.end_wall_ns, sorted(ports))
             )
-    for (name, port), m in sorted(monitor.ports.items()):
-        if not switch or name == switch:
-            reply.hot.add(switch_name=name, port=port, naks_per_s=m.rate, hot_now=m.hot)
-    for (requester, responder), m in sorted(monitor.pairs.items()):
-        if not switch or switch in (requester, responder):
-            reply.hot.add(
-                requester_tor=requester, responder_tor=responder, naks_per_s=m.rate, hot_now=m.hot
-            )
+    hot_ports = [
+        (-m.rate, name, port, m)
+        for (name, port), m in monitor.ports.items()
+        if not switch or name == switch
+    ]
+    for _r, name, port, m in sorted(hot_ports)[:HOT_MAX]:
+        reply.hot.add(switch_name=name, port=port, naks_per_s=m.rate, hot_now=m.hot)
+    hot_pairs = [
+        (-m.rate, requester, responder, m)
+        for (requester, responder), m in monitor.pairs.items()
+        if not switch or switch in (requester, responder)
+    ]
+    for _r, requester, responder, m in sorted(hot_pairs)[:HOT_MAX]:
+        reply.hot.add(
+            requester_tor=requester, responder_tor=responder, naks_per_s=m.rate, hot_now=m.hot
+        )
     found = monitor.last
     reply.flows, reply.unplaced = found.flows, found.unplaced
 
@@ -954,7 +965,7 @@ def answer(monitor: RoceMonitor, ctx: Context, switch: str = "") -> admin_pb2.Ro
             tor_pairs=[f"{a}->{b}" for a, b in found.link_pairs.get(end, ())],
         )
 
-    reply.suspects.extend(link(s.end, s.flows) for s in found.suspects)
+    reply.suspects.extend(link(s.end, s.flows) for s in found.suspects[:SUSPECTS_MAX])
     crossed = sorted(found.link_flows.items(), key=lambda kv: (-kv[1], kv[0]))[:CROSSED_MAX]
     reply.crossed.extend(link(end, n) for end, n in crossed)
     return reply
