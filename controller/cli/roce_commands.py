@@ -15,6 +15,9 @@ from controller.cli.admin_commands import RPC_TIMEOUT_S, run_query_with
 from controller.cli.output import table, when
 from railfabric.v1 import admin_pb2
 
+# Hot ports, and hot ToR pairs, a table shows (most NAKs first).
+HOT_SHOWN = 20
+
 if TYPE_CHECKING:  # the async stub type exists only in the generated .pyi
     from railfabric.v1.admin_pb2_grpc import FabricAdminAsyncStub as Stub
 
@@ -73,7 +76,9 @@ def render(r: admin_pb2.RoceResponse, a: argparse.Namespace) -> list[str]:
         out.append("no RoCE traffic measured (fewer than two reports, or none arrived)")
     if r.hot:
         out.append(f"above {r.nak_alarm_per_s:g} NAKs/s in the last {window_s:g} s:")
-        for h in r.hot:
+        shown = [h for h in r.hot if h.switch_name][:HOT_SHOWN]
+        shown += [h for h in r.hot if not h.switch_name][:HOT_SHOWN]
+        for h in shown:
             what = (
                 f"port {h.switch_name}:{h.port}"
                 if h.switch_name
@@ -81,6 +86,8 @@ def render(r: admin_pb2.RoceResponse, a: argparse.Namespace) -> list[str]:
             )
             now = "now" if h.hot_now else "earlier"
             out.append(f"  {what}: {h.naks_per_s:.1f} NAKs/s ({now})")
+        if len(shown) < len(r.hot):
+            out.append(f"  and {len(r.hot) - len(shown)} more (--json lists them)")
     out.append(
         f"NAK samples: {r.samples} in the {window_s:g} s window, {r.samples_dropped} not kept "
         f"by agents, {r.samples_overflowed} past the controller's room"
