@@ -1,9 +1,9 @@
 """Computed state -> the controller/agent API (railfabric.v1 state.proto).
 
 `desired_state` is one switch's full snapshot (ports, neighbours, groups, routes, QoS, and on
-a ToR its traffic matrix) with its digest; `state_delta` turns a routing `SwitchDelta` into the
-`StateDelta` an agent applies. QoS objects depend only on the cabling plan, so link events
-never change them.
+a ToR its traffic matrix and NAK sampling) with its digest; `state_delta` turns a routing
+`SwitchDelta` into the `StateDelta` an agent applies. QoS objects depend only on the cabling
+plan, so link events never change them.
 """
 
 from __future__ import annotations
@@ -152,7 +152,12 @@ def _intent_objects(
         matrix = state.matrix
         matrix.MergeFromString(_matrix_classes(routing))
         # Its host ports: owner() is (is a NIC, which), None for an uncabled port.
-        matrix.source_ports.extend(p for p in topo.ports(x) if (topo.owner(x, p) or (0,))[0])
+        host_ports = [p for p in topo.ports(x) if (topo.owner(x, p) or (0,))[0]]
+        matrix.source_ports.extend(host_ports)
+        interval = fabric.roce.nak_sample_interval_us
+        if interval and host_ports:  # where a responder's NAK enters the fabric
+            state.nak_sampling.ports.extend(host_ports)
+            state.nak_sampling.interval_us = interval
     shared, known = _port_layout_qos(tuple(layout), params)
     state.ecn.extend(shared.ecn)
     state.pfc.extend(shared.pfc)

@@ -218,6 +218,19 @@ class LldpIntent:
 
 
 @dataclass(frozen=True)
+class RoceIntent:
+    """RoCEv2 retransmission and congestion alarms (controller/core/roce.py): NAK sampling at
+    ToR host ports, the thresholds of `roce_retransmission` and `roce_congestion`, and the
+    window of NAK samples localisation looks at."""
+
+    nak_sample_interval_us: int = 10_000
+    nak_alarm_per_s: float = 10.0
+    cnp_alarm_per_s: float = 1000.0
+    cnp_alarm_s: int = 10
+    window_s: int = 10
+
+
+@dataclass(frozen=True)
 class Fabric:
     name: str
     rails: int
@@ -228,6 +241,7 @@ class Fabric:
     max_ecmp_group_size: int = 64
     ecmp_hash: HashFields = HashFields.FIVE_TUPLE
     lldp: LldpIntent = LldpIntent()
+    roce: RoceIntent = RoceIntent()
     # Lookups built once (not part of equality).
     switch_by_name: dict[str, Switch] = field(init=False, repr=False, compare=False)
 

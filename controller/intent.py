@@ -28,6 +28,7 @@ from controller.fabric import (
     LldpIntent,
     Nic,
     QosIntent,
+    RoceIntent,
     Role,
     Switch,
     ipv4_str,
@@ -37,6 +38,10 @@ from controller.fabric import (
 from controller.generate import ClosParams, LinkClass, generate
 from controller.yamlnodes import IntentError, Value, closest, compose, decode
 from railfabric.ecmp import HashFields
+
+# The shortest NAK sampling interval (intent key roce.nak_sample_interval_us): 10,000 samples/s
+# per host port is the most an agent's CPU port should carry beside LLDP.
+NAK_SAMPLE_INTERVAL_MIN_US = 100
 
 __all__ = ["IntentError", "load_fabric", "load_fabric_text", "to_explicit", "to_explicit_yaml"]
 
@@ -82,6 +87,22 @@ def load_fabric_text(text: str, file: str = "<string>") -> Fabric:
     lldp = LldpIntent(lm.boolean("expect_servers"), lm.integer("server_ttl_s"))
     if lldp != fabric.lldp:
         fabric = dataclasses.replace(fabric, lldp=lldp)
+    rm = m.sub("roce")
+    interval = rm.integer("nak_sample_interval_us")
+    if 0 < interval < NAK_SAMPLE_INTERVAL_MIN_US:
+        raise rm.error(
+            "nak_sample_interval_us",
+            f"must be 0 (sampling off) or >= {NAK_SAMPLE_INTERVAL_MIN_US} µs, got {interval}",
+        )
+    roce = RoceIntent(
+        interval,
+        rm.number("nak_alarm_per_s"),
+        rm.number("cnp_alarm_per_s"),
+        rm.integer("cnp_alarm_s"),
+        rm.integer("window_s"),
+    )
+    if roce != fabric.roce:
+        fabric = dataclasses.replace(fabric, roce=roce)
     _check_qos(fabric, root)
     return fabric
 
@@ -456,6 +477,8 @@ def to_explicit(fabric: Fabric) -> dict[str, Any]:
         out["ecmp"] = {"hash": fabric.ecmp_hash.value}
     if fabric.lldp != LldpIntent():
         out["lldp"] = dataclasses.asdict(fabric.lldp)
+    if fabric.roce != RoceIntent():
+        out["roce"] = dataclasses.asdict(fabric.roce)
     out["switches"] = switches
     out["links"] = links
     out["hosts"] = [{"name": h, "nics": n} for h, n in hosts.items()]

@@ -31,6 +31,7 @@ from controller.fabric import (
     LldpIntent,
     Prefix,
     QosIntent,
+    RoceIntent,
     Role,
     parse_ipv4,
     parse_mac,
@@ -341,6 +342,9 @@ FABRIC = Group(
         "qos": Key(Kind.MAPPING, "QoS profile and overrides.", None, group="qos"),
         "ecmp": Key(Kind.MAPPING, "What the ECMP selector hashes.", None, group="ecmp"),
         "lldp": Key(Kind.MAPPING, "What the cabling check expects of servers.", None, group="lldp"),
+        "roce": Key(
+            Kind.MAPPING, "RoCEv2 retransmission and congestion alarms.", None, group="roce"
+        ),
     },
 )
 
@@ -363,6 +367,69 @@ LLDP = Group(
             LldpIntent.server_ttl_s,
             1,
             86_400,
+            unit="s",
+        ),
+    },
+)
+
+ROCE = Group(
+    "`roce`",
+    {
+        "nak_sample_interval_us": Key(
+            Kind.INT,
+            "ToRs copy at most one RoCEv2 NAK per host port per interval to their agent, for "
+            "localisation (docs/operations.md). 0 turns sampling off: alarms are then raised "
+            "where the NAKs arrive, not localised. Otherwise at least 100 µs (10,000 samples/s "
+            "per port: the most a CPU port takes beside LLDP); 60 s still samples each minute.",
+            RoceIntent.nak_sample_interval_us,
+            0,
+            60_000_000,
+            unit="µs",
+        ),
+        "nak_alarm_per_s": Key(
+            Kind.NUMBER,
+            "NAKs per second (PSN sequence errors and other NAKs; RNR NAKs are a host's "
+            "missing receive buffers and never accuse the network) on a switch port, or for "
+            "a ToR pair, that raise `roce_retransmission`. Above 0: every NAK would alarm "
+            "at 0. At most 10^7: beyond any port's NAK rate (a NAK per lost packet of 100 "
+            "Gb/s of 4 KiB messages is 3·10^6/s).",
+            RoceIntent.nak_alarm_per_s,
+            0,
+            10_000_000,
+            above=True,
+            unit="NAKs/s",
+        ),
+        "cnp_alarm_per_s": Key(
+            Kind.NUMBER,
+            "CNPs per second arriving on a port that, sustained for `cnp_alarm_s`, raise "
+            "`roce_congestion`. DCQCN sends at most one CNP per flow per 50 µs (20,000/s), "
+            "so a few hundred flows under constant marking make 10^6/s; 10^8 is beyond any "
+            "port. Above 0: CNPs are normal in small numbers.",
+            RoceIntent.cnp_alarm_per_s,
+            0,
+            100_000_000,
+            above=True,
+            unit="CNPs/s",
+        ),
+        "cnp_alarm_s": Key(
+            Kind.INT,
+            "How long the CNP rate must stay above `cnp_alarm_per_s` before the alarm: "
+            "congestion that passes (an incast burst) is DCQCN doing its job. 1 s is below "
+            "one report period, so it means 'two reports in a row'; an hour is the longest "
+            "wait that still says something.",
+            RoceIntent.cnp_alarm_s,
+            1,
+            3600,
+            unit="s",
+        ),
+        "window_s": Key(
+            Kind.INT,
+            "How long sampled NAKs count for localisation and keep a localised alarm up. "
+            "At least 1 s; at most 600 s: the controller keeps every sample of the window "
+            "(at most 256 per switch report), so memory grows with it.",
+            RoceIntent.window_s,
+            1,
+            600,
             unit="s",
         ),
     },
@@ -708,6 +775,7 @@ GROUPS: dict[str, Group] = {
     "qos.overrides": OVERRIDES,
     "ecmp": ECMP,
     "lldp": LLDP,
+    "roce": ROCE,
     "spines": SPINES,
     "cores": CORES,
     "links": LINKS,

@@ -281,18 +281,19 @@ def _delete(objs: dict[Hashable, M], k: Hashable, tag: Tag, acc: DigestAccumulat
 def diff_states(old: state_pb2.DesiredState, new: state_pb2.DesiredState) -> state_pb2.StateDelta:
     """The delta that turns `old` into `new` (generations from old.generation to +1).
 
-    Raises DeltaError when ports, DSCP map, watchdog, ECMP hash or traffic matrix differ: those
-    need a full state."""
+    Raises DeltaError when ports, DSCP map, watchdog, ECMP hash, traffic matrix or NAK sampling
+    differ: those need a full state."""
     if (
         list(old.ports) != list(new.ports)
         or list(old.dscp_map) != list(new.dscp_map)
         or old.pfc_watchdog != new.pfc_watchdog
         or old.ecmp_hash != new.ecmp_hash
         or old.matrix != new.matrix
+        or old.nak_sampling != new.nak_sampling
     ):
         raise DeltaError(
-            f"{new.switch_name}: ports, QoS map, ECMP hash or traffic matrix changed; send a "
-            "full state"
+            f"{new.switch_name}: ports, QoS map, ECMP hash, traffic matrix or NAK sampling "
+            "changed; send a full state"
         )
     delta = state_pb2.StateDelta(
         switch_name=new.switch_name,

@@ -4,11 +4,13 @@ Hello.applied_digest, Applied.digest).
 
 What is hashed. Every object of the state is hashed on its own: SHA-256 of a tag naming its
 kind ("switch", "port", "neighbor", "group", "route", "dscp", "ecn", "pfc", "watchdog", "ecmp",
-"matrix"),
+"matrix", "naks"),
 a NUL byte, then the object's `SerializeToString(deterministic=True)` ("switch" hashes
 switch_name as UTF-8; "watchdog" only when pfc_watchdog is set; "ecmp" hashes the EcmpHash
 value's name, only when it is not the zero value, so states without the option digest as they
-did before it existed; "matrix" hashes a ToR's TrafficMatrix whole, only when it is set). The
+did before it existed; "matrix" hashes a ToR's TrafficMatrix whole, only when it is set;
+"naks" hashes a ToR's NakSampling whole, only when it is set, so a state without it digests as
+before it existed). The
 tag keeps, say, a port and an ECN entry with equal bytes apart; the NUL keeps every tag from
 being a prefix of another. Generation and the digest field are not objects, so they are not
 covered. Order inside an object is content: a group's next hops are hashed in the order they
@@ -50,6 +52,7 @@ Tag = Literal[
     "watchdog",
     "ecmp",
     "matrix",
+    "naks",
 ]
 
 _PREFIX: Final[dict[str, bytes]] = {tag: tag.encode("ascii") + b"\x00" for tag in get_args(Tag)}
@@ -145,6 +148,8 @@ def state_sum(state: state_pb2.DesiredState, known: Mapping[Tag, int] | None = N
         total += object_hash("ecmp", state_pb2.EcmpHash.Name(state.ecmp_hash))
     if state.HasField("matrix"):
         total += object_hash("matrix", state.matrix)
+    if state.HasField("nak_sampling"):
+        total += object_hash("naks", state.nak_sampling)
     return total & _MASK
 
 

@@ -299,10 +299,6 @@ def _pause_score(c: control_pb2.PortCounters) -> tuple[int, ...]:
     return (c.pfc_pause_tx + c.pfc_pause_rx, c.pfc_watchdog_storms)
 
 
-def _ecn_score(c: control_pb2.PortCounters) -> tuple[int, ...]:
-    return (c.ecn_marks,)
-
-
 def _peer_json(i: admin_pb2.Interface) -> Any:
     return to_json(i.plan_peer) if i.HasField("plan_peer") else None
 
@@ -373,13 +369,24 @@ def render_pfc(r: admin_pb2.ListInterfacesResponse, a: argparse.Namespace) -> li
     return [head, f"top {a.top} by pauses sent + received:", *table(header, rows)]
 
 
+def _cnp_rate(i: admin_pb2.Interface) -> float | None:
+    return i.cnp_per_s if i.HasField("cnp_per_s") else None
+
+
 def ecn_summary(r: admin_pb2.ListInterfacesResponse, a: argparse.Namespace) -> dict[str, Any]:
+    """Marks counted since each target started; CNPs/s arriving on each port between its
+    switch's last two reports (RoCE counts): the top ports by marks, then by CNPs/s."""
     ports = _reporting(r)
+    ranked = [i for i in ports if i.counters.ecn_marks or (_cnp_rate(i) or 0.0) > 0]
+    ranked.sort(
+        key=lambda i: (-i.counters.ecn_marks, -(_cnp_rate(i) or 0.0), i.switch_name, i.port)
+    )
     return {
         "ports_reporting": len(ports),
         "totals": {
             "ecn_marks": sum(i.counters.ecn_marks for i in ports),
             "tx_packets": sum(i.counters.tx_packets for i in ports),
+            "cnp_per_s": sum(_cnp_rate(i) or 0.0 for i in ports),
         },
         "top": [
             {
@@ -388,11 +395,12 @@ def ecn_summary(r: admin_pb2.ListInterfacesResponse, a: argparse.Namespace) -> d
                 "plan_peer": _peer_json(i),
                 "ecn_marks": i.counters.ecn_marks,
                 "tx_packets": i.counters.tx_packets,
+                "cnp_per_s": _cnp_rate(i),
                 "queue_watermark_bytes": queue_watermark(i.counters)[0],
                 "queue_watermark_packets": queue_watermark(i.counters)[1],
                 "counters_wall_ns": i.counters_wall_ns,
             }
-            for i in _top(ports, _ecn_score, a.top)
+            for i in ranked[: a.top]
         ],
     }
 
@@ -402,15 +410,17 @@ def render_ecn(r: admin_pb2.ListInterfacesResponse, a: argparse.Namespace) -> li
     t = s["totals"]
     head = (
         f"ECN over {s['ports_reporting']} reporting ports (counted since each target started): "
-        f"{t['ecn_marks']} packets marked of {t['tx_packets']} sent"
+        f"{t['ecn_marks']} packets marked of {t['tx_packets']} sent; "
+        f"{t['cnp_per_s']:.1f} CNPs/s arriving (last report period)"
     )
     if not s["top"]:
-        return [head, "no port has marked a packet"]
+        return [head, "no port has marked a packet or received a CNP"]
     by_port = {(i.switch_name, i.port): i for i in r.interfaces}
     rows = []
     for p in s["top"]:
         i = by_port[p["switch_name"], p["port"]]
         sent = p["tx_packets"]
+        cnps = p["cnp_per_s"]
         rows.append(
             [
                 p["switch_name"],
@@ -419,13 +429,14 @@ def render_ecn(r: admin_pb2.ListInterfacesResponse, a: argparse.Namespace) -> li
                 p["ecn_marks"],
                 sent,
                 f"{100 * p['ecn_marks'] / sent:.2f}%" if sent else "-",
+                "-" if cnps is None else f"{cnps:.1f}",
                 _queue(queue_watermark(i.counters)),
                 when(p["counters_wall_ns"]),
             ]
         )
-    header = ["switch", "port", "plan peer", "marks", "tx packets", "marked", "queue max",
-              "reported"]  # fmt: skip
-    return [head, f"top {a.top} by packets marked:", *table(header, rows)]
+    header = ["switch", "port", "plan peer", "marks", "tx packets", "marked", "CNP/s",
+              "queue max", "reported"]  # fmt: skip
+    return [head, f"top {a.top} by packets marked, then CNPs/s:", *table(header, rows)]
 
 
 # -- arguments and registration --------------------------------------------------------------

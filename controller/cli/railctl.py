@@ -30,6 +30,7 @@ from controller.cli.operator_commands import OPERATOR_COMMANDS
 from controller.cli.output import dumps
 from controller.cli.pki_commands import PKI_COMMANDS
 from controller.cli.port_commands import PORT_COMMANDS
+from controller.cli.roce_commands import ROCE_COMMANDS
 from controller.fabric import Fabric, Role, ipv4_str, parse_ipv4
 from controller.intent import IntentError, load_fabric, to_explicit
 from railfabric import cli, ecmp, tls
@@ -205,6 +206,7 @@ def all_commands() -> list[Command]:
             *PORT_COMMANDS,
             *LLDP_COMMANDS,
             *MATRIX_COMMANDS,
+            *ROCE_COMMANDS,
             *OPERATOR_COMMANDS,
             *PKI_COMMANDS,
         ]

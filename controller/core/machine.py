@@ -19,12 +19,13 @@ links taken out.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 from array import array
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from controller.core import drains, matrix
+from controller.core import drains, matrix, roce
 from controller.core import events as ev
 from controller.core.alarms import Alarms
 from controller.core.cabling import MISWIRE, SILENT, CablingCheck, CablingPlan, ServerLldp
@@ -59,6 +60,7 @@ from controller.core.records import (
 from controller.core.switches import SwitchView, UnknownSwitch, lookup
 from railfabric.delta import DeltaError, apply_delta, delta_size, route_keys
 from railfabric.digest import state_digest
+from railfabric.ecmp import ROCEV2_UDP_PORT
 from railfabric.v1 import admin_pb2, control_pb2, state_pb2
 
 __all__ = [
@@ -180,6 +182,9 @@ class DecisionCore:
         self._baseline_usable = True
         # (planner, the rail of each traffic matrix class's destination), made when first needed.
         self._matrix_rails: tuple[Planner, list[int]] | None = None
+        # RoCE retransmission and congestion: rates, sampled NAKs, their alarms.
+        self.roce = roce.RoceMonitor(planner.roce)
+        self._roce_context = _RoceContext(self)
 
     # -- start-up and reload
     def start(self, restored: Restored, now: Now) -> list[Effect]:
@@ -356,6 +361,8 @@ class DecisionCore:
             ],
             carry=self.cabling,
         )
+        self.roce.params = planner.roce
+        self.roce.keep_only(self.views)
 
     # -- agent sessions
     def hello(self, hello: control_pb2.Hello, now: Now) -> list[Effect]:
@@ -553,7 +560,26 @@ class DecisionCore:
         v.prev_counters, v.last_counters = v.last_counters, msg
         if v.state.HasField("matrix"):  # a ToR: its row of the traffic matrix
             matrix.record(v.matrix_reports, msg, self._class_rails())
-        return []
+        alarms = self.alarms
+        active = roce.Active(alarms.kind(roce.RETRANSMISSION), alarms.kind(roce.CONGESTION))
+        verdict = self.roce.report(
+            name, msg, now.mono_ns, self._roce_context, active, wall_ns=now.wall_ns
+        )
+        if not verdict.raised and not verdict.cleared:
+            return []
+        out = _Out()
+        for c in verdict.cleared:
+            self._clear(c.alarm_id, now, out, switch=c.switch, port=c.port, why=c.why)
+        for f in verdict.raised:
+            alarm = AlarmRecord(
+                f.alarm_id, "warning", f.kind, f.switch, f.port, f.message, now.wall_ns
+            )
+            self._raise(alarm, out)
+        return self._finish(out, now)
+
+    def roce_answer(self, switch: str = "") -> admin_pb2.RoceResponse:
+        """GetRoce's answer (controller/core/roce.py): read-only."""
+        return roce.answer(self.roce, self._roce_context, switch)
 
     def _class_rails(self) -> list[int]:
         """The rail of each traffic matrix class's destination, for the planner of now (a
@@ -990,6 +1016,7 @@ class DecisionCore:
         for i, t in enumerate(batch):
             self._routing_step(RoutingStep(t.link, t.usable, joined=i > 0), out)
         deltas = self.planner.set_links_usable([(t.link, t.usable) for t in batch])
+        self.roce.routing_changed()
         compute_ns = self.planner.last_compute_ns
         for t in batch:
             link = self._links[t.link]
@@ -1278,6 +1305,60 @@ class DecisionCore:
         if deadline is not None:
             effects.append(Schedule(deadline))
         return effects
+
+
+class _RoceContext:
+    """The fabric as the RoCE monitor sees it (controller/core/roce.py's Context): paths by
+    the planner's own prediction (what PredictPath answers), host ports and cable peers from
+    the desired states and the plan."""
+
+    def __init__(self, core: DecisionCore) -> None:
+        self._core = core
+
+    def predict(self, flow: roce.Flow, qp: int | None) -> roce.Placed | None:
+        src, dst, sport = flow
+        request = admin_pb2.PredictPathRequest(
+            src_ip=str(ipaddress.IPv4Address(src)),
+            dst_ip=str(ipaddress.IPv4Address(dst)),
+            protocol=17,
+            sport=sport,
+            dport=ROCEV2_UDP_PORT,
+            dst_qp=qp or 0,
+        )
+        try:
+            reply = self._core.planner.predict_path(request)
+        except ValueError:
+            return None  # not a NIC of the fabric (a sample from outside it)
+        if not reply.delivered_to or not reply.hops:
+            return None
+        links = tuple((h.switch_name, h.egress_port) for h in reply.hops if h.egress_port)
+        return roce.Placed((reply.hops[0].switch_name, reply.hops[-1].switch_name), links)
+
+    def host_ports(self, switch: str) -> frozenset[int]:
+        v = self._core.views.get(switch)
+        if v is None or not v.state.HasField("matrix"):
+            return frozenset()
+        return frozenset(v.state.matrix.source_ports)
+
+    def report_rates(self, switch: str) -> roce.ReportRates:
+        v = self._core.views.get(switch)
+        if v is None:
+            return roce.report_rates(None, None)
+        return roce.report_rates(v.prev_counters, v.last_counters)
+
+    def peer(self, end: roce.End) -> str:
+        core = self._core
+        key = core.tracker.link_of(end)
+        if key is not None:
+            link = core.planned_link(key)
+            other = link.b if link.a == end else link.a
+            return f"{other[0]}:{other[1]}"
+        v = core.views.get(end[0])
+        if v is not None:
+            for n in v.state.neighbors:
+                if n.port == end[1]:
+                    return n.peer_name
+        return ""
 
 
 _LINK_STATE = {

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from controller.core.cabling import ServerLldp
+from controller.core.roce import RoceParams
 from railfabric.v1 import admin_pb2, state_pb2
 
 End = tuple[str, int]  # (switch name, port)
@@ -55,6 +56,12 @@ class Planner(Protocol):
     @property
     def server_lldp(self) -> ServerLldp:
         """What the intent expects of LLDP from servers (`lldp` section)."""
+        ...
+
+    @property
+    def roce(self) -> RoceParams:
+        """The RoCE alarms' thresholds and window (`roce` section), and whether the ECMP hash
+        takes the RoCEv2 destination QP."""
         ...
 
     def full_state(self, switch: str) -> state_pb2.DesiredState:

@@ -554,6 +554,17 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
             )
         return reply
 
+    async def GetRoce(
+        self, request: admin_pb2.GetRoceRequest, context: _Ctx
+    ) -> admin_pb2.RoceResponse:
+        core = self.fabric
+        if request.switch_name:
+            try:
+                lookup(core.views, request.switch_name)
+            except UnknownSwitch as err:
+                await context.abort(grpc.StatusCode.NOT_FOUND, f"switch_name: {err}")
+        return core.roce_answer(request.switch_name)
+
     async def Diagnose(
         self, request: admin_pb2.DiagnoseRequest, context: _Ctx
     ) -> admin_pb2.DiagnoseResponse:

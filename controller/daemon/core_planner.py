@@ -10,6 +10,7 @@ from pathlib import Path
 from controller import export
 from controller.core.cabling import ServerLldp
 from controller.core.planner import Isolation, PlannedLink
+from controller.core.roce import RoceParams
 from controller.fabric import Fabric, Role
 from controller.intent import load_fabric
 from controller.path import Flow, PathError, predict_path
@@ -92,6 +93,18 @@ class CorePlanner:
     def server_lldp(self) -> ServerLldp:
         lldp = self.fabric.lldp
         return ServerLldp(lldp.expect_servers, lldp.server_ttl_s * 1_000_000_000)
+
+    @property
+    def roce(self) -> RoceParams:
+        r = self.fabric.roce
+        return RoceParams(
+            nak_alarm_per_s=r.nak_alarm_per_s,
+            cnp_alarm_per_s=r.cnp_alarm_per_s,
+            cnp_alarm_ns=r.cnp_alarm_s * 1_000_000_000,
+            window_ns=r.window_s * 1_000_000_000,
+            sample_interval_us=r.nak_sample_interval_us,
+            qp_hashed=self.fabric.ecmp_hash is ecmp.HashFields.FIVE_TUPLE_QP,
+        )
 
     def full_state(self, switch: str) -> state_pb2.DesiredState:
         return export.desired_state(self.routing, switch)

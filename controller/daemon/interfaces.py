@@ -14,7 +14,7 @@ import difflib
 from controller.core.cabling import CablingPlan, lldp_peer, plan_peer
 from controller.core.machine import DecisionCore
 from controller.core.switches import SwitchView
-from railfabric.v1 import admin_pb2
+from railfabric.v1 import admin_pb2, control_pb2
 
 
 class UnknownPort(ValueError):
@@ -100,4 +100,12 @@ class _Switch:
         out.tx_packets_per_s = grew[1] / seconds
         out.rx_bits_per_s = grew[2] * 8 / seconds
         out.tx_bits_per_s = grew[3] * 8 / seconds
+        cnps = _cnps(last) - _cnps(prev)
+        if cnps >= 0:  # fewer: the target's counters restarted
+            out.cnp_per_s = cnps / seconds
         return out
+
+
+def _cnps(c: control_pb2.PortCounters) -> int:
+    """CNPs that arrived on the port, every traffic class (cumulative)."""
+    return sum(r.packets for r in c.roce if r.kind == control_pb2.ROCE_KIND_CNP)

@@ -12,6 +12,7 @@ import asyncio
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -22,7 +23,7 @@ from controller.core.links import LinkState
 from controller.core.machine import DecisionCore
 from railfabric import metrics
 from railfabric.tls import TlsFiles
-from railfabric.v1 import admin_pb2
+from railfabric.v1 import admin_pb2, control_pb2
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,12 @@ class Snapshot:
     # The traffic matrix by rail, (source rail, destination rail) -> bytes/s, over each ToR's
     # last report period; only rails that carried traffic.
     matrix_by_rail: dict[tuple[int, int], float] = field(default_factory=dict)
+    # RoCE NAKs/s by (switch, port, kind) and CNPs/s by (switch, port), every traffic class,
+    # between each switch's last two reports: only nonzero rates (on a 100k-GPU fabric every
+    # port of every kind would be 1.2 M series), and the links localisation suspects.
+    roce_naks: dict[tuple[str, int, str], float] = field(default_factory=dict)
+    roce_cnps: dict[tuple[str, int], float] = field(default_factory=dict)
+    roce_suspects: int = 0
 
 
 def snapshot(core: DecisionCore, sessions: int, store_available: bool) -> Snapshot:
@@ -58,7 +65,33 @@ def snapshot(core: DecisionCore, sessions: int, store_available: bool) -> Snapsh
         refused=dict(core.refused),
         drained=len(core.drains),
         matrix_by_rail=_matrix_by_rail(core),
+        **_roce(core),
     )
+
+
+# The NAK kinds as the metric's `kind` label.
+_NAK_LABEL: dict[int, str] = {
+    control_pb2.ROCE_KIND_NAK_PSN_SEQUENCE: "psn_sequence",
+    control_pb2.ROCE_KIND_NAK_OTHER: "other",
+    control_pb2.ROCE_KIND_NAK_RNR: "rnr",
+}
+
+
+def _roce(core: DecisionCore) -> dict[str, Any]:
+    naks: dict[tuple[str, int, str], float] = {}
+    cnps: dict[tuple[str, int], float] = {}
+    for name, sw in core.roce.switches.items():
+        for (port, _tc, kind), rate in sw.rates_by_key().items():
+            if kind == control_pb2.ROCE_KIND_CNP:
+                cnps[(name, port)] = cnps.get((name, port), 0.0) + rate
+            elif (label := _NAK_LABEL.get(kind)) is not None:
+                key = (name, port, label)
+                naks[key] = naks.get(key, 0.0) + rate
+    return {
+        "roce_naks": naks,
+        "roce_cnps": cnps,
+        "roce_suspects": len(core.roce.suspects()),
+    }
 
 
 def _matrix_by_rail(core: DecisionCore) -> dict[tuple[int, int], float]:
@@ -125,6 +158,30 @@ def render(snap: Snapshot) -> Iterator[Metric]:
     for (src, dst), octets in sorted(snap.matrix_by_rail.items()):
         traffic.add_metric([str(src), str(dst)], octets)
     yield traffic
+    naks = GaugeMetricFamily(
+        "railfabric_roce_naks_per_second",
+        "RoCEv2 NAKs arriving on a port by syndrome, every traffic class, over its switch's "
+        "last report period; only ports with NAKs (railctl roce)",
+        labels=["switch", "port", "kind"],
+    )
+    for (name, port, kind), rate in sorted(snap.roce_naks.items()):
+        naks.add_metric([name, str(port), kind], rate)
+    yield naks
+    cnps = GaugeMetricFamily(
+        "railfabric_roce_cnps_per_second",
+        "RoCEv2 CNPs arriving on a port, every traffic class, over its switch's last report "
+        "period; only ports with CNPs (railctl ecn)",
+        labels=["switch", "port"],
+    )
+    for (name, port), rate in sorted(snap.roce_cnps.items()):
+        cnps.add_metric([name, str(port)], rate)
+    yield cnps
+    yield GaugeMetricFamily(
+        "railfabric_roce_suspect_links",
+        "Links the sampled NAK-ing flows localise RoCE retransmissions to (each has a "
+        "roce_retransmission alarm while NAKs are above the threshold)",
+        value=snap.roce_suspects,
+    )
 
 
 class Metrics:

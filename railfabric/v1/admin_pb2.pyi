@@ -225,6 +225,235 @@ LLDP_STATUS_UNPLANNED: LldpStatus.ValueType  # 4
 Global___LldpStatus: _TypeAlias = LldpStatus  # noqa: Y015
 
 @_typing.final
+class GetRoceRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SWITCH_NAME_FIELD_NUMBER: _builtins.int
+    switch_name: _builtins.str
+    """Only this switch's ports; "" for every switch. Localisation is fabric-wide either way."""
+    def __init__(
+        self,
+        *,
+        switch_name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["switch_name", b"switch_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetRoceRequest: _TypeAlias = GetRoceRequest  # noqa: Y015
+
+@_typing.final
+class RocePortRates(_message.Message):
+    """The RoCEv2 packets that arrived on one port in one traffic class, per second, between its
+    switch's last two reports (ports without RoCE traffic are not listed).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SWITCH_NAME_FIELD_NUMBER: _builtins.int
+    PORT_FIELD_NUMBER: _builtins.int
+    TRAFFIC_CLASS_FIELD_NUMBER: _builtins.int
+    DATA_PER_S_FIELD_NUMBER: _builtins.int
+    ACK_PER_S_FIELD_NUMBER: _builtins.int
+    NAK_PSN_SEQUENCE_PER_S_FIELD_NUMBER: _builtins.int
+    NAK_RNR_PER_S_FIELD_NUMBER: _builtins.int
+    NAK_OTHER_PER_S_FIELD_NUMBER: _builtins.int
+    CNP_PER_S_FIELD_NUMBER: _builtins.int
+    SPAN_NS_FIELD_NUMBER: _builtins.int
+    END_WALL_NS_FIELD_NUMBER: _builtins.int
+    switch_name: _builtins.str
+    port: _builtins.int
+    traffic_class: _builtins.int
+    data_per_s: _builtins.float
+    ack_per_s: _builtins.float
+    nak_psn_sequence_per_s: _builtins.float
+    nak_rnr_per_s: _builtins.float
+    """Host problems (no receive buffer): shown, never alarmed on."""
+    nak_other_per_s: _builtins.float
+    cnp_per_s: _builtins.float
+    span_ns: _builtins.int
+    """The two reports' span, and the newest one's time (the agent's clock)."""
+    end_wall_ns: _builtins.int
+    def __init__(
+        self,
+        *,
+        switch_name: _builtins.str = ...,
+        port: _builtins.int = ...,
+        traffic_class: _builtins.int = ...,
+        data_per_s: _builtins.float = ...,
+        ack_per_s: _builtins.float = ...,
+        nak_psn_sequence_per_s: _builtins.float = ...,
+        nak_rnr_per_s: _builtins.float = ...,
+        nak_other_per_s: _builtins.float = ...,
+        cnp_per_s: _builtins.float = ...,
+        span_ns: _builtins.int = ...,
+        end_wall_ns: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_per_s", b"ack_per_s", "cnp_per_s", b"cnp_per_s", "data_per_s", b"data_per_s", "end_wall_ns", b"end_wall_ns", "nak_other_per_s", b"nak_other_per_s", "nak_psn_sequence_per_s", b"nak_psn_sequence_per_s", "nak_rnr_per_s", b"nak_rnr_per_s", "port", b"port", "span_ns", b"span_ns", "switch_name", b"switch_name", "traffic_class", b"traffic_class"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RocePortRates: _TypeAlias = RocePortRates  # noqa: Y015
+
+@_typing.final
+class RoceHot(_message.Message):
+    """A port or ToR pair above roce.nak_alarm_per_s at some report of the window."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SWITCH_NAME_FIELD_NUMBER: _builtins.int
+    PORT_FIELD_NUMBER: _builtins.int
+    REQUESTER_TOR_FIELD_NUMBER: _builtins.int
+    RESPONDER_TOR_FIELD_NUMBER: _builtins.int
+    NAKS_PER_S_FIELD_NUMBER: _builtins.int
+    HOT_NOW_FIELD_NUMBER: _builtins.int
+    switch_name: _builtins.str
+    """A port: its switch and number; a ToR pair: the requester's and responder's ToRs."""
+    port: _builtins.int
+    requester_tor: _builtins.str
+    responder_tor: _builtins.str
+    naks_per_s: _builtins.float
+    """NAKs/s (PSN sequence and other) at its last report (a pair's: estimated from its
+    samples' share of the port's NAKs).
+    """
+    hot_now: _builtins.bool
+    """Still above the threshold at its switch's last report."""
+    def __init__(
+        self,
+        *,
+        switch_name: _builtins.str = ...,
+        port: _builtins.int = ...,
+        requester_tor: _builtins.str = ...,
+        responder_tor: _builtins.str = ...,
+        naks_per_s: _builtins.float = ...,
+        hot_now: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hot_now", b"hot_now", "naks_per_s", b"naks_per_s", "port", b"port", "requester_tor", b"requester_tor", "responder_tor", b"responder_tor", "switch_name", b"switch_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RoceHot: _TypeAlias = RoceHot  # noqa: Y015
+
+@_typing.final
+class RoceLink(_message.Message):
+    """A link end the sampled NAK-ing flows cross: the end that transmits toward the responder."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    END_FIELD_NUMBER: _builtins.int
+    PEER_FIELD_NUMBER: _builtins.int
+    FLOWS_FIELD_NUMBER: _builtins.int
+    OF_FLOWS_FIELD_NUMBER: _builtins.int
+    TOR_PAIRS_FIELD_NUMBER: _builtins.int
+    peer: _builtins.str
+    """Who is at the other end ("spine-1:3", or a NIC's name)."""
+    flows: _builtins.int
+    """Distinct NAK-ing flows (5-tuples) that cross it, of `of_flows` sampled."""
+    of_flows: _builtins.int
+    @_builtins.property
+    def end(self) -> Global___LinkEnd: ...
+    @_builtins.property
+    def tor_pairs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """"requester ToR->responder ToR" of those flows."""
+
+    def __init__(
+        self,
+        *,
+        end: Global___LinkEnd | None = ...,
+        peer: _builtins.str = ...,
+        flows: _builtins.int = ...,
+        of_flows: _builtins.int = ...,
+        tor_pairs: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["end", b"end"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "flows", b"flows", "of_flows", b"of_flows", "peer", b"peer", "tor_pairs", b"tor_pairs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RoceLink: _TypeAlias = RoceLink  # noqa: Y015
+
+@_typing.final
+class RoceResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PORTS_FIELD_NUMBER: _builtins.int
+    HOT_FIELD_NUMBER: _builtins.int
+    SUSPECTS_FIELD_NUMBER: _builtins.int
+    CROSSED_FIELD_NUMBER: _builtins.int
+    FLOWS_FIELD_NUMBER: _builtins.int
+    UNPLACED_FIELD_NUMBER: _builtins.int
+    WINDOW_MS_FIELD_NUMBER: _builtins.int
+    SAMPLES_FIELD_NUMBER: _builtins.int
+    SAMPLES_DROPPED_FIELD_NUMBER: _builtins.int
+    SAMPLES_OVERFLOWED_FIELD_NUMBER: _builtins.int
+    NAK_ALARM_PER_S_FIELD_NUMBER: _builtins.int
+    CNP_ALARM_PER_S_FIELD_NUMBER: _builtins.int
+    SAMPLING_FIELD_NUMBER: _builtins.int
+    ASSESSED_WALL_NS_FIELD_NUMBER: _builtins.int
+    flows: _builtins.int
+    """The evidence (samples on hot ports and pairs in the window): distinct flows, and samples
+    that could not be placed on a path.
+    """
+    unplaced: _builtins.int
+    window_ms: _builtins.int
+    """The samples window (roce.window_s) and what it holds; samples the agents did not keep
+    in it (nak_samples_dropped of its reports), and the controller's own overflow.
+    """
+    samples: _builtins.int
+    samples_dropped: _builtins.int
+    samples_overflowed: _builtins.int
+    nak_alarm_per_s: _builtins.float
+    """The thresholds, and whether the intent samples NAKs at all."""
+    cnp_alarm_per_s: _builtins.float
+    sampling: _builtins.bool
+    assessed_wall_ns: _builtins.int
+    """When the localisation above was assessed (the controller's wall clock; 0: never)."""
+    @_builtins.property
+    def ports(self) -> _containers.RepeatedCompositeFieldContainer[Global___RocePortRates]: ...
+    @_builtins.property
+    def hot(self) -> _containers.RepeatedCompositeFieldContainer[Global___RoceHot]: ...
+    @_builtins.property
+    def suspects(self) -> _containers.RepeatedCompositeFieldContainer[Global___RoceLink]:
+        """The links crossed by the most flows: where roce_retransmission alarms are raised."""
+
+    @_builtins.property
+    def crossed(self) -> _containers.RepeatedCompositeFieldContainer[Global___RoceLink]:
+        """Every link the evidence flows cross, most flows first (at most 100)."""
+
+    def __init__(
+        self,
+        *,
+        ports: _abc.Iterable[Global___RocePortRates] | None = ...,
+        hot: _abc.Iterable[Global___RoceHot] | None = ...,
+        suspects: _abc.Iterable[Global___RoceLink] | None = ...,
+        crossed: _abc.Iterable[Global___RoceLink] | None = ...,
+        flows: _builtins.int = ...,
+        unplaced: _builtins.int = ...,
+        window_ms: _builtins.int = ...,
+        samples: _builtins.int = ...,
+        samples_dropped: _builtins.int = ...,
+        samples_overflowed: _builtins.int = ...,
+        nak_alarm_per_s: _builtins.float = ...,
+        cnp_alarm_per_s: _builtins.float = ...,
+        sampling: _builtins.bool = ...,
+        assessed_wall_ns: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assessed_wall_ns", b"assessed_wall_ns", "cnp_alarm_per_s", b"cnp_alarm_per_s", "crossed", b"crossed", "flows", b"flows", "hot", b"hot", "nak_alarm_per_s", b"nak_alarm_per_s", "ports", b"ports", "samples", b"samples", "samples_dropped", b"samples_dropped", "samples_overflowed", b"samples_overflowed", "sampling", b"sampling", "suspects", b"suspects", "unplaced", b"unplaced", "window_ms", b"window_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RoceResponse: _TypeAlias = RoceResponse  # noqa: Y015
+
+@_typing.final
 class GetTrafficMatrixRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1459,6 +1688,7 @@ class Interface(_message.Message):
     RX_BITS_PER_S_FIELD_NUMBER: _builtins.int
     TX_BITS_PER_S_FIELD_NUMBER: _builtins.int
     RATE_WINDOW_NS_FIELD_NUMBER: _builtins.int
+    CNP_PER_S_FIELD_NUMBER: _builtins.int
     switch_name: _builtins.str
     port: _builtins.int
     ifname: _builtins.str
@@ -1474,6 +1704,10 @@ class Interface(_message.Message):
     tx_bits_per_s: _builtins.float
     rate_window_ns: _builtins.int
     """The window those rates cover."""
+    cnp_per_s: _builtins.float
+    """RoCEv2 CNPs that arrived on the port per second (PortCounters.roce, every traffic class),
+    between the same two reports; absent with them.
+    """
     @_builtins.property
     def plan_peer(self) -> Global___Peer:
         """The cabling plan's peer, and the peer LLDP last heard (absent when nothing was heard)."""
@@ -1501,11 +1735,14 @@ class Interface(_message.Message):
         rx_bits_per_s: _builtins.float | None = ...,
         tx_bits_per_s: _builtins.float | None = ...,
         rate_window_ns: _builtins.int = ...,
+        cnp_per_s: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_rx_bits_per_s", b"_rx_bits_per_s", "_rx_packets_per_s", b"_rx_packets_per_s", "_tx_bits_per_s", b"_tx_bits_per_s", "_tx_packets_per_s", b"_tx_packets_per_s", "counters", b"counters", "lldp_peer", b"lldp_peer", "plan_peer", b"plan_peer", "rx_bits_per_s", b"rx_bits_per_s", "rx_packets_per_s", b"rx_packets_per_s", "tx_bits_per_s", b"tx_bits_per_s", "tx_packets_per_s", b"tx_packets_per_s"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_cnp_per_s", b"_cnp_per_s", "_rx_bits_per_s", b"_rx_bits_per_s", "_rx_packets_per_s", b"_rx_packets_per_s", "_tx_bits_per_s", b"_tx_bits_per_s", "_tx_packets_per_s", b"_tx_packets_per_s", "cnp_per_s", b"cnp_per_s", "counters", b"counters", "lldp_peer", b"lldp_peer", "plan_peer", b"plan_peer", "rx_bits_per_s", b"rx_bits_per_s", "rx_packets_per_s", b"rx_packets_per_s", "tx_bits_per_s", b"tx_bits_per_s", "tx_packets_per_s", b"tx_packets_per_s"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_rx_bits_per_s", b"_rx_bits_per_s", "_rx_packets_per_s", b"_rx_packets_per_s", "_tx_bits_per_s", b"_tx_bits_per_s", "_tx_packets_per_s", b"_tx_packets_per_s", "counters", b"counters", "counters_wall_ns", b"counters_wall_ns", "ifname", b"ifname", "lldp_peer", b"lldp_peer", "oper", b"oper", "plan_peer", b"plan_peer", "port", b"port", "rate_window_ns", b"rate_window_ns", "rx_bits_per_s", b"rx_bits_per_s", "rx_packets_per_s", b"rx_packets_per_s", "speed_mbps", b"speed_mbps", "switch_name", b"switch_name", "tx_bits_per_s", b"tx_bits_per_s", "tx_packets_per_s", b"tx_packets_per_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cnp_per_s", b"_cnp_per_s", "_rx_bits_per_s", b"_rx_bits_per_s", "_rx_packets_per_s", b"_rx_packets_per_s", "_tx_bits_per_s", b"_tx_bits_per_s", "_tx_packets_per_s", b"_tx_packets_per_s", "cnp_per_s", b"cnp_per_s", "counters", b"counters", "counters_wall_ns", b"counters_wall_ns", "ifname", b"ifname", "lldp_peer", b"lldp_peer", "oper", b"oper", "plan_peer", b"plan_peer", "port", b"port", "rate_window_ns", b"rate_window_ns", "rx_bits_per_s", b"rx_bits_per_s", "rx_packets_per_s", b"rx_packets_per_s", "speed_mbps", b"speed_mbps", "switch_name", b"switch_name", "tx_bits_per_s", b"tx_bits_per_s", "tx_packets_per_s", b"tx_packets_per_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__cnp_per_s: _TypeAlias = _typing.Literal["cnp_per_s"]  # noqa: Y015
+    _WhichOneofArgType__cnp_per_s: _TypeAlias = _typing.Literal["_cnp_per_s", b"_cnp_per_s"]  # noqa: Y015
     _WhichOneofReturnType__rx_bits_per_s: _TypeAlias = _typing.Literal["rx_bits_per_s"]  # noqa: Y015
     _WhichOneofArgType__rx_bits_per_s: _TypeAlias = _typing.Literal["_rx_bits_per_s", b"_rx_bits_per_s"]  # noqa: Y015
     _WhichOneofReturnType__rx_packets_per_s: _TypeAlias = _typing.Literal["rx_packets_per_s"]  # noqa: Y015
@@ -1514,6 +1751,8 @@ class Interface(_message.Message):
     _WhichOneofArgType__tx_bits_per_s: _TypeAlias = _typing.Literal["_tx_bits_per_s", b"_tx_bits_per_s"]  # noqa: Y015
     _WhichOneofReturnType__tx_packets_per_s: _TypeAlias = _typing.Literal["tx_packets_per_s"]  # noqa: Y015
     _WhichOneofArgType__tx_packets_per_s: _TypeAlias = _typing.Literal["_tx_packets_per_s", b"_tx_packets_per_s"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__cnp_per_s) -> _WhichOneofReturnType__cnp_per_s | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__rx_bits_per_s) -> _WhichOneofReturnType__rx_bits_per_s | None: ...
     @_typing.overload

@@ -140,6 +140,11 @@ class FabricAdminStub:
                 request_serializer=railfabric_dot_v1_dot_admin__pb2.GetTrafficMatrixRequest.SerializeToString,
                 response_deserializer=railfabric_dot_v1_dot_admin__pb2.TrafficMatrixResponse.FromString,
                 _registered_method=True)
+        self.GetRoce = channel.unary_unary(
+                '/railfabric.v1.FabricAdmin/GetRoce',
+                request_serializer=railfabric_dot_v1_dot_admin__pb2.GetRoceRequest.SerializeToString,
+                response_deserializer=railfabric_dot_v1_dot_admin__pb2.RoceResponse.FromString,
+                _registered_method=True)
 
 
 class FabricAdminServicer:
@@ -295,6 +300,15 @@ class FabricAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetRoce(self, request, context):
+        """RoCEv2 retransmission and congestion (controller/core/roce.py): per port and traffic
+        class the rates of RoCE packets by kind, the ports and ToR pairs above the NAK threshold,
+        and where the sampled NAK-ing flows localise the loss. Leader only (it is observed).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FabricAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -382,6 +396,11 @@ def add_FabricAdminServicer_to_server(servicer, server):
                     servicer.GetTrafficMatrix,
                     request_deserializer=railfabric_dot_v1_dot_admin__pb2.GetTrafficMatrixRequest.FromString,
                     response_serializer=railfabric_dot_v1_dot_admin__pb2.TrafficMatrixResponse.SerializeToString,
+            ),
+            'GetRoce': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRoce,
+                    request_deserializer=railfabric_dot_v1_dot_admin__pb2.GetRoceRequest.FromString,
+                    response_serializer=railfabric_dot_v1_dot_admin__pb2.RoceResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -862,6 +881,33 @@ class FabricAdmin:
             '/railfabric.v1.FabricAdmin/GetTrafficMatrix',
             railfabric_dot_v1_dot_admin__pb2.GetTrafficMatrixRequest.SerializeToString,
             railfabric_dot_v1_dot_admin__pb2.TrafficMatrixResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRoce(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/railfabric.v1.FabricAdmin/GetRoce',
+            railfabric_dot_v1_dot_admin__pb2.GetRoceRequest.SerializeToString,
+            railfabric_dot_v1_dot_admin__pb2.RoceResponse.FromString,
             options,
             channel_credentials,
             insecure,

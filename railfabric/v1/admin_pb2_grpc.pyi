@@ -109,6 +109,11 @@ class FabricAdminStub:
     """The traffic matrix: rates between ToRs (or rails) from what each ToR counted at its host
     ports (controller/core/matrix.py), with each ToR's sample. Leader only (it is observed).
     """
+    GetRoce: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetRoceRequest, _admin_pb2.RoceResponse]
+    """RoCEv2 retransmission and congestion (controller/core/roce.py): per port and traffic
+    class the rates of RoCE packets by kind, the ports and ToR pairs above the NAK threshold,
+    and where the sampled NAK-ing flows localise the loss. Leader only (it is observed).
+    """
 
 @_typing.type_check_only
 class FabricAdminAsyncStub(FabricAdminStub):
@@ -186,6 +191,11 @@ class FabricAdminAsyncStub(FabricAdminStub):
     GetTrafficMatrix: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetTrafficMatrixRequest, _admin_pb2.TrafficMatrixResponse]  # type: ignore[assignment]
     """The traffic matrix: rates between ToRs (or rails) from what each ToR counted at its host
     ports (controller/core/matrix.py), with each ToR's sample. Leader only (it is observed).
+    """
+    GetRoce: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetRoceRequest, _admin_pb2.RoceResponse]  # type: ignore[assignment]
+    """RoCEv2 retransmission and congestion (controller/core/roce.py): per port and traffic
+    class the rates of RoCE packets by kind, the ports and ToR pairs above the NAK threshold,
+    and where the sampled NAK-ing flows localise the loss. Leader only (it is observed).
     """
 
 class FabricAdminServicer(metaclass=_abc_1.ABCMeta):
@@ -363,6 +373,17 @@ class FabricAdminServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_admin_pb2.TrafficMatrixResponse, _abc.Awaitable[_admin_pb2.TrafficMatrixResponse]]:
         """The traffic matrix: rates between ToRs (or rails) from what each ToR counted at its host
         ports (controller/core/matrix.py), with each ToR's sample. Leader only (it is observed).
+        """
+
+    @_abc_1.abstractmethod
+    def GetRoce(
+        self,
+        request: _admin_pb2.GetRoceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.RoceResponse, _abc.Awaitable[_admin_pb2.RoceResponse]]:
+        """RoCEv2 retransmission and congestion (controller/core/roce.py): per port and traffic
+        class the rates of RoCE packets by kind, the ports and ToR pairs above the NAK threshold,
+        and where the sampled NAK-ing flows localise the loss. Leader only (it is observed).
         """
 
 def add_FabricAdminServicer_to_server(servicer: FabricAdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -120,6 +120,12 @@ async def _exported(p4info: p4i.P4Info) -> dict[str, set[str]]:
     core.store_health(False, "disk full", now())  # an alarm
     core.hello(control_pb2.Hello(switch_name="tor-r1-b1"), now())
     core.applied("tor-r1-b1", control_pb2.Applied(generation=10**6), now())  # a refusal
+    for i in range(2):  # RoCE NAKs and CNPs arriving: rates need two reports
+        roce = control_pb2.Counters(wall_ns=10**18 + i * 10**9)
+        port = roce.ports.add(port=1)
+        port.roce.add(traffic_class=3, kind=control_pb2.ROCE_KIND_NAK_PSN_SEQUENCE, packets=i)
+        port.roce.add(traffic_class=6, kind=control_pb2.ROCE_KIND_CNP, packets=i)
+        core.counters("tor-r1-b1", roce, now())
     controller = Metrics()
     controller.watch(loop, lambda: snapshot(core, 1, False))
 

@@ -48,6 +48,9 @@ def states(draw: st.DrawFn) -> state_pb2.DesiredState:
                 prefix=state_pb2.Ipv4Prefix(address=(10 << 24) | (third << 8), length=24),
                 dst_class=dst_class,
             )
+    if draw(st.booleans()):  # a ToR's NAK sampling
+        s.nak_sampling.ports.extend(draw(st.lists(st.integers(1, 6), max_size=3, unique=True)))
+        s.nak_sampling.interval_us = draw(st.integers(100, 20_000))
     return s
 
 
@@ -57,6 +60,9 @@ def _only_full_states_change(old: state_pb2.DesiredState, new: state_pb2.Desired
     new.matrix.CopyFrom(old.matrix)
     if not old.HasField("matrix"):
         new.ClearField("matrix")
+    new.nak_sampling.CopyFrom(old.nak_sampling)
+    if not old.HasField("nak_sampling"):
+        new.ClearField("nak_sampling")
 
 
 @settings(max_examples=200, deadline=None)
@@ -165,5 +171,25 @@ def test_a_changed_traffic_matrix_needs_a_full_state() -> None:
     new = state_pb2.DesiredState()
     new.CopyFrom(old)
     new.matrix.source_ports.append(2)
-    with pytest.raises(DeltaError, match="traffic matrix changed; send a full state"):
+    with pytest.raises(
+        DeltaError, match="traffic matrix or NAK sampling changed; send a full state"
+    ):
         diff_states(old, new)
+
+
+def test_a_changed_nak_sampling_needs_a_full_state() -> None:
+    old = state_pb2.DesiredState(switch_name="tor", generation=1)
+    old.nak_sampling.ports.append(1)
+    old.nak_sampling.interval_us = 10_000
+    for change in ("interval", "unset"):
+        new = state_pb2.DesiredState()
+        new.CopyFrom(old)
+        if change == "interval":
+            new.nak_sampling.interval_us = 20_000
+        else:
+            new.ClearField("nak_sampling")
+        with pytest.raises(DeltaError, match="NAK sampling changed; send a full state"):
+            diff_states(old, new)
+    # Unchanged, a delta carries it over.
+    got = apply_delta(old, diff_states(old, old))
+    assert got.nak_sampling == old.nak_sampling

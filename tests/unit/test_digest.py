@@ -240,6 +240,17 @@ def test_changing_any_field_of_any_object_changes_the_digest(
     assert state_digest(changed) != state_digest(state)
 
 
+def test_a_state_without_nak_sampling_digests_as_before_it_existed() -> None:
+    state = state_pb2.DesiredState(switch_name="tor")
+
+    def h(tag: bytes, data: bytes) -> int:
+        return int.from_bytes(hashlib.sha256(tag + b"\x00" + data).digest(), "big")
+
+    assert state_digest(state) == f"v2:{h(b'switch', b'tor'):064x}"
+    state.nak_sampling.SetInParent()  # set, even empty: hashed
+    assert state_digest(state) != f"v2:{h(b'switch', b'tor'):064x}"
+
+
 def test_the_tag_tells_kinds_with_equal_bytes_apart() -> None:
     dscp = state_pb2.DesiredState(dscp_map=[state_pb2.DscpMapping(dscp=1, traffic_class=2)])
     pfc = state_pb2.DesiredState(pfc=[state_pb2.PfcSetting(port=1, priority=2)])
@@ -259,6 +270,8 @@ def test_digest_is_the_sum_of_tagged_object_hashes() -> None:
         digest="ignored",
     )
     state.pfc_watchdog.detect_ns = 5
+    state.nak_sampling.ports.extend([1, 2])
+    state.nak_sampling.interval_us = 10_000
 
     def h(tag: bytes, data: bytes) -> int:
         return int.from_bytes(hashlib.sha256(tag + b"\x00" + data).digest(), "big")
@@ -268,6 +281,7 @@ def test_digest_is_the_sum_of_tagged_object_hashes() -> None:
         + h(b"port", state.ports[0].SerializeToString(deterministic=True))
         + h(b"route", state.routes[0].SerializeToString(deterministic=True))
         + h(b"watchdog", state.pfc_watchdog.SerializeToString(deterministic=True))
+        + h(b"naks", state.nak_sampling.SerializeToString(deterministic=True))
     ) % 2**256
     assert state_digest(state) == f"v2:{total:064x}"
     assert object_hash("route", state.routes[0]) == h(b"route", state.routes[0].SerializeToString())

@@ -108,6 +108,14 @@ def port_counters(report_wall_ns: int, scale: int) -> control_pb2.Counters:
                 ecn_marks=11 * scale,
                 queue_depth_bytes=1500,
                 queue_watermark_bytes=9000 * scale,
+                roce=[
+                    control_pb2.RoceCount(
+                        traffic_class=6, kind=control_pb2.ROCE_KIND_CNP, packets=40 * scale
+                    ),
+                    control_pb2.RoceCount(
+                        traffic_class=3, kind=control_pb2.ROCE_KIND_DATA, packets=90 * scale
+                    ),
+                ],
             ),
             control_pb2.PortCounters(
                 port=3, tx_packets=10, pfc_pause_tx=300 * scale, pfc_pause_rx=20, ecn_marks=1
@@ -185,6 +193,8 @@ async def test_reported_ports_and_counters_in_interfaces_counters_pfc_and_ecn(
         # (300 - 100) packets and (30000 - 10000) bytes over 2 s.
         assert (p1["rx_packets_per_s"], p1["rx_bits_per_s"]) == (100.0, 80_000.0)
         assert (p1["tx_packets_per_s"], p1["tx_bits_per_s"]) == (50.0, 40_000.0)
+        assert p1["cnp_per_s"] == 40.0  # (120 - 40) CNPs over 2 s
+        assert by_port[3]["cnp_per_s"] == 0.0
         c1 = p1["counters"]
         assert (c1["rx_packets"], c1["drops"], c1["ecn_marks"]) == (300, 21, 33)
         assert c1["drops_by_reason"] == [
@@ -247,16 +257,17 @@ async def test_reported_ports_and_counters_in_interfaces_counters_pfc_and_ecn(
         assert [(p["switch_name"], p["port"]) for p in pfc["top"]] == [("tor-r1-b1", 3)]
         assert pfc["top"][0]["pfc_watchdog_drops"] is None  # not counted by this target
         ecn = as_json(railctl(addr, "--json", "ecn", "--top", "1"))
-        assert ecn["totals"] == {"ecn_marks": 34, "tx_packets": 160}
-        assert [(p["port"], p["ecn_marks"], p["queue_watermark_bytes"]) for p in ecn["top"]] == [
-            (1, 33, 27_000)
-        ]
+        assert ecn["totals"] == {"ecn_marks": 34, "tx_packets": 160, "cnp_per_s": 40.0}
+        assert [
+            (p["port"], p["ecn_marks"], p["cnp_per_s"], p["queue_watermark_bytes"])
+            for p in ecn["top"]
+        ] == [(1, 33, 40.0, 27_000)]
         done = railctl(addr, "pfc")
         assert done.returncode == 0 and "900 pauses sent, 20 received" in done.stdout
         pfc_row = r"^tor-r1-b1\s+3\s+spine-p1-1:1\s+900\s+20\s+0\s+n/a\s+n/a\s+20\d\d-"
         assert re.search(pfc_row, done.stdout, re.M), done.stdout
         done = railctl(addr, "ecn")
-        ecn_row = r"^tor-r1-b1\s+1\s+srv-b1-s1/nic1\s+33\s+150\s+22\.00%\s+27kB\s"
+        ecn_row = r"^tor-r1-b1\s+1\s+srv-b1-s1/nic1\s+33\s+150\s+22\.00%\s+40\.0\s+27kB\s"
         assert re.search(ecn_row, done.stdout, re.M), done.stdout
 
         # Wrong names say what there is.

@@ -3,12 +3,14 @@ and QoS with its digest; a StateDelta applied to the old state gives the new sta
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from controller import qos
 from controller.export import desired_state, state_delta
+from controller.fabric import RoceIntent
 from controller.intent import load_fabric
 from controller.routing import FabricRouting, LinkEvent
 from railfabric.delta import apply_delta
@@ -174,3 +176,26 @@ def test_a_tors_traffic_matrix_counts_its_host_ports_by_destination_tor() -> Non
     routing.apply([LinkEvent("tor-r1-b1", 3, False)])
     after = desired_state(routing, "tor-r1-b1")
     assert after.matrix == desired_state(FabricRouting(fabric), "tor-r1-b1").matrix
+
+
+def test_a_tors_nak_sampling_covers_its_host_ports_at_the_intents_interval() -> None:
+    fabric = load_fabric(LAB)
+    routing = FabricRouting(fabric)
+    for tor in (sw for sw in fabric.switches if sw.prefix is not None):
+        state = desired_state(routing, tor.name)
+        # Where a responder's NAK enters the fabric: the same ports as the matrix counts.
+        assert list(state.nak_sampling.ports) == list(state.matrix.source_ports) == [1, 2]
+        assert state.nak_sampling.interval_us == fabric.roce.nak_sample_interval_us == 10_000
+        without = state_pb2.DesiredState()
+        without.CopyFrom(state)
+        without.ClearField("nak_sampling")
+        assert state_digest(state) == state.digest != state_digest(without)
+    assert not desired_state(routing, "spine-p1-1").HasField("nak_sampling")
+    # Interval 0 turns sampling off: unset, the state digests as one without it.
+    off = dataclasses.replace(
+        fabric, roce=dataclasses.replace(fabric.roce, nak_sample_interval_us=0)
+    )
+    state = desired_state(FabricRouting(off), "tor-r1-b1")
+    assert not state.HasField("nak_sampling") and state.HasField("matrix")
+    slow = dataclasses.replace(fabric, roce=RoceIntent(nak_sample_interval_us=250))
+    assert desired_state(FabricRouting(slow), "tor-r1-b1").nak_sampling.interval_us == 250

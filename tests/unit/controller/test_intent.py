@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from controller.daemon.core_planner import CorePlanner
-from controller.fabric import LldpIntent, Role, ipv4_str, mac_str
+from controller.fabric import LldpIntent, RoceIntent, Role, ipv4_str, mac_str
 from controller.intent import IntentError, load_fabric, load_fabric_text, to_explicit_yaml
 from controller.intent_keys import LIMITS, Limit
 from controller.topology import host_nics, switch_ports
@@ -427,6 +427,22 @@ NEGATIVE = [
         r"^f\.yaml:3: lldp\.server_ttl_s: must be >= 1 s, got 0$",
     ),
     (
+        "NAK sampling faster than an agent's CPU port takes",
+        _sub("rails: 2", "rails: 2\nroce: {nak_sample_interval_us: 50}"),
+        r"^f\.yaml:3: roce\.nak_sample_interval_us: must be 0 \(sampling off\) or >= 100 µs, "
+        r"got 50$",
+    ),
+    (
+        "a NAK alarm threshold of zero",
+        _sub("rails: 2", "rails: 2\nroce: {nak_alarm_per_s: 0}"),
+        r"^f\.yaml:3: roce\.nak_alarm_per_s: must be > 0 NAKs/s, got 0$",
+    ),
+    (
+        "a misspelt RoCE key",
+        _sub("rails: 2", "rails: 2\nroce: {window: 10}"),
+        r"^f\.yaml:3: roce\.window: unknown key \(did you mean 'window_s'\?\)$",
+    ),
+    (
         "control character in a name",
         _sub("name: tiny", 'name: "ti\\any"'),
         r"^f\.yaml:1: name: must be printable text \(no control characters\), got 'ti\\x07ny'$",
@@ -580,6 +596,20 @@ def test_lldp_expectations_load_in_both_forms_and_round_trip() -> None:
     plain = load_fabric_text(EXPLICIT, "f.yaml")
     assert plain.lldp == LldpIntent(expect_servers=False, server_ttl_s=120)
     assert "lldp" not in to_explicit_yaml(plain)
+
+
+def test_roce_intent_loads_in_both_forms_and_round_trips() -> None:
+    text = (
+        "roce: {nak_sample_interval_us: 0, nak_alarm_per_s: 2.5, cnp_alarm_per_s: 50, "
+        "cnp_alarm_s: 3, window_s: 30}\n"
+    )
+    for base in (EXPLICIT, PARAMETRIC):
+        fabric = load_fabric_text(base + text, "f.yaml")
+        assert fabric.roce == RoceIntent(0, 2.5, 50.0, 3, 30)
+        assert load_fabric_text(to_explicit_yaml(fabric), "again.yaml") == fabric
+    plain = load_fabric_text(EXPLICIT, "f.yaml")
+    assert plain.roce == RoceIntent(10_000, 10.0, 1000.0, 10, 10)
+    assert "roce" not in to_explicit_yaml(plain)
 
 
 def test_overrides_round_trip_as_integers() -> None:

@@ -80,3 +80,29 @@ async def test_refused_inputs_are_counted_by_reason(
     assert value(found, "railfabric_switch_generation", switch="tor-r1-b1", kind="applied") == 0
     assert value(found, "railfabric_switch_converged", switch="tor-r1-b1") == 0
     assert value(found, "railfabric_agent_sessions") == 1
+
+
+async def test_roce_rates_are_series_only_where_nonzero(
+    served: tuple[DecisionCore, MetricsServer],
+) -> None:
+    core, server = served
+    t = now()
+    for wall_ns, naks, cnps in ((t.wall_ns, 0, 0), (t.wall_ns + 2_000_000_000, 40, 10)):
+        msg = control_pb2.Counters(wall_ns=wall_ns)
+        port = msg.ports.add(port=1)
+        port.roce.add(traffic_class=3, kind=control_pb2.ROCE_KIND_DATA, packets=wall_ns % 1000)
+        port.roce.add(traffic_class=3, kind=control_pb2.ROCE_KIND_NAK_RNR, packets=naks)
+        port.roce.add(traffic_class=6, kind=control_pb2.ROCE_KIND_CNP, packets=cnps)
+        msg.ports.add(port=2)
+        core.counters("tor-r1-b1", msg, t)
+    text = await _scrape(server)
+    promtool_check(text)
+    found = samples(text)
+    nak_rate = "railfabric_roce_naks_per_second"
+    assert value(found, nak_rate, switch="tor-r1-b1", port="1", kind="rnr") == 20.0
+    assert value(found, nak_rate, switch="tor-r1-b1", port="1", kind="psn_sequence") is None
+    assert value(found, nak_rate, switch="tor-r1-b1", port="2", kind="rnr") is None
+    cnp_rate = "railfabric_roce_cnps_per_second"
+    assert value(found, cnp_rate, switch="tor-r1-b1", port="1") == 5.0
+    assert value(found, cnp_rate, switch="tor-r1-b1", port="2") is None
+    assert value(found, "railfabric_roce_suspect_links") == 0
