@@ -7,12 +7,14 @@ UDP source ports chosen by PredictPath so that each data flow crosses the target
 flows share no other link. The responders then send NAKs (PSN sequence error) back to their
 requesters on those 5-tuples at NAK_PPS each, as a NIC does after a loss. The controller must
 raise `roce_retransmission` naming the spine's port toward T (the end that transmitted the
-lost packets), and no other link. The sample: NAKs sent, flows, the NAK-ing ports' rates.
+lost packets), and, once both flows are sampled, no other link (with one flow sampled every
+link of its path is a suspect). The sample: NAKs sent, flows, the NAK-ing ports' rates.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 
 import grpc
 
@@ -28,6 +30,7 @@ from railfabric.v1 import admin_pb2
 NAME = "retransmit"
 KIND = "roce_retransmission"
 DSCP_ROCE = 26
+TC_ROCE = 3  # the class the fabric's QoS map gives DSCP 26
 CLEAN_S = 6.0  # several counter reports of clean RoCE traffic
 NAK_PPS = 50  # per flow: above any sane alarm threshold, far below the sampler's bound
 ALARM_TIMEOUT_S = 30.0
@@ -49,7 +52,7 @@ def _roce(fid: int, src: Nic, dst: Nic, sport: int, syndrome: int | None) -> Flo
 
 def _plan(lab: Lab) -> tuple[tuple[str, int], list[tuple[Nic, Nic, int]]]:
     """The target link (spine, port toward T) and the (requester, responder, sport) flows whose
-    predicted paths all cross it and share nothing else."""
+    predicted paths all cross it and share nothing else, each between two servers."""
     tors = [s.name for s in lab.fabric.switches if s.prefix is not None]
     for target_tor in tors:
         responders = nics_on(lab, target_tor)
@@ -60,7 +63,12 @@ def _plan(lab: Lab) -> tuple[tuple[str, int], list[tuple[Nic, Nic, int]]]:
             flows: list[tuple[Nic, Nic, int]] = []
             paths: list[set[tuple[str, int]]] = []
             for src_tor, responder in zip(others, responders, strict=False):
-                requester = nics_on(lab, src_tor)[0]
+                # Another server's NIC: between two NICs of one server the kernel delivers
+                # locally, and nothing would cross the fabric.
+                remote = [n for n in nics_on(lab, src_tor) if n.host != responder.host]
+                if not remote:
+                    continue
+                requester = remote[0]
                 for sport in SPORTS:
                     links = _links(lab.predict(_roce(0, requester, responder, sport, None)))
                     if spine_hop in links:
@@ -86,6 +94,20 @@ def _alarms(lab: Lab) -> list[admin_pb2.Alarm]:
     return [a for a in alarms if a.kind == KIND]
 
 
+def _port_rates(
+    lab: Lab, switches: Iterable[str]
+) -> dict[tuple[str, int], admin_pb2.RocePortRates]:
+    """The RoCE class's rates per port of `switches`, from the controller (GetRoce asked per
+    switch lists every port with RoCE traffic, from its last two counter reports)."""
+    out = {}
+    for switch in sorted(set(switches)):
+        request = admin_pb2.GetRoceRequest(switch_name=switch)
+        for p in lab.admin.GetRoce(request, timeout=10).ports:
+            if p.traffic_class == TC_ROCE:
+                out[p.switch_name, p.port] = p
+    return out
+
+
 def run(lab: Lab, budget: Budget) -> Result:
     target, flows = _plan(lab)
     problems: list[str] = []
@@ -102,6 +124,10 @@ def run(lab: Lab, budget: Budget) -> Result:
                          duration_s=CLEAN_S)
         for i, (host, fs) in enumerate(sorted(by_host.items()))
     ]  # fmt: skip
+    # The data plane's own counts while the clean traffic flows: each ToR port the SENDs and
+    # ACKs enter on counts them in the RoCE class, and no port counts a NAK.
+    time.sleep(CLEAN_S - 2)
+    counted = _port_rates(lab, [n.switch for r, q, _ in flows for n in (r, q)])
     for sender in running:
         summary = lab.finish_sender(sender, timeout_s=CLEAN_S + 30)
         for fid, n in summary.get("sent", {}).items():
@@ -110,6 +136,16 @@ def run(lab: Lab, budget: Budget) -> Result:
             else:
                 data_sent += int(n)
     raised_clean = _alarms(lab)
+    for r, q, _ in flows:
+        sends, acked = counted.get((r.switch, r.port)), counted.get((q.switch, q.port))
+        if sends is None or sends.data_per_s <= 0 or acked is None or acked.ack_per_s <= 0:
+            problems.append(
+                f"RoCE counts: no SENDs/s at {r.switch}:{r.port} or no ACKs/s at "
+                f"{q.switch}:{q.port} in class {TC_ROCE} while they flowed"
+            )
+    nak_ports = [k for k, v in counted.items() if v.nak_psn_sequence_per_s or v.nak_other_per_s]
+    if nak_ports:
+        problems.append(f"RoCE counts: NAKs counted on clean traffic at {sorted(nak_ports)}")
     if data_sent <= 0 or ack_sent <= 0:
         problems.append(f"clean phase sent {data_sent} SENDs and {ack_sent} ACKs: no sample")
     if raised_clean:
@@ -126,18 +162,38 @@ def run(lab: Lab, budget: Budget) -> Result:
         for i, (host, fs) in enumerate(sorted(nak_hosts.items()))
     ]
     nak_sent = 0
+
+    def localised() -> admin_pb2.Alarm | None:
+        """The target's alarm once it is the only link accused: with one flow sampled so far
+        every link of its path is a suspect, and the others clear as the second flow's NAKs
+        leave the shared link alone in common."""
+        raised = _alarms(lab)
+        mine = [a for a in raised if (a.switch_name, a.port) == target]
+        return mine[0] if mine and len(raised) == 1 else None
+
     try:
         alarm = wait_for(
-            f"a {KIND} alarm on {target[0]}:{target[1]}",
-            lambda: next((a for a in _alarms(lab) if (a.switch_name, a.port) == target), None),
-            timeout_s=ALARM_TIMEOUT_S,
-            every_s=0.5,
+            f"{KIND} on {target[0]}:{target[1]} alone", localised, ALARM_TIMEOUT_S, every_s=0.5
         )
         took = time.monotonic() - started
-        others = [a for a in _alarms(lab) if (a.switch_name, a.port) != target]
+        others: list[admin_pb2.Alarm] = []
+        roce = lab.admin.GetRoce(admin_pb2.GetRoceRequest(), timeout=10)
+        suspects = [(x.end.switch_name, x.end.port, x.flows, x.of_flows) for x in roce.suspects]
+        if suspects != [(*target, len(flows), len(flows))]:
+            problems.append(f"GetRoce's suspects {suspects}, not {target} crossed by every flow")
+        responders = {(q.switch, q.port) for _, q, _ in flows}
+        nak_rates = {
+            (p.switch_name, p.port): p.nak_psn_sequence_per_s
+            for p in roce.ports
+            if (p.switch_name, p.port) in responders
+        }
+        if len(nak_rates) != len(responders) or min(nak_rates.values()) < NAK_PPS / 2:
+            problems.append(f"NAKs/s counted at the responders' ports: {nak_rates}")
     except LabError as err:
         alarm, took, others = None, float("nan"), _alarms(lab)
+        suspects, nak_rates = [], {}
         problems.append(str(err))
+        others = [a for a in others if (a.switch_name, a.port) != target]
     finally:
         for sender in running:
             summary = lab.stop_sender(sender)
@@ -175,6 +231,9 @@ def run(lab: Lab, budget: Budget) -> Result:
         "nak_pps_per_flow": NAK_PPS,
         "alarm_after_s": round(took, 2),
         "other_links_accused": len(others),
+        "suspects": " ".join(f"{sw}:{port}({n}/{of})" for sw, port, n, of in suspects),
+        "naks_per_s_at_responders_min": round(min(nak_rates.values(), default=0.0), 1),
+        "clean_roce_ports_counted": len(counted),
     }
     if alarm is not None:
         metrics["alarm_message"] = alarm.message
