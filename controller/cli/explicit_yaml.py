@@ -216,6 +216,10 @@ class _Writer:
                     pieces.append(strs[v])
                 elif kind is int:
                     pieces.append(str(v))
+                elif kind is float:
+                    # As in a mapping: 0.0 and -0.0 are one cache key, two texts.
+                    cached = floats.get(v) if v else None
+                    pieces.append(cached or self._float(v))
                 elif kind in _SCALARS:
                     pieces.append(self._other(v))
                 else:

@@ -133,6 +133,13 @@ _data = st.dictionaries(
 )
 
 
+def test_zero_and_negative_zero_keep_their_own_text_in_a_list() -> None:
+    # Found by the property below: equal as cache keys, written differently.
+    data = {"name": [0.0, -0.0], "a": {"x1": -0.0, "b_c": 0.0}}
+    for dumper in DUMPERS:
+        assert dump(data) == pyyaml(data, dumper)
+
+
 @settings(max_examples=300, deadline=None)
 @given(_data)
 def test_any_data_it_writes_is_pyyamls_text(data: dict[str, Any]) -> None:
