@@ -166,3 +166,20 @@ def test_the_traffic_matrix_shows_a_known_flow_in_its_cell_and_railctl_prints_it
     assert done.returncode == 0, done.stderr
     assert "traffic matrix by rail" in done.stdout and "rail 1" in done.stdout
     assert "measured: 4 ToRs" in done.stdout
+
+
+def test_naks_on_flows_sharing_one_link_raise_the_alarm_there_and_clean_traffic_none(
+    lab: Lab,
+) -> None:
+    r = SCENARIOS["retransmit"].run(lab, BUDGET)
+    m = r.metrics
+    # The sample: SENDs and ACKs while clean, NAKs after, on two flows sharing one link.
+    assert int(m["clean_sends"]) > 0 and int(m["clean_acks"]) > 0, r.reason
+    assert int(m["naks_sent"]) > 0 and m["flows"] == 2, r.reason
+    assert m["clean_alarms"] == 0, r.reason
+    assert int(m["clean_roce_ports_counted"]) >= 2, r.reason
+    assert m["suspects"] == f"{m['target_link']}(2/2)", r.reason
+    assert m["other_links_accused"] == 0, r.reason
+    assert float(m["naks_per_s_at_responders_min"]) > 0, r.reason
+    assert float(m["alarm_cleared_after_s"]) >= 0, r.reason  # NaN when it never cleared
+    assert r.passed, r.reason
