@@ -60,12 +60,13 @@ class SwitchReader:
         return self.lab.device_id(switch)
 
     def pipeline(self, switch: str) -> Pipeline:
-        request = p4r.ReadRequest(
-            device_id=self.device_id(switch), entities=self.codec.read_requests()
-        )
-        entities = [
-            e for reply in self.stub(switch).Read(request, timeout=10) for e in reply.entities
-        ]
+        """As the agent reads it: tables and action profiles, then clone sessions (a request
+        of their own, agent/p4client.py read_pipeline)."""
+        entities: list[p4r.Entity] = []
+        for wanted in (self.codec.read_requests(), self.codec.replication_read_requests()):
+            request = p4r.ReadRequest(device_id=self.device_id(switch), entities=wanted)
+            for reply in self.stub(switch).Read(request, timeout=10):
+                entities.extend(reply.entities)
         pipeline, _ = self.codec.decode_all(entities)
         return pipeline
 
