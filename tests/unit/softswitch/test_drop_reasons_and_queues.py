@@ -141,7 +141,7 @@ def test_registers_read_and_modify(pipeline: Pipeline, fy_schema: fy.P4Schema) -
     pipeline.r_queue_watermark[3] = 7000
     assert register(pipeline, p4.QUEUE_WATERMARK, 3) == 7000
     everything = list(state.read(p4r.Entity(register_entry=p4r.RegisterEntry())))
-    assert len(everything) == 3 * 512
+    assert len(everything) == sum(r.size for r in pipeline.schema.registers.values())
     one = p4r.Entity(register_entry=p4r.RegisterEntry(register_id=watermark))
     assert len(list(state.read(one))) == 512
 
