@@ -18,7 +18,6 @@ ingest time over the report period (5 s, the agents' default).
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -27,6 +26,7 @@ from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 
+from bench.output import print_figures
 from controller.core import matrix
 from controller.export import matrix_destinations
 from controller.intent import load_fabric
@@ -100,11 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 0 < args.active <= 1 or args.periods < 1:
         parser.error("--active must be in (0, 1] and --periods >= 1")
     figures = run(args.fabric, args.active, args.periods, args.seed)
-    if args.json:
-        print(json.dumps(figures, indent=2))
-    else:
-        for key, value in figures.items():
-            print(f"{key:28} {value}")
+    print_figures(figures, as_json=args.json)
     return 0
 
 

@@ -18,7 +18,6 @@ the share of a core is ingest time over the report period (5 s, the agents' defa
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -26,6 +25,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from bench.output import print_figures
 from controller.core.clock import Now
 from controller.core.links import DampingParams
 from controller.core.machine import DecisionCore
@@ -110,6 +110,8 @@ def run(
                 counts += sum(len(p.roce) for p in msg.ports)
                 sampled += len(msg.nak_samples)
     ingest = ingest_s[1:]
+    if not ingest or counts == 0:
+        raise SystemExit("bench.roce: no report carried a RoCE count: no figure")
     monitor = core.roce
     # The core above routes over no link (no agent said Hello): its predictions find no path.
     # What one costs with every link up, through the same planner call the monitor makes.
@@ -162,11 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.periods < 1 or args.storm_tors < 0 or not 0 <= args.samples <= 256:
         parser.error("--periods >= 1, --storm-tors >= 0, --samples in 0..256 (an agent's most)")
     figures = run(args.fabric, args.storm_tors, args.samples, args.periods, args.seed)
-    if args.json:
-        print(json.dumps(figures, indent=2))
-    else:
-        for key, value in figures.items():
-            print(f"{key:28} {value}")
+    print_figures(figures, as_json=args.json)
     return 0
 
 

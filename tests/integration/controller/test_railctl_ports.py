@@ -70,8 +70,9 @@ async def arailctl(addr: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(args, proc.returncode, out.decode(), err.decode())
 
 
-def as_json(done: subprocess.CompletedProcess[str]) -> Any:
-    assert done.returncode == 0, done.stderr
+def as_json(done: subprocess.CompletedProcess[str], codes: tuple[int, ...] = (0,)) -> Any:
+    """The answer of a `--json` run that exited with one of `codes`."""
+    assert done.returncode in codes, done.stderr
     return json.loads(done.stdout)
 
 
@@ -125,14 +126,19 @@ def port_counters(report_wall_ns: int, scale: int) -> control_pb2.Counters:
     )
 
 
-async def _until(
-    addr: str, args: tuple[str, ...], ok: Callable[[Any], bool], within_s: float = 20
+async def until(
+    addr: str,
+    args: tuple[str, ...],
+    ok: Callable[[Any], bool],
+    within_s: float = 20,
+    codes: tuple[int, ...] = (0,),
 ) -> Any:
     """`railctl --json ARGS` until `ok` holds for its answer (agent messages are inputs the
-    controller takes in order, but asynchronously to the admin API)."""
+    controller takes in order, but asynchronously to the admin API); `codes`: the exit
+    statuses that still answer (railctl roce exits 3 when a link is suspected)."""
     deadline = time.monotonic() + within_s
     while True:
-        data = as_json(await arailctl(addr, "--json", *args))
+        data = as_json(await arailctl(addr, "--json", *args), codes)
         if ok(data):
             return data
         if time.monotonic() > deadline:
@@ -158,7 +164,7 @@ async def test_reported_ports_and_counters_in_interfaces_counters_pfc_and_ecn(
         )
         # One report: counters, no rates yet.
         await agent.send(counters=port_counters(T0, 1))
-        first = await _until(
+        first = await until(
             addr,
             ("counters", "tor-r1-b1"),
             lambda d: d["interfaces"][0]["counters"] is not None,
@@ -169,7 +175,7 @@ async def test_reported_ports_and_counters_in_interfaces_counters_pfc_and_ecn(
         # The second report, 2 s of agent time later: rates over those 2 s. Port 3 comes up.
         await agent.send(counters=port_counters(T0 + 2_000_000_000, 3))
         await agent.send(port_status=control_pb2.PortStatus(port=3, up=True, wall_ns=T0))
-        data = await _until(
+        data = await until(
             addr,
             ("counters", "tor-r1-b1"),
             lambda d: (
@@ -495,7 +501,7 @@ def test_into_head_through_a_real_pipe_is_quiet(
 
 
 async def _switch_converged(addr: str, name: str) -> None:
-    await _until(
+    await until(
         addr,
         ("switches",),
         lambda d: any(
@@ -577,7 +583,7 @@ async def test_tables_and_counters_through_a_real_agent_and_softswitch(
     assert any(e["key"] == "(default)" for e in report["entries"])  # hash_config, pfc_watchdog
 
     # The agent's counters: every port, its interface, carrier up; rates from the 2nd report.
-    data = await _until(
+    data = await until(
         addr,
         ("counters", "tor-r1-b1"),
         lambda d: all(i["rx_packets_per_s"] is not None for i in d["interfaces"]),

@@ -6,13 +6,11 @@ ToR raises nothing."""
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import json
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 import pytest
 
@@ -21,7 +19,7 @@ from railfabric.v1 import admin_pb2, admin_pb2_grpc, control_pb2
 from tests import pki
 from tests.conftest import Processes
 from tests.integration.controller.test_controller_daemon import LAB, connect_every_switch, start
-from tests.integration.controller.test_railctl_ports import arailctl
+from tests.integration.controller.test_railctl_ports import arailctl, until
 
 pytestmark = pytest.mark.integration
 
@@ -61,19 +59,6 @@ def report(
     return msg
 
 
-async def until(addr: str, args: tuple[str, ...], ok: Callable[[Any], bool]) -> Any:
-    deadline = time.monotonic() + 20
-    while True:
-        done = await arailctl(addr, "--json", *args)
-        assert done.returncode in (0, 3), done.stderr
-        data = json.loads(done.stdout)
-        if ok(data):
-            return data
-        if time.monotonic() > deadline:
-            raise AssertionError(f"railctl {' '.join(args)}: {data}")
-        await asyncio.sleep(0.2)
-
-
 async def test_naks_on_flows_sharing_one_link_raise_the_alarm_on_it_and_clean_traffic_none(
     processes: Processes, free_port: Callable[[], int], tmp_path: Path
 ) -> None:
@@ -103,6 +88,7 @@ async def test_naks_on_flows_sharing_one_link_raise_the_alarm_on_it_and_clean_tr
                 addr,
                 ("alarms",),
                 lambda d: any(a["kind"] == "roce_retransmission" for a in d["alarms"]),
+                codes=(0, 3),
             )
             roce = [a for a in alarms["alarms"] if a["kind"].startswith("roce_")]
             assert [(a["kind"], a["switch_name"], a["port"]) for a in roce] == [

@@ -10,6 +10,7 @@ import pytest
 from bench import controller as controller_bench
 from bench import core as core_bench
 from bench import matrix as matrix_bench
+from bench import roce as roce_bench
 from bench import web as web_bench
 
 pytestmark = pytest.mark.unit
@@ -93,4 +94,16 @@ def test_matrix_bench_feeds_every_tor_and_says_its_sample(
     # 4 ToRs, 2 of the 4 destination classes each, over the 2 periods that measured a rate.
     assert (data["tors"], data["cells_per_report"], data["periods"]) == (4, 2, 2)
     assert data["cells_reported"] == 8 and data["wire_bytes_per_period"] > 0
+    assert 0 <= data["ingest_ms_p50"] <= data["ingest_ms_max"]
+
+
+def test_roce_bench_feeds_every_switch_and_says_its_sample(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = [LAB, "--json", "--periods", "1", "--storm-tors", "2", "--samples", "8"]
+    assert roce_bench.main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    # lab-2rail: 6 switches, 2 ToRs storming with 8 samples each in the measured period.
+    assert (data["switches"], data["storm_tors"], data["periods"]) == (6, 2, 1)
+    assert data["nak_samples_per_period"] == 16 and data["roce_counts_per_period"] > 0
     assert 0 <= data["ingest_ms_p50"] <= data["ingest_ms_max"]
