@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import struct
 
+from railfabric.checksum import internet_checksum
+
 SOL_PACKET = 263
 PACKET_AUXDATA = 8
 TP_STATUS_CSUMNOTREADY = 1 << 3
@@ -49,17 +51,9 @@ def complete_l4_checksum(frame: bytes) -> bytes:
     if offset is None or ihl < 20 or end > len(frame) or l4 + offset + 2 > end:
         return frame
     # The field holds the pseudo-header sum; summing over it finishes the checksum.
-    checksum = _checksum(frame[l4:end])
+    checksum = internet_checksum(frame[l4:end])
     pos = l4 + offset
     return frame[:pos] + checksum.to_bytes(2, "big") + frame[pos + 2 :]
-
-
-def _checksum(data: bytes) -> int:
-    """The Internet checksum of `data` (RFC 1071). 2**16 == 1 (mod 0xFFFF), so the big integer
-    modulo 0xFFFF is the one's complement sum of the 16-bit words."""
-    if len(data) % 2:
-        data += b"\x00"
-    return 0xFFFF - int.from_bytes(data, "big") % 0xFFFF
 
 
 def complete_checksum(frame: bytes, start: int, offset: int) -> bytes:
@@ -68,7 +62,7 @@ def complete_checksum(frame: bytes, start: int, offset: int) -> bytes:
     pos = start + offset
     if start < 0 or pos + 2 > len(frame):
         return frame
-    checksum = _checksum(frame[start:])
+    checksum = internet_checksum(frame[start:])
     return frame[:pos] + checksum.to_bytes(2, "big") + frame[pos + 2 :]
 
 
@@ -102,13 +96,13 @@ def segment_tcp4(frame: bytes, mss: int) -> list[bytes]:
         iph[2:4] = (ihl + doff + len(chunk)).to_bytes(2, "big")
         iph[4:6] = ((ip_id + index) & 0xFFFF).to_bytes(2, "big")
         iph[10:12] = b"\x00\x00"
-        iph[10:12] = _checksum(bytes(iph)).to_bytes(2, "big")
+        iph[10:12] = internet_checksum(bytes(iph)).to_bytes(2, "big")
         tcph = bytearray(tcp_header)
         tcph[4:8] = ((seq + off) & 0xFFFFFFFF).to_bytes(4, "big")
         tcph[13] = seg_flags
         tcph[16:18] = b"\x00\x00"
         pseudo = addresses + b"\x00\x06" + (doff + len(chunk)).to_bytes(2, "big")
-        tcph[16:18] = _checksum(pseudo + bytes(tcph) + chunk).to_bytes(2, "big")
+        tcph[16:18] = internet_checksum(pseudo + bytes(tcph) + chunk).to_bytes(2, "big")
         segments.append(frame[:14] + bytes(iph) + bytes(tcph) + chunk)
     return segments
 

@@ -137,6 +137,27 @@ ROCE_KIND_CNP: RoceKind.ValueType  # 6
 """Congestion Notification Packet (opcode 0x81), DCQCN's answer to a CE mark."""
 Global___RoceKind: _TypeAlias = RoceKind  # noqa: Y015
 
+class _ProbeKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ProbeKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ProbeKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    PROBE_KIND_UNSPECIFIED: _ProbeKind.ValueType  # 0
+    PROBE_KIND_LINK: _ProbeKind.ValueType  # 1
+    """To the neighbour on the other end of one link, and back over it."""
+    PROBE_KIND_MESH: _ProbeKind.ValueType  # 2
+    """To another ToR's probe address through the fabric, leaving on a chosen uplink."""
+
+class ProbeKind(_ProbeKind, metaclass=_ProbeKindEnumTypeWrapper): ...
+
+PROBE_KIND_UNSPECIFIED: ProbeKind.ValueType  # 0
+PROBE_KIND_LINK: ProbeKind.ValueType  # 1
+"""To the neighbour on the other end of one link, and back over it."""
+PROBE_KIND_MESH: ProbeKind.ValueType  # 2
+"""To another ToR's probe address through the fabric, leaving on a chosen uplink."""
+Global___ProbeKind: _TypeAlias = ProbeKind  # noqa: Y015
+
 class _EntryStatus:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -754,6 +775,7 @@ class Counters(_message.Message):
     MATRIX_FIELD_NUMBER: _builtins.int
     NAK_SAMPLES_FIELD_NUMBER: _builtins.int
     NAK_SAMPLES_DROPPED_FIELD_NUMBER: _builtins.int
+    PROBES_FIELD_NUMBER: _builtins.int
     wall_ns: _builtins.int
     nak_samples_dropped: _builtins.int
     @_builtins.property
@@ -770,6 +792,10 @@ class Counters(_message.Message):
         report), and how many more arrived that it did not keep.
         """
 
+    @_builtins.property
+    def probes(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProbeResult]:
+        """Latency probes (state.proto Probing) whose fate became known since the previous report."""
+
     def __init__(
         self,
         *,
@@ -778,14 +804,75 @@ class Counters(_message.Message):
         matrix: _abc.Iterable[Global___MatrixCount] | None = ...,
         nak_samples: _abc.Iterable[Global___NakSample] | None = ...,
         nak_samples_dropped: _builtins.int = ...,
+        probes: _abc.Iterable[Global___ProbeResult] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["matrix", b"matrix", "nak_samples", b"nak_samples", "nak_samples_dropped", b"nak_samples_dropped", "ports", b"ports", "wall_ns", b"wall_ns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["matrix", b"matrix", "nak_samples", b"nak_samples", "nak_samples_dropped", b"nak_samples_dropped", "ports", b"ports", "probes", b"probes", "wall_ns", b"wall_ns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Counters: _TypeAlias = Counters  # noqa: Y015
+
+@_typing.final
+class ProbeResult(_message.Message):
+    """The probes of one kind that left on one port (to one ToR, for MESH) and were answered or
+    timed out since the previous report. The RTT is the sender's, less the time the far agent
+    held the probe, so it is the data plane's plus both ends' packet-in/out paths.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    PORT_FIELD_NUMBER: _builtins.int
+    TARGET_FIELD_NUMBER: _builtins.int
+    SENT_FIELD_NUMBER: _builtins.int
+    RECEIVED_FIELD_NUMBER: _builtins.int
+    BUCKET_INDEX_FIELD_NUMBER: _builtins.int
+    BUCKET_COUNT_FIELD_NUMBER: _builtins.int
+    RTT_SUM_NS_FIELD_NUMBER: _builtins.int
+    RTT_MIN_NS_FIELD_NUMBER: _builtins.int
+    RTT_MAX_NS_FIELD_NUMBER: _builtins.int
+    kind: Global___ProbeKind.ValueType
+    port: _builtins.int
+    """The port the probes left on: LINK, the link's port; MESH, the uplink."""
+    target: _builtins.str
+    """MESH: the ToR probed (ProbeTarget.name). LINK: empty (the neighbour on `port`)."""
+    sent: _builtins.int
+    """Answered plus timed out: sent - received were lost."""
+    received: _builtins.int
+    rtt_sum_ns: _builtins.int
+    rtt_min_ns: _builtins.int
+    rtt_max_ns: _builtins.int
+    @_builtins.property
+    def bucket_index(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The answered probes' RTT histogram, sparse: bucket_count[i] probes fell in bucket
+        bucket_index[i] (railfabric/latency.py: the bucket's upper bound), indices ascending.
+        """
+
+    @_builtins.property
+    def bucket_count(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        kind: Global___ProbeKind.ValueType = ...,
+        port: _builtins.int = ...,
+        target: _builtins.str = ...,
+        sent: _builtins.int = ...,
+        received: _builtins.int = ...,
+        bucket_index: _abc.Iterable[_builtins.int] | None = ...,
+        bucket_count: _abc.Iterable[_builtins.int] | None = ...,
+        rtt_sum_ns: _builtins.int = ...,
+        rtt_min_ns: _builtins.int = ...,
+        rtt_max_ns: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket_count", b"bucket_count", "bucket_index", b"bucket_index", "kind", b"kind", "port", b"port", "received", b"received", "rtt_max_ns", b"rtt_max_ns", "rtt_min_ns", b"rtt_min_ns", "rtt_sum_ns", b"rtt_sum_ns", "sent", b"sent", "target", b"target"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProbeResult: _TypeAlias = ProbeResult  # noqa: Y015
 
 @_typing.final
 class ReadTables(_message.Message):

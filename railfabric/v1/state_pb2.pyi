@@ -477,6 +477,84 @@ class NakSampling(_message.Message):
 Global___NakSampling: _TypeAlias = NakSampling  # noqa: Y015
 
 @_typing.final
+class Probing(_message.Message):
+    """Latency probing through the data plane (railfabric/latency.py holds the frame formats and the
+    RTT buckets). Every `interval_ms` the agent sends one round: a link probe (ethertype 0x88B5,
+    punted by every switch's ACL) out of every port with a switch neighbour, and on a ToR with an
+    `address`, mesh probes (IPv4 protocol 253, punted by ToRs' ACL) from `address` to the next
+    `targets_per_round` of `targets`, each out of every uplink in turn, so every uplink is covered
+    (a packet-out leaves the port the agent names; no table sees it). The far agent answers on
+    the port the probe came in on, with how long it held it; the sender counts a probe unanswered
+    after `timeout_ms` as lost. Like the ports it changes only with the intent (a full state).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INTERVAL_MS_FIELD_NUMBER: _builtins.int
+    LINKS_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    TARGETS_FIELD_NUMBER: _builtins.int
+    TARGETS_PER_ROUND_FIELD_NUMBER: _builtins.int
+    DSCP_FIELD_NUMBER: _builtins.int
+    TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    interval_ms: _builtins.int
+    links: _builtins.bool
+    address: _builtins.int
+    """A ToR's probe address (its gateway address): mesh probes leave from it and return to it.
+    0 on spines and cores (they answer link probes only) and when the mesh is off.
+    """
+    targets_per_round: _builtins.int
+    dscp: _builtins.int
+    """DSCP of mesh probes: they measure the latency of the class it maps to."""
+    timeout_ms: _builtins.int
+    @_builtins.property
+    def targets(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProbeTarget]:
+        """The ToRs this one probes, rotated through; the whole mesh or a sparse subset of it."""
+
+    def __init__(
+        self,
+        *,
+        interval_ms: _builtins.int = ...,
+        links: _builtins.bool = ...,
+        address: _builtins.int = ...,
+        targets: _abc.Iterable[Global___ProbeTarget] | None = ...,
+        targets_per_round: _builtins.int = ...,
+        dscp: _builtins.int = ...,
+        timeout_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "dscp", b"dscp", "interval_ms", b"interval_ms", "links", b"links", "targets", b"targets", "targets_per_round", b"targets_per_round", "timeout_ms", b"timeout_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Probing: _TypeAlias = Probing  # noqa: Y015
+
+@_typing.final
+class ProbeTarget(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The ToR's name in the intent (echoed in ProbeResult.target)."""
+    address: _builtins.int
+    """Its probe address (Probing.address of its own state)."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        address: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProbeTarget: _TypeAlias = ProbeTarget  # noqa: Y015
+
+@_typing.final
 class DesiredState(_message.Message):
     """The complete desired state of one switch at generation `generation`."""
 
@@ -496,6 +574,7 @@ class DesiredState(_message.Message):
     ECMP_HASH_FIELD_NUMBER: _builtins.int
     MATRIX_FIELD_NUMBER: _builtins.int
     NAK_SAMPLING_FIELD_NUMBER: _builtins.int
+    PROBING_FIELD_NUMBER: _builtins.int
     switch_name: _builtins.str
     """Switch name from the fabric intent."""
     generation: _builtins.int
@@ -528,6 +607,10 @@ class DesiredState(_message.Message):
     def nak_sampling(self) -> Global___NakSampling:
         """ToRs only; unset elsewhere (and when the intent turns sampling off)."""
 
+    @_builtins.property
+    def probing(self) -> Global___Probing:
+        """Unset: the agent sends no probes (it still answers its neighbours')."""
+
     def __init__(
         self,
         *,
@@ -545,10 +628,11 @@ class DesiredState(_message.Message):
         ecmp_hash: Global___EcmpHash.ValueType = ...,
         matrix: Global___TrafficMatrix | None = ...,
         nak_sampling: Global___NakSampling | None = ...,
+        probing: Global___Probing | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["matrix", b"matrix", "nak_sampling", b"nak_sampling", "pfc_watchdog", b"pfc_watchdog"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["matrix", b"matrix", "nak_sampling", b"nak_sampling", "pfc_watchdog", b"pfc_watchdog", "probing", b"probing"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["digest", b"digest", "dscp_map", b"dscp_map", "ecmp_hash", b"ecmp_hash", "ecn", b"ecn", "generation", b"generation", "groups", b"groups", "matrix", b"matrix", "nak_sampling", b"nak_sampling", "neighbors", b"neighbors", "pfc", b"pfc", "pfc_watchdog", b"pfc_watchdog", "ports", b"ports", "routes", b"routes", "switch_name", b"switch_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["digest", b"digest", "dscp_map", b"dscp_map", "ecmp_hash", b"ecmp_hash", "ecn", b"ecn", "generation", b"generation", "groups", b"groups", "matrix", b"matrix", "nak_sampling", b"nak_sampling", "neighbors", b"neighbors", "pfc", b"pfc", "pfc_watchdog", b"pfc_watchdog", "ports", b"ports", "probing", b"probing", "routes", b"routes", "switch_name", b"switch_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
