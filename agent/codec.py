@@ -348,6 +348,11 @@ class Codec:
         field.field_id = self.tables[p4.ACL].keys[p4.ACL_ETH_TYPE]
         field.ternary.value = encode(entry.eth_type & entry.eth_type_mask)
         field.ternary.mask = encode(entry.eth_type_mask)
+        if entry.ip_proto_mask:
+            field = te.match.add()
+            field.field_id = self.tables[p4.ACL].keys[p4.ACL_IP_PROTO]
+            field.ternary.value = encode(entry.ip_proto & entry.ip_proto_mask)
+            field.ternary.mask = encode(entry.ip_proto_mask)
         te.priority = entry.priority
         name = p4.PUNT_TO_CPU if entry.action is AclAction.PUNT_TO_CPU else p4.DROP
         self._action(te.action.action, name)
@@ -680,9 +685,10 @@ class Codec:
                 p[p4.SET_PFC_THRESHOLDS_XOFF],
                 p[p4.SET_PFC_THRESHOLDS_XON],
             )
-        # ACL: the agent owns only entries matching eth_type alone.
+        # ACL: the agent owns only entries matching eth_type alone or with ip_proto.
         eth = fields.get(ids.keys[p4.ACL_ETH_TYPE])
-        if eth is None or len(fields) != 1:
+        proto = fields.get(ids.keys[p4.ACL_IP_PROTO])
+        if eth is None or len(fields) != 1 + (proto is not None):
             return None
         mask = decode_unchecked(eth.ternary.mask)
         act = (
@@ -694,7 +700,14 @@ class Codec:
         )
         if act is None:
             return None
-        return AclEntry(decode_unchecked(eth.ternary.value), mask, entry.priority, act)
+        return AclEntry(
+            decode_unchecked(eth.ternary.value),
+            mask,
+            entry.priority,
+            act,
+            0 if proto is None else decode_unchecked(proto.ternary.value),
+            0 if proto is None else decode_unchecked(proto.ternary.mask),
+        )
 
     def _group_members(self, group: p4r.ActionProfileGroup) -> tuple[GroupMember, ...]:
         """A group's members as read back. Whether a member watches a port is taken from the

@@ -25,12 +25,13 @@ from agent.lldp import NeighborChange, NeighborTable, build_lldp
 from agent.metrics import AgentMetrics
 from agent.p4client import ON_DEMOTED, P4Target, PacketIn
 from agent.ports import PortEvent, PortMonitor, parse_port_map
+from agent.probes import Prober
 from agent.roce import NakSamples, parse_nak
 from agent.session import ControllerSession
 from agent.tables import report as tables_report
 from agent.translate import MatrixDestEntry, Pipeline, QosEntry, repair
 from agent.writer import TARGET_LOST, Writer, server_ports
-from railfabric import __version__, cli, tls
+from railfabric import __version__, cli, latency, tls
 from railfabric.metrics import MetricsError
 from railfabric.p4format import EntityFormatter
 from railfabric.p4info import DEFAULT_P4INFO, load_p4info
@@ -45,6 +46,11 @@ TARGET_KINDS = {
     "other": control_pb2.TARGET_KIND_OTHER,
 }
 ETH_TYPE_LLDP = b"\x88\xcc"
+PROBE_ETH_TYPE = latency.PROBE_ETH_TYPE.to_bytes(2, "big")
+ETH_TYPE_IPV4 = latency.ETH_TYPE_IPV4.to_bytes(2, "big")
+PROBE_IP_PROTO = bytes([latency.PROBE_IP_PROTO])
+# Seconds between looks at the state while the controller asks for no probes.
+PROBE_IDLE_S = 1.0
 # What makes a port whose LLDP neighbour went silent usable again (not a shutdown LLDPDU).
 HEARD = (NeighborChange.NEW, NeighborChange.CHANGED, NeighborChange.REFRESHED)
 # Between two read-backs of the target (an entry deleted behind the agent's back is back within
@@ -207,6 +213,7 @@ class Agent:
         self.neighbors = NeighborTable()
         # NAKs the target sampled to the CPU since the last counter report.
         self.nak_samples = NakSamples()
+        self.prober = Prober(self._port_mac)
         self.carrier: dict[int, bool] = {}
         # Ports whose LLDP neighbour went silent while carrier stayed up (one-way failure).
         self.lldp_down: set[int] = set()
@@ -350,7 +357,13 @@ class Agent:
         await self._set_effective(event)
 
     async def on_packet_in(self, packet: PacketIn) -> None:
-        if packet.payload[12:14] != ETH_TYPE_LLDP:
+        eth_type = packet.payload[12:14]
+        if eth_type == PROBE_ETH_TYPE or (
+            eth_type == ETH_TYPE_IPV4 and packet.payload[23:24] == PROBE_IP_PROTO
+        ):
+            await self._probe_in(packet)
+            return
+        if eth_type != ETH_TYPE_LLDP:
             sample = parse_nak(packet.payload, packet.port, time.time_ns())
             if sample is not None:
                 self.nak_samples.add(sample)
@@ -362,6 +375,14 @@ class Agent:
             LOG.info("port %d: LLDP heard again", packet.port)
             self.lldp_down.discard(packet.port)
             await self._set_effective(self._synthetic(packet.port))
+
+    async def _probe_in(self, packet: PacketIn) -> None:
+        """Resolve an answer to one of our probes, or answer a probe at once, out of the port
+        it came in on."""
+        reply = self.prober.receive(packet.payload, packet.port, time.monotonic_ns())
+        if reply is not None:
+            with contextlib.suppress(*TARGET_LOST):  # the prober counts it lost
+                await self.target.packet_out(reply, packet.port)
 
     def one_way_failures(self, mono_ns: int) -> list[int]:
         """Ports, not yet taken down, whose switch neighbour went silent with carrier up."""
@@ -405,6 +426,22 @@ class Agent:
                 self._send(control_pb2.AgentMessage(neighbors=self.neighbors.report(now)))
             await asyncio.sleep(self.lldp_interval)
 
+    async def probe_loop(self) -> None:
+        """Send a round of latency probes every Probing.interval_ms, each stamped just before
+        it goes out."""
+        while True:
+            self.prober.configure(self.writer.held)
+            interval = self.prober.interval_s
+            if interval is not None and self.target.primary.is_set():
+                self.prober.expire(time.monotonic_ns())
+                for planned in self.prober.plan(lambda port: self.effective.get(port, False)):
+                    frame = self.prober.request(planned, time.monotonic_ns())
+                    try:
+                        await self.target.packet_out(frame, planned.port)
+                    except TARGET_LOST:
+                        break  # the P4 stream reconnects by itself; the rest time out
+            await asyncio.sleep(interval or PROBE_IDLE_S)
+
     async def counters_loop(self) -> None:
         while True:
             await asyncio.sleep(self.counters_interval)
@@ -431,6 +468,7 @@ class Agent:
                 for ports in msg.ports:
                     ports.roce.extend(telemetry.roce.get(ports.port, ()))
             self.nak_samples.take(msg)
+            self.prober.take(msg, time.monotonic_ns())
             self.last_counters = msg
             self._send(control_pb2.AgentMessage(counters=msg))
 
@@ -465,6 +503,7 @@ class Agent:
             "controller-session": self._session,
             "lldp": self.lldp_loop,
             "counters": self.counters_loop,
+            "probes": self.probe_loop,
             "verify": self.verify_loop,
             "tables": self.tables_loop,
         }

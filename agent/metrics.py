@@ -13,6 +13,7 @@ as each repair is committed, so it counts every repair once.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -21,6 +22,7 @@ from prometheus_client import Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from agent.probes import ProbeStats
 from agent.writer import RepairRecord
 from railfabric import metrics
 from railfabric.tls import TlsFiles
@@ -107,6 +109,7 @@ class Snapshot:
     dropped: int
     nak_samples: int
     nak_samples_dropped: int
+    probes: ProbeStats
 
 
 def snapshot(agent: Agent) -> Snapshot:
@@ -129,6 +132,7 @@ def snapshot(agent: Agent) -> Snapshot:
         dropped=agent.session.dropped,
         nak_samples=agent.nak_samples.received,
         nak_samples_dropped=agent.nak_samples.dropped_total,
+        probes=dataclasses.replace(agent.prober.stats),
     )
 
 
@@ -195,6 +199,16 @@ def render(snap: Snapshot) -> Iterator[Metric]:
         counter = CounterMetricFamily(name, help_text, labels=["switch"])
         counter.add_metric(switch, count)
         yield counter
+    probes = CounterMetricFamily(
+        "railfabric_agent_probes",
+        "Latency probes by outcome: sent, answered, lost (timed out), skipped (too many in "
+        "flight), stray (an answer matching nothing sent, or a probe from a server port), "
+        "echoed (other switches' probes this agent answered)",
+        labels=["switch", "outcome"],
+    )
+    for outcome in ("sent", "answered", "lost", "skipped", "stray", "echoed"):
+        probes.add_metric([snap.switch, outcome], getattr(snap.probes, outcome))
+    yield probes
 
 
 def _ports(snap: Snapshot) -> Iterator[Metric]:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from railfabric import fabric_p4 as p4
+from railfabric import latency
 from railfabric.fabric_counters import NAK_SAMPLE_SESSION
 from railfabric.v1 import state_pb2
 
@@ -54,16 +55,26 @@ class AclAction(enum.Enum):
 
 
 class AclEntry(NamedTuple):
-    """`p4.ACL`: match eth_type (all other keys wildcard)."""
+    """`p4.ACL`: match eth_type, and ip_proto when its mask is not 0 (the other keys
+    wildcard)."""
 
     eth_type: int
     eth_type_mask: int
     priority: int
     action: AclAction
+    ip_proto: int = 0
+    ip_proto_mask: int = 0
 
     @property
     def key(self) -> tuple[object, ...]:
-        return ("acl", self.eth_type, self.eth_type_mask, self.priority)
+        return (
+            "acl",
+            self.eth_type,
+            self.eth_type_mask,
+            self.ip_proto,
+            self.ip_proto_mask,
+            self.priority,
+        )
 
 
 class QosEntry(NamedTuple):
@@ -347,11 +358,31 @@ def prefix_name(prefix: state_pb2.Ipv4Prefix) -> str:
 
 
 def control_acl() -> list[AclEntry]:
-    """The fixed ACL: punt LLDP to the agent, keep PFC MAC-control frames out of the
-    forwarding pipeline (the target's MAC layer consumes them)."""
+    """The fixed ACL: punt LLDP and link probes to the agent (it answers its neighbours'
+    probes whether or not it sends any), keep PFC MAC-control frames out of the forwarding
+    pipeline (the target's MAC layer consumes them)."""
     return [
         AclEntry(ETH_TYPE_LLDP, 0xFFFF, ACL_PRIORITY_CONTROL, AclAction.PUNT_TO_CPU),
+        AclEntry(latency.PROBE_ETH_TYPE, 0xFFFF, ACL_PRIORITY_CONTROL, AclAction.PUNT_TO_CPU),
         AclEntry(ETH_TYPE_MAC_CONTROL, 0xFFFF, ACL_PRIORITY_CONTROL, AclAction.DROP),
+    ]
+
+
+def mesh_probe_acl(state: state_pb2.DesiredState) -> list[AclEntry]:
+    """A ToR with a probe address punts mesh probes (IPv4 protocol 253) before routing: they
+    are for its agent, whichever address of its prefix they carry. Spines and cores route
+    them."""
+    if not state.probing.address:
+        return []
+    return [
+        AclEntry(
+            latency.ETH_TYPE_IPV4,
+            0xFFFF,
+            ACL_PRIORITY_CONTROL,
+            AclAction.PUNT_TO_CPU,
+            latency.PROBE_IP_PROTO,
+            0xFF,
+        )
     ]
 
 
@@ -439,7 +470,7 @@ def translate(state: state_pb2.DesiredState) -> tuple[Pipeline, list[ObjectProbl
     Objects that cannot be translated are skipped and returned as problems, named as the
     controller names them; a route whose group was skipped is skipped too."""
     problems: list[ObjectProblem] = []
-    entries: list[Entry] = list(control_acl())
+    entries: list[Entry] = [*control_acl(), *mesh_probe_acl(state)]
     hashing, problem = hash_config_entry(state)
     entries.append(hashing)
     if problem is not None:

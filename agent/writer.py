@@ -129,7 +129,8 @@ def object_name(entry: Entry) -> str:
         case QosEntry():
             return f"dscp {entry.dscp}"
         case AclEntry():
-            return f"acl eth_type {entry.eth_type:#06x}"
+            proto = f" ip_proto {entry.ip_proto}" if entry.ip_proto_mask else ""
+            return f"acl eth_type {entry.eth_type:#06x}{proto}"
     raise TypeError(entry)
 
 

@@ -980,6 +980,26 @@ class Lab:
                 out[(sw, port)] = values
         return out
 
+    @contextlib.contextmanager
+    def slow_cable(self, key: str, delay_ms: float, loss: float = 0.0) -> Iterator[None]:
+        """Cable `key` delays every frame by `delay_ms` each way (and drops the fraction
+        `loss` of them) for the block: its tc patch is replaced by mininet_labs.delay_line in
+        the wire namespace, and put back afterwards."""
+        cable = self.topology.unpatch(key)
+        argv = [str(BIN / "python"), "-m", "mininet_labs.delay_line", cable.wire_a, cable.wire_b]
+        argv += ["--delay-ms", f"{delay_ms:g}", "--loss", f"{loss:g}"]
+        child = None
+        try:
+            child = self.processes.start(
+                f"delay-{key}", argv, netns=self.names.wire_ns, stdout_pipe=True
+            )
+            self._wait_ready(child)
+            yield
+        finally:
+            if child is not None:
+                self.processes.stop(child)
+            self.topology.repatch([key])
+
     # -- traffic -------------------------------------------------------------------------
 
     def _python(self, *args: str) -> list[str]:

@@ -103,6 +103,12 @@ def patch(wire_ns: str, a: str, b: str) -> None:
         )  # fmt: skip
 
 
+def unpatch(wire_ns: str, a: str, b: str) -> None:
+    """Undo `patch`: frames in on `a` or `b` go nowhere (a user-space wire may take them)."""
+    for dev in (a, b):
+        run(["tc", "-n", wire_ns, "filter", "del", "dev", dev, "parent", "ffff:"])
+
+
 def _blackhole(verb: str, address: str) -> list[str]:
     return ["route", verb, "blackhole", f"{address}/32", "table", "local"]
 

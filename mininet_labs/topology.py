@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from controller.fabric import Fabric, Link, Nic, Role, ipv4_str, mac_str
-from mininet_labs.netlinks import LabError, Names, ip_batch, patch
+from mininet_labs.netlinks import LabError, Names, ip_batch, patch, unpatch
 
 TABLE_BASE = 100  # per-NIC routing table = 100 + rail
 SWAP_NAME = "rflswap"  # a NIC's name while two trade theirs (namespaces are per server)
@@ -193,6 +193,12 @@ class LabTopology:
         ]
         prefixes = self.tor_prefixes
         ip_batch(lines + nic_lines(a, prefixes) + nic_lines(b, prefixes), a.netns)
+
+    def unpatch(self, key: str) -> Cable:
+        """Leave cable `key` unpatched in the wire namespace (for a delay line to carry it)."""
+        c = self.cables[key]
+        unpatch(self.names.wire_ns, c.wire_a, c.wire_b)
+        return c
 
     def repatch(self, keys: Iterable[str]) -> None:
         for key in keys:

@@ -26,8 +26,9 @@ from finsy.proto import p4r, p4r_grpc
 from agent.codec import Codec
 from agent.p4client import P4Target
 from agent.translate import GroupEntry, GroupMember, Op, Pipeline, RouteEntry, Update, translate
-from railfabric import tls
+from railfabric import latency, tls
 from railfabric.delta import diff_states
+from railfabric.digest import state_digest
 from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from railfabric.v1 import control_pb2, control_pb2_grpc, state_pb2
 from tests import pki
@@ -51,6 +52,8 @@ class TestController(control_pb2_grpc.FabricControlServicer):
         self.push: asyncio.Queue[control_pb2.ControllerMessage] = asyncio.Queue(maxsize=10)
         self.neighbors = control_pb2.Neighbors()
         self.counters = control_pb2.Counters()
+        # The latency probe results of every counter report, in order.
+        self.probes: list[control_pb2.ProbeResult] = []
         # Every target health the agent reported, in a Hello or a TargetHealth message.
         self.healths: list[control_pb2.TargetHealth] = []
 
@@ -79,6 +82,7 @@ class TestController(control_pb2_grpc.FabricControlServicer):
                     self.neighbors = msg.neighbors
                 elif kind == "counters":
                     self.counters = msg.counters
+                    self.probes.extend(msg.counters.probes)
                 else:
                     await self.inbox.put(msg)
         finally:
@@ -379,31 +383,20 @@ async def test_lldp_neighbours_counters_and_headless_repair(
         assert {p.port: p.oper_up for p in hello.ports} == {1: True, 2: True, 3: False}
 
 
-# A cable in user space: copies frames between two interfaces of the wire namespace, in one
-# direction or both (this kernel has no tc qdiscs to drop one direction with).
-WIRE = """
-import select, socket, sys
-a, b, mode = sys.argv[1:4]
-socks = {}
-for name in (a, b):
-    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
-    s.bind((name, 0))
-    socks[name] = s
-routes = {a: b, b: a} if mode == "both" else {b: a}
-while True:
-    for s in select.select(list(socks.values()), [], [])[0]:
-        frame, addr = s.recvfrom(65535)
-        src = addr[0]
-        if addr[2] != socket.PACKET_OUTGOING and src in routes:
-            socks[routes[src]].send(frame)
-"""
-
-
-def _wire(rig: Rig, processes: Processes, mode: str) -> subprocess.Popen[bytes]:
-    return processes.start(
-        ["ip", "netns", "exec", rig.wire, sys.executable, "-c", WIRE,
-         rig.wire_links[1], rig.wire_links[2], mode]
-    )  # fmt: skip
+def _wire(
+    rig: Rig, processes: Processes, mode: str, *, delay_ms: float = 0, loss: float = 0
+) -> subprocess.Popen[bytes]:
+    """Ports 1 and 2 cabled through a user-space wire (mininet_labs.delay_line): both ways, or
+    only from port 2 to port 1 ("2to1", a one-way failure: this kernel has no tc qdisc to
+    drop one direction with), after `delay_ms`, dropping the fraction `loss` of frames."""
+    a, b = rig.wire_links[1], rig.wire_links[2]
+    argv = ["ip", "netns", "exec", rig.wire, sys.executable, "-m", "mininet_labs.delay_line"]
+    argv += [a, b, "--delay-ms", str(delay_ms), "--loss", str(loss)]
+    if mode == "2to1":
+        argv += ["--one-way-from", b]
+    proc = processes.start(argv, stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    return proc
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -432,6 +425,75 @@ async def test_silent_neighbour_is_a_one_way_failure(
         wire = _wire(rig, processes, "both")
         status = (await ctrl.next("port_status")).port_status
         assert (status.port, status.up) == (2, True)
+
+
+PROBE_ADDRESS = 0x0A000001  # the ToR's gateway in tor_state
+
+
+def _probing_state() -> state_pb2.DesiredState:
+    """tor_state probing its links and, as its one mesh target, its own probe address: cabled
+    port 1 to port 2, a mesh probe out of either comes back in on the other, is answered by
+    this same agent (the ACL punts IPv4 protocol 253 on a ToR), and its answer returns."""
+    state = tor_state(1)
+    state.probing.interval_ms = 100
+    state.probing.links = True
+    state.probing.address = PROBE_ADDRESS
+    state.probing.targets.add(name="tor-r0-b0", address=PROBE_ADDRESS)
+    state.probing.targets_per_round = 1
+    state.probing.timeout_ms = 1000
+    state.probing.dscp = 26
+    state.digest = state_digest(state)
+    return state
+
+
+def _rtts(results: list[control_pb2.ProbeResult], kind: int) -> tuple[int, int, dict[int, int]]:
+    """Sent, received and the merged RTT histogram of `results` of `kind`."""
+    buckets: dict[int, int] = {}
+    sent = received = 0
+    for r in results:
+        if r.kind == kind:
+            sent, received = sent + r.sent, received + r.received
+            latency.merge(buckets, r.bucket_index, r.bucket_count)
+    return sent, received, buckets
+
+
+async def test_latency_probes_measure_the_cable_they_cross(
+    rig: Rig, processes: Processes, tmp_path: Path
+) -> None:
+    """Link and mesh probes through a real softswitch over a cable that delays 15 ms each
+    way: every probe is answered, each RTT is at least the 30 ms the cable adds and the
+    median is within 15 ms of it; with the cable dropping a quarter of frames at random, the
+    link probes lost are those that crossed it there or back."""
+    state = _probing_state()
+    wire = _wire(rig, processes, "both", delay_ms=15)
+    async with _controller(rig.controller_addr, state) as ctrl:
+        _start_agent(rig, processes, tmp_path)
+        assert (await ctrl.next("applied")).applied.generation == 1
+        await _until(lambda: _rtts(ctrl.probes, control_pb2.PROBE_KIND_MESH)[1] >= 10)
+        for kind in (control_pb2.PROBE_KIND_LINK, control_pb2.PROBE_KIND_MESH):
+            sent, received, buckets = _rtts(ctrl.probes, kind)
+            assert received >= 10 and sent == received, (kind, sent, received)
+            low = latency.percentile_ns(buckets, 0.01)
+            median = latency.percentile_ns(buckets, 0.5)
+            assert low is not None and median is not None
+            assert low >= 30_000_000 and median <= 45_000_000, (kind, low, median, received)
+        ports = {(r.kind, r.port, r.target) for r in ctrl.probes}
+        assert ports == {
+            (control_pb2.PROBE_KIND_LINK, 1, ""),
+            (control_pb2.PROBE_KIND_LINK, 2, ""),
+            (control_pb2.PROBE_KIND_MESH, 1, "tor-r0-b0"),
+            (control_pb2.PROBE_KIND_MESH, 2, "tor-r0-b0"),
+        }
+
+        _stop(wire)
+        wire = _wire(rig, processes, "both", delay_ms=1, loss=0.25)
+        # Past the probes lost while the cable was swapped (timeout 1 s, reports every 0.5 s).
+        await asyncio.sleep(2)
+        before = len(ctrl.probes)
+        await _until(lambda: _rtts(ctrl.probes[before:], control_pb2.PROBE_KIND_LINK)[0] >= 100)
+        sent, received, _ = _rtts(ctrl.probes[before:], control_pb2.PROBE_KIND_LINK)
+        # There and back: 1 - (3/4)^2 = 44% lost.
+        assert 0.25 <= 1 - received / sent <= 0.6, (sent, received)
 
 
 async def test_a_restarted_target_is_reprogrammed(

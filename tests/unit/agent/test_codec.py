@@ -9,6 +9,8 @@ from finsy.proto import p4r
 
 from agent.codec import Codec, P4InfoMismatch
 from agent.translate import (
+    AclAction,
+    AclEntry,
     HashConfigEntry,
     MatrixDestEntry,
     Op,
@@ -52,9 +54,30 @@ def test_entities_carry_the_p4info_ids_and_contract_shapes(codec: Codec) -> None
     host = codec.encode(pipeline.entries[("route", 0x0A000003, 32)]).table_entry
     assert host.match[0].lpm.prefix_len == 32
     assert decode_unchecked(host.match[0].lpm.value) == 0x0A000003
-    lldp = codec.encode(pipeline.entries[("acl", 0x88CC, 0xFFFF, 100)]).table_entry
+    lldp_key = AclEntry(0x88CC, 0xFFFF, 100, AclAction.PUNT_TO_CPU).key
+    lldp = codec.encode(pipeline.entries[lldp_key]).table_entry
     assert lldp.table_id == codec.tables[p4.ACL].id and lldp.priority == 100
     assert lldp.match[0].ternary.value == b"\x88\xcc"
+
+
+def test_mesh_probe_acl_matches_ipv4_protocol_253_and_reads_back_as_written(
+    codec: Codec,
+) -> None:
+    state = tor_state()
+    state.probing.address = 0x0A000001
+    pipeline, _ = translate(state)
+    (mesh,) = [e for e in pipeline.entries.values() if isinstance(e, AclEntry) and e.ip_proto_mask]
+    wire = codec.encode(mesh).table_entry
+    keys = codec.tables[p4.ACL].keys
+    assert {(m.field_id, m.ternary.value, m.ternary.mask) for m in wire.match} == {
+        (keys[p4.ACL_ETH_TYPE], b"\x08\x00", b"\xff\xff"),
+        (keys[p4.ACL_IP_PROTO], b"\xfd", b"\xff"),
+    }
+    assert codec.decode(codec.encode(mesh)) == mesh
+    # A spine (no probe address) routes mesh probes: no such entry.
+    state.probing.address = 0
+    pipeline, _ = translate(state)
+    assert not [e for e in pipeline.entries.values() if isinstance(e, AclEntry) and e.ip_proto]
 
 
 def test_padded_values_read_back_compare_equal(codec: Codec) -> None:

@@ -63,7 +63,11 @@ def test_qos_ecn_pfc_and_the_control_acl() -> None:
     assert pipeline.entries[("ecn", 1, 3)] == EcnEntry(1, 3, 100_000, 400_000, 200_000)
     assert pipeline.entries[("pfc", 1, 3)] == PfcEntry(1, 3, 300_000, 200_000)
     acl = {(e.eth_type, e.action) for e in pipeline.of_type(AclEntry)}  # type: ignore[union-attr]
-    assert acl == {(0x88CC, AclAction.PUNT_TO_CPU), (0x8808, AclAction.DROP)}
+    assert acl == {
+        (0x88CC, AclAction.PUNT_TO_CPU),
+        (0x88B5, AclAction.PUNT_TO_CPU),  # link probes
+        (0x8808, AclAction.DROP),
+    }
 
 
 def test_unit_conversions_are_checked_against_the_32_bit_parameters() -> None:

@@ -1,0 +1,225 @@
+"""agent/probes.py: rounds, answers, timeouts and the reported histograms."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
+
+from agent.probes import LINK, MAX_PENDING, MESH, Planned, Prober
+from railfabric import latency
+from railfabric.v1 import control_pb2, state_pb2
+
+pytestmark = pytest.mark.unit
+
+MS = 1_000_000
+A_ADDR, B_ADDR, C_ADDR = 0x0A000101, 0x0A000201, 0x0A000301
+UPLINKS = (3, 4)
+HOST_PORT = 1
+
+
+def state(address: int, *, per_round: int = 1, targets: int = 2) -> state_pb2.DesiredState:
+    s = state_pb2.DesiredState(switch_name="tor-a")
+    for port in UPLINKS:
+        s.neighbors.add(port=port, kind=state_pb2.PEER_KIND_SWITCH, peer_mac=0x0200000000F0 + port)
+    s.neighbors.add(port=HOST_PORT, kind=state_pb2.PEER_KIND_HOST)
+    s.probing.interval_ms = 1000
+    s.probing.links = True
+    s.probing.address = address
+    s.probing.targets_per_round = per_round
+    s.probing.timeout_ms = 500
+    s.probing.dscp = 26
+    for name, addr in (("tor-b", B_ADDR), ("tor-c", C_ADDR))[:targets]:
+        s.probing.targets.add(name=name, address=addr)
+    return s
+
+
+def prober(address: int = A_ADDR, **kw: int) -> Prober:
+    p = Prober(lambda port: 0x020000000A00 + port)
+    p.configure(state(address, **kw))
+    return p
+
+
+def far_end(address: int) -> Prober:
+    """Another ToR's agent: it only answers."""
+    return prober(address)
+
+
+def report(p: Prober, now: int) -> dict[tuple[int, int, str], control_pb2.ProbeResult]:
+    msg = control_pb2.Counters()
+    p.take(msg, now)
+    return {(r.kind, r.port, r.target): r for r in msg.probes}
+
+
+def test_a_round_probes_every_up_link_and_the_next_targets_on_every_up_uplink() -> None:
+    p = prober(per_round=1)
+    first = p.plan(lambda port: True)
+    assert first == [
+        Planned(LINK, 3),
+        Planned(LINK, 4),
+        Planned(MESH, 3, "tor-b", B_ADDR),
+        Planned(MESH, 4, "tor-b", B_ADDR),
+    ]
+    second = p.plan(lambda port: port != 4)  # port 4 down: not measured
+    assert second == [Planned(LINK, 3), Planned(MESH, 3, "tor-c", C_ADDR)]
+    assert p.plan(lambda port: True)[-1].target == "tor-b"  # rotated round
+    spine = prober(address=0)
+    assert {x.kind for x in spine.plan(lambda port: True)} == {LINK}
+
+
+def test_an_answered_link_probe_reports_its_rtt_less_the_far_end_hold_time() -> None:
+    a, b = prober(), far_end(B_ADDR)
+    planned = Planned(LINK, 3)
+    frame = a.request(planned, now_ns=1_000 * MS)
+    # The far end held it 2 ms: answer built by hand with those stamps.
+    parsed = latency.parse_link(frame)
+    assert parsed is not None
+    reply = latency.link_frame(0, 0, parsed[1].reply(50 * MS, 52 * MS))
+    assert a.receive(reply, 3, 1_007 * MS) is None
+    r = report(a, 1_008 * MS)[(LINK, 3, "")]
+    assert (r.sent, r.received) == (1, 1)
+    assert r.rtt_min_ns == r.rtt_max_ns == r.rtt_sum_ns == 5 * MS
+    assert list(r.bucket_index) == [latency.bucket_of(5 * MS)] and list(r.bucket_count) == [1]
+    # Answered by a real far end: the same cable back.
+    frame = a.request(planned, now_ns=2_000 * MS)
+    echo = b.receive(frame, 3, 2_001 * MS)
+    assert echo is not None and latency.parse_link(echo) is not None
+    assert a.receive(echo, 4, 2_002 * MS) is None  # on another port: not this probe's cable
+    assert a.stats.stray == 1
+    assert a.receive(echo, 3, 2_002 * MS) is None
+    assert report(a, 2_003 * MS)[(LINK, 3, "")].received == 1
+
+
+def test_a_mesh_probe_is_answered_by_the_target_only_and_back_to_where_it_came_from() -> None:
+    a, b, c = prober(), far_end(B_ADDR), far_end(C_ADDR)
+    frame = a.request(Planned(MESH, 4, "tor-b", B_ADDR), now_ns=10 * MS)
+    assert c.receive(frame, 3, 11 * MS) is None and c.stats.stray == 1  # not its address
+    assert b.receive(frame, HOST_PORT, 11 * MS) is None  # from a server port: refused
+    echo = b.receive(frame, 3, 11 * MS)
+    assert echo is not None
+    mesh = latency.parse_mesh(echo)
+    assert mesh is not None
+    assert (mesh.src, mesh.dst, mesh.dscp) == (B_ADDR, A_ADDR, 26)
+    assert mesh.eth_src == 0x020000000A03  # b's port 3 MAC
+    # A forged answer (another source address) is stray; the real one resolves the probe.
+    forged = latency.mesh_frame(0, 0, C_ADDR, A_ADDR, dscp=0, probe=mesh.probe)
+    assert a.receive(forged, 3, 12 * MS) is None and a.stats.stray == 1
+    assert a.receive(echo, 3, 12 * MS) is None
+    r = report(a, 13 * MS)[(MESH, 4, "tor-b")]
+    assert (r.sent, r.received, r.rtt_max_ns) == (1, 1, 2 * MS)
+
+
+def test_an_unanswered_probe_is_lost_once_and_a_late_answer_is_stray() -> None:
+    a, b = prober(), far_end(B_ADDR)
+    frame = a.request(Planned(LINK, 3), now_ns=0)
+    echo = b.receive(frame, 3, 1)
+    assert echo is not None
+    assert report(a, 499 * MS) == {}  # not yet due
+    r = report(a, 500 * MS)[(LINK, 3, "")]
+    assert (r.sent, r.received, list(r.bucket_index)) == (1, 0, [])
+    assert a.receive(echo, 3, 501 * MS) is None
+    assert (a.stats.lost, a.stats.stray, report(a, 600 * MS)) == (1, 1, {})
+
+
+def test_in_flight_probes_are_bounded() -> None:
+    a = prober()
+    for _ in range(MAX_PENDING):
+        a.request(Planned(LINK, 3), now_ns=0)
+    assert a.plan(lambda port: True) == []
+    assert a.stats.skipped == 4
+
+
+@dataclass
+class Fate:
+    planned: Planned
+    rtt: int | None  # None: lost
+
+
+class ProberMachine(RuleBasedStateMachine):
+    """Random rounds, answers (in any order, some late, some twice), forged answers, time
+    passing and reports, against a log of every probe's fate: the reports together count each
+    probe once, as answered with its RTT or as lost, and nothing else."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = prober(per_round=2)
+        self.b, self.c = far_end(B_ADDR), far_end(C_ADDR)
+        self.now = 0
+        # (frame, port sent on, sent at) of probes in flight, as the far ends answer them.
+        self.flying: list[tuple[Planned, bytes, int]] = []
+        self.echoes: list[tuple[Planned, bytes, int]] = []
+        self.fates: list[Fate] = []
+        self.reported: dict[tuple[int, int, str], list[int]] = {}
+        self.lost: dict[tuple[int, int, str], int] = {}
+
+    @rule()
+    def round(self) -> None:
+        for planned in self.a.plan(lambda port: True):
+            frame = self.a.request(planned, self.now)
+            self.flying.append((planned, frame, self.now))
+
+    @precondition(lambda self: self.flying)
+    @rule(i=st.integers(min_value=0))
+    def far_end_answers(self, i: int) -> None:
+        planned, frame, sent = self.flying.pop(i % len(self.flying))
+        far = self.b if planned.target != "tor-c" else self.c
+        echo = far.receive(frame, planned.port, self.now)
+        assert echo is not None
+        self.echoes.append((planned, echo, sent))
+
+    @precondition(lambda self: self.echoes)
+    @rule(i=st.integers(min_value=0), again=st.booleans())
+    def answer_arrives(self, i: int, again: bool) -> None:
+        planned, echo, sent = self.echoes[i % len(self.echoes)]
+        if not again:
+            self.echoes.pop(i % len(self.echoes))
+        timely = self.now < sent + 500 * MS and not any(f.planned is planned for f in self.fates)
+        self.a.receive(echo, planned.port, self.now)
+        if timely:
+            self.fates.append(Fate(planned, self.now - sent))
+
+    @rule(forged=st.integers(min_value=0, max_value=2**32 - 1))
+    def forged_answer(self, forged: int) -> None:
+        probe = latency.Probe(latency.OP_REPLY, LINK, 3, forged, forged)
+        self.a.receive(latency.link_frame(0, 0, probe), 3, self.now)
+
+    @rule(ms=st.integers(min_value=1, max_value=700))
+    def time_passes(self, ms: int) -> None:
+        self.now += ms * MS
+
+    @rule()
+    def report(self) -> None:
+        """Reports come at random steps, so late answers often arrive before the report that
+        would expire their probe."""
+        msg = control_pb2.Counters()
+        self.a.take(msg, self.now)
+        for r in msg.probes:
+            key = (r.kind, r.port, r.target)
+            self.lost[key] = self.lost.get(key, 0) + r.sent - r.received
+            counts = self.reported.setdefault(key, [])
+            counts.extend(
+                i for i, n in zip(r.bucket_index, r.bucket_count, strict=True) for _ in range(n)
+            )
+        self.reports_are_the_fates()
+
+    def reports_are_the_fates(self) -> None:
+        answered: dict[tuple[int, int, str], list[int]] = {}
+        for f in self.fates:
+            key = (f.planned.kind, f.planned.port, f.planned.target)
+            answered.setdefault(key, []).append(latency.bucket_of(f.rtt or 0))
+        assert {k: sorted(v) for k, v in self.reported.items() if v} == {
+            k: sorted(v) for k, v in answered.items()
+        }
+        sent = self.a.stats.sent
+        assert self.a.stats.answered == len(self.fates)
+        assert sum(self.lost.values()) == self.a.stats.lost
+        assert sent == len(self.fates) + self.a.stats.lost + len(self.a._pending)
+
+
+ProberMachine.TestCase.settings = settings(
+    max_examples=60, stateful_step_count=40, suppress_health_check=[HealthCheck.too_slow]
+)
+test_prober_model = ProberMachine.TestCase
