@@ -24,7 +24,7 @@ from pyroute2 import netns as pr_netns
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from railfabric import ecmp
+from railfabric import ecmp, latency
 from railfabric import fabric_p4 as p4
 from railfabric.fabric_counters import NAK_SAMPLE_SESSION, RoceKind, roce_index
 from railfabric.p4info import DEFAULT_P4INFO
@@ -405,3 +405,59 @@ async def check_nak_sampling(sw: fy.Switch, hosts: dict[int, Host], src: str, ds
     for kind in (RoceKind.NAK_PSN_SEQUENCE, RoceKind.ACK, RoceKind.DATA):
         counts[kind] = (await read_counter(sw, p4.ROCE_COUNTER, roce_index(1, 3, kind)))[0]
     assert counts == {RoceKind.NAK_PSN_SEQUENCE: 20, RoceKind.ACK: 10, RoceKind.DATA: 0}
+
+
+# ---- latency probes (railfabric/latency.py): the ACL punts and the packet-out -----------------
+
+
+async def check_probe_punts(sw: fy.Switch, hosts: dict[int, Host], src: str, dst: str) -> None:
+    """With `dst` routed out of port 2: a mesh probe (IPv4 protocol 253) is routed like any
+    packet until the ACL punts protocol 253 (a ToR's entry; a spine has none), then it and a
+    link probe (ethertype 0x88b5) from port 1 come to the controller as sent, and nothing
+    leaves; a mesh probe sent as a packet-out leaves the port named, untouched."""
+    await add_member(sw, 102, 2)
+    await add_next_entry(sw, 100, member_id=102)
+    await add_routing_v4_entry(sw, dst + "/32", 100)
+    probe = latency.Probe(latency.OP_REQUEST, 2, 1, 7, 123)
+    src_ip, dst_ip = (int(ipaddress.IPv4Address(a)) for a in (src, dst))
+    mesh = latency.mesh_frame(0x0200000000FE, 0x020000000001, src_ip, dst_ip, dscp=0, probe=probe)
+    link = latency.link_frame(0x0200000000FE, 0x020000000001, probe)
+
+    def is_probe(frame: bytes) -> bool:
+        return latency.parse_mesh(frame) is not None or latency.parse_link(frame) is not None
+
+    async def packet_ins() -> list[fy.P4PacketIn]:
+        got: list[fy.P4PacketIn] = []
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(1.5):
+                async for packet in sw.read_packets():
+                    if is_probe(packet.payload):
+                        got.append(packet)
+        return got
+
+    # A spine: routed, TTL 63, header checksum rewritten as the pipeline does.
+    hosts[1].send(mesh)
+    (routed,) = await asyncio.to_thread(hosts[2].capture, 1.5, is_probe, 0.5)
+    routed_mesh = latency.parse_mesh(routed)
+    assert routed_mesh is not None and routed_mesh.probe == probe and routed[22] == 63
+
+    await add_acl_entry(sw, p4.PUNT_TO_CPU, 100, eth_type=latency.PROBE_ETH_TYPE)
+    await add_acl_entry(
+        sw,
+        p4.PUNT_TO_CPU,
+        100,
+        eth_type=latency.ETH_TYPE_IPV4,
+        ip_proto=latency.PROBE_IP_PROTO,
+    )
+    listener = asyncio.create_task(packet_ins())
+    await asyncio.sleep(0.2)
+    hosts[1].send(mesh)
+    hosts[1].send(link)
+    leaked = await asyncio.to_thread(hosts[2].capture, 1.0, is_probe)
+    punted = await listener
+    assert leaked == []
+    assert sorted((p.metadata["ingress_port"], p.payload) for p in punted) == sorted(
+        [(1, mesh), (1, link)]
+    )
+    await sw.write([fy.P4PacketOut(mesh, egress_port=2, _pad=0)])
+    assert await asyncio.to_thread(hosts[2].capture, 1.5, is_probe, 0.5) == [mesh]
