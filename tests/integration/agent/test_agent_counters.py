@@ -39,7 +39,8 @@ def frame(*, ttl: int = 64, size: int = 1000) -> bytes:
     return bytes(pkt) + bytes(size - len(pkt))
 
 
-NOT_IPV4 = bytes(Ether(dst="02:aa:00:00:00:01", type=0x88B5)) + bytes(60)
+# 0x88B6 (IEEE local experimental): 0x88B5 is the link-probe ethertype, punted, not dropped.
+NOT_IPV4 = bytes(Ether(dst="02:aa:00:00:00:01", type=0x88B6)) + bytes(60)
 
 
 def start_agent(
