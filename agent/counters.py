@@ -25,7 +25,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from finsy.proto import p4d, p4r
 
@@ -226,21 +226,25 @@ def matrix_requests(codec: Codec, classes: Iterable[int]) -> list[p4r.Entity]:
     return [_counter(codec.matrix_counter_id, c) for c in sorted(set(classes))]
 
 
-def matrix_counts(codec: Codec, entities: Iterable[p4r.Entity]) -> list[control_pb2.MatrixCount]:
-    """The cells read back that counted something, by class."""
-    out = [
-        control_pb2.MatrixCount(
-            dst_class=e.counter_entry.index.index,
-            packets=e.counter_entry.data.packet_count,
-            bytes=e.counter_entry.data.byte_count,
-        )
+class MatrixRow(NamedTuple):
+    """A ToR's traffic matrix as read, dense by class (Counters.matrix_packets/_bytes)."""
+
+    packets: list[int]
+    octets: list[int]
+
+
+def matrix_counts(codec: Codec, entities: Iterable[p4r.Entity]) -> MatrixRow:
+    """The cells read back, by class up to the highest read (a class not read is 0)."""
+    cells = {
+        e.counter_entry.index.index: e.counter_entry.data
         for e in entities
-        if e.HasField("counter_entry")
-        and e.counter_entry.counter_id == codec.matrix_counter_id
-        and e.counter_entry.data.packet_count
-    ]
-    out.sort(key=lambda m: m.dst_class)
-    return out
+        if e.HasField("counter_entry") and e.counter_entry.counter_id == codec.matrix_counter_id
+    }
+    size = max(cells, default=-1) + 1
+    packets, octets = [0] * size, [0] * size
+    for c, data in cells.items():
+        packets[c], octets[c] = data.packet_count, data.byte_count
+    return MatrixRow(packets, octets)
 
 
 def roce_requests(

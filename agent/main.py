@@ -464,7 +464,8 @@ class Agent:
                 LOG.warning("traffic matrix and RoCE counts read failed: %s", err)
                 telemetry = None
             if telemetry is not None:
-                msg.matrix.extend(telemetry.matrix)
+                msg.matrix_packets.extend(telemetry.matrix.packets)
+                msg.matrix_bytes.extend(telemetry.matrix.octets)
                 for ports in msg.ports:
                     ports.roce.extend(telemetry.roce.get(ports.port, ()))
             self.nak_samples.take(msg)

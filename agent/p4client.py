@@ -28,6 +28,7 @@ from finsy.proto import p4i, p4r, rpc_code
 
 from agent.codec import Codec, Encoded
 from agent.counters import (
+    MatrixRow,
     PortCounterReader,
     matrix_counts,
     matrix_requests,
@@ -422,7 +423,7 @@ class P4Target:
             codec, roce_ports, roce_classes
         )
         if not entities:
-            return Telemetry([], {})
+            return Telemetry(MatrixRow([], []), {})
         try:
             found = await self.read(entities)
         except P4ClientError as err:
@@ -441,7 +442,7 @@ class P4Target:
 class Telemetry(NamedTuple):
     """What `read_telemetry` read: matrix cells, and RoCE counts by port."""
 
-    matrix: list[control_pb2.MatrixCount]
+    matrix: MatrixRow
     roce: dict[int, list[control_pb2.RoceCount]]
 
 

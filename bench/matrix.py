@@ -36,11 +36,12 @@ from railfabric.v1 import control_pb2
 REPORT_PERIOD_S = 5.0  # the agent's --counters-interval default
 
 
-def _report(wall_ns: int, classes: Sequence[int], base: int) -> bytes:
-    msg = control_pb2.Counters(wall_ns=wall_ns)
-    add = msg.matrix.add
+def _report(wall_ns: int, classes: Sequence[int], base: int, size: int) -> bytes:
+    """A ToR's report as the agent sends it: dense over `size` classes, `classes` counting."""
+    packets, octets = [0] * size, [0] * size
     for c in classes:
-        add(dst_class=c, packets=base + c, bytes=(base + c) * 1_000)
+        packets[c], octets[c] = base + c, (base + c) * 1_000
+    msg = control_pb2.Counters(wall_ns=wall_ns, matrix_packets=packets, matrix_bytes=octets)
     return msg.SerializeToString()
 
 
@@ -60,7 +61,8 @@ def run(fabric_path: Path, active: float, periods: int, seed: int) -> dict[str, 
     cells = 0
     for period in range(periods + 1):  # the first fills one report: no rate yet
         wall_ns = (1 + period) * int(REPORT_PERIOD_S * 1e9)
-        wire = {t: _report(wall_ns, classes[t], 1_000 * (period + 1)) for t in destinations}
+        base = 1_000 * (period + 1)
+        wire = {t: _report(wall_ns, classes[t], base, len(destinations)) for t in destinations}
         started = time.perf_counter()
         for t, data in wire.items():
             msg = control_pb2.Counters()
@@ -70,7 +72,7 @@ def run(fabric_path: Path, active: float, periods: int, seed: int) -> dict[str, 
         started = time.perf_counter()
         rails = matrix.by_rail(histories, rail_of, 0)
         answer_s.append(time.perf_counter() - started)
-        cells = sum(len(h[-1].cells) for h in histories.values()) if rails.cells else 0
+        cells = sum(h[-1].active for h in histories.values()) if rails.cells else 0
     ingest, answer = ingest_s[1:], answer_s[1:]
     if not ingest or cells == 0:
         raise SystemExit("bench.matrix: no period measured a rate: no figure")
@@ -85,7 +87,9 @@ def run(fabric_path: Path, active: float, periods: int, seed: int) -> dict[str, 
         "ingest_core_share_at_5s": round(statistics.median(ingest) / REPORT_PERIOD_S, 4),
         "answer_by_rail_ms_p50": round(statistics.median(answer) * 1e3, 2),
         "answer_by_rail_ms_max": round(max(answer) * 1e3, 2),
-        "wire_bytes_per_period": sum(len(_report(0, classes[t], 1_000_000)) for t in destinations),
+        "wire_bytes_per_period": sum(
+            len(_report(0, classes[t], 1_000_000, len(destinations))) for t in destinations
+        ),
     }
 
 

@@ -181,7 +181,7 @@ class DecisionCore:
         self._started = False
         self._baseline_usable = True
         # (planner, the rail of each traffic matrix class's destination), made when first needed.
-        self._matrix_rails: tuple[Planner, list[int]] | None = None
+        self._matrix_rails: tuple[Planner, matrix.ClassRails] | None = None
         # RoCE retransmission and congestion: rates, sampled NAKs, their alarms.
         self.roce = roce.RoceMonitor(planner.roce)
         self._roce_context = _RoceContext(self)
@@ -558,16 +558,22 @@ class DecisionCore:
         v = lookup(self.views, name)
         v.last_seen_wall_ns = now.wall_ns
         v.prev_counters, v.last_counters = v.last_counters, msg
+        bad_matrix = None
         if v.state.HasField("matrix"):  # a ToR: its row of the traffic matrix
-            matrix.record(v.matrix_reports, msg, self._class_rails())
+            try:
+                matrix.record(v.matrix_reports, msg, self._class_rails())
+            except ValueError as err:
+                bad_matrix = Log(Level.WARNING, f"counters from {name}: {err}")
         alarms = self.alarms
         active = roce.Active(alarms.kind(roce.RETRANSMISSION), alarms.kind(roce.CONGESTION))
         verdict = self.roce.report(
             name, msg, now.mono_ns, self._roce_context, active, wall_ns=now.wall_ns
         )
         if not verdict.raised and not verdict.cleared:
-            return []
+            return [] if bad_matrix is None else [bad_matrix]
         out = _Out()
+        if bad_matrix is not None:
+            out.effects.append(bad_matrix)
         for c in verdict.cleared:
             self._clear(c.alarm_id, now, out, switch=c.switch, port=c.port, why=c.why)
         for f in verdict.raised:
@@ -581,7 +587,7 @@ class DecisionCore:
         """GetRoce's answer (controller/core/roce.py): read-only."""
         return roce.answer(self.roce, self._roce_context, switch)
 
-    def _class_rails(self) -> list[int]:
+    def _class_rails(self) -> matrix.ClassRails:
         """The rail of each traffic matrix class's destination, for the planner of now (a
         reload replaces it, and with it the classes)."""
         cached = self._matrix_rails

@@ -2,17 +2,19 @@
 
 Each ToR counts, at its host ports, the traffic to every destination ToR (fabric.p4's
 matrix_counter, by class: class t is the fabric's t-th ToR, controller.export.matrix_classes)
-and reports the cumulative counts with its other counters (Counters.matrix, every 5 s by
-default). A rate is the growth of those counts between two of its reports: the newest, and the
-oldest kept that is at least the asked window older (or the oldest kept: each answer says the
-span it measured and over how many reports). A count that went down means the target's
-counters restarted: the reports before it are dropped.
+and reports the cumulative counts with its other counters (Counters.matrix_packets and
+matrix_bytes, every 5 s by default). A rate is the growth of those counts between two of its
+reports: the newest, and the oldest kept that is at least the asked window older (or the oldest
+kept: each answer says the span it measured and over how many reports). A count that went down
+means the target's counters restarted: the reports before it are dropped.
 
 Pure: reports in, rates out; the core keeps the last MATRIX_REPORTS reports of each ToR.
 """
 
 from __future__ import annotations
 
+import operator
+from array import array
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,45 +32,73 @@ Rate = tuple[float, float]
 
 
 @dataclass(frozen=True, slots=True)
+class ClassRails:
+    """The rail of each class's destination ToR, and each rail's classes (built once per
+    intent, so summing a report by rail is a pass over arrays, not a dict per cell)."""
+
+    of_class: Sequence[int]
+    classes: Mapping[int, tuple[int, ...]]
+
+    @staticmethod
+    def of(rail_of_class: Sequence[int]) -> ClassRails:
+        classes: dict[int, list[int]] = {}
+        for c, rail in enumerate(rail_of_class):
+            classes.setdefault(rail, []).append(c)
+        return ClassRails(tuple(rail_of_class), {r: tuple(cs) for r, cs in classes.items()})
+
+
+@dataclass(frozen=True, slots=True)
 class MatrixReport:
-    """One report of a ToR's matrix: when, class -> cumulative (packets, bytes), and the same
-    summed by the destination's rail (so rail x rail needs no pass over the cells: at 100k
-    GPUs under all-to-all traffic the cells are 2.56 M)."""
+    """One report of a ToR's matrix: when, and the cumulative packets and bytes by class
+    (dense arrays, as Counters carries them), and the same summed by the destination's rail
+    (so rail x rail needs no pass over the cells: at 100k GPUs under all-to-all traffic the
+    cells are 2.56 M)."""
 
     wall_ns: int
-    cells: Mapping[int, tuple[int, int]]
+    packets: array[int]
+    octets: array[int]
     rails: Mapping[int, tuple[int, int]]
 
     @staticmethod
-    def of(msg: control_pb2.Counters, class_rails: Sequence[int]) -> MatrixReport:
-        """`class_rails`: the rail of each class's destination ToR (a class beyond it, from an
-        intent since replaced, counts in no rail)."""
-        cells: dict[int, tuple[int, int]] = {}
-        rails: dict[int, tuple[int, int]] = {}
-        known = len(class_rails)
-        for m in msg.matrix:
-            c, packets, octets = m.dst_class, m.packets, m.bytes
-            cells[c] = (packets, octets)
-            if c < known:
-                rail = class_rails[c]
-                have_packets, have_octets = rails.get(rail, (0, 0))
-                rails[rail] = (have_packets + packets, have_octets + octets)
-        return MatrixReport(msg.wall_ns, cells, rails)
+    def of(msg: control_pb2.Counters, rails: ClassRails) -> MatrixReport:
+        """ValueError when the report's two arrays differ in length. A class beyond `rails`
+        (from an intent since replaced) counts in no rail."""
+        packets, octets = array("Q", msg.matrix_packets), array("Q", msg.matrix_bytes)
+        if len(packets) != len(octets):
+            raise ValueError(
+                f"Counters.matrix_packets has {len(packets)} classes and matrix_bytes "
+                f"{len(octets)}: the traffic matrix of this report is ignored"
+            )
+        n = len(packets)
+        sums: dict[int, tuple[int, int]] = {}
+        for rail, all_classes in rails.classes.items():
+            classes = all_classes if all_classes[-1] < n else [c for c in all_classes if c < n]
+            if classes:
+                sums[rail] = (
+                    sum(map(packets.__getitem__, classes)),
+                    sum(map(octets.__getitem__, classes)),
+                )
+        return MatrixReport(msg.wall_ns, packets, octets, sums)
+
+    @property
+    def active(self) -> int:
+        """Classes that counted something: the ToR pairs that carried traffic."""
+        return len(self.packets) - self.packets.count(0)
 
     def restarted_after(self, earlier: MatrixReport) -> bool:
         """Did a count go down since `earlier` (the target's counters started again)?"""
-        for c, (packets, octets) in earlier.cells.items():
-            now_packets, now_octets = self.cells.get(c, (0, 0))
-            if now_packets < packets or now_octets < octets:
-                return True
-        return False
+        n = len(self.packets)
+        return (
+            any(map(operator.lt, self.packets, earlier.packets))
+            or any(map(operator.lt, self.octets, earlier.octets))
+            or any(earlier.packets[n:])
+        )
 
 
-def record(
-    history: deque[MatrixReport], msg: control_pb2.Counters, class_rails: Sequence[int]
-) -> None:
-    """Keep `msg`'s matrix in `history` (a deque with maxlen MATRIX_REPORTS)."""
-    report = MatrixReport.of(msg, class_rails)
+def record(history: deque[MatrixReport], msg: control_pb2.Counters, rails: ClassRails) -> None:
+    """Keep `msg`'s matrix in `history` (a deque with maxlen MATRIX_REPORTS). ValueError
+    (nothing kept) for a report whose arrays differ in length."""
+    report = MatrixReport.of(msg, rails)
     if history and (report.wall_ns <= history[-1].wall_ns or report.restarted_after(history[-1])):
         history.clear()  # a restarted target, or a clock gone back: start measuring again
     history.append(report)
@@ -99,11 +129,24 @@ def row(history: Iterable[MatrixReport], window_ns: int, *, by_rail: bool = Fals
     oldest = kept[start]
     span_ns = newest.wall_ns - oldest.wall_ns
     rates: dict[int, Rate] = {}
-    now, before = (newest.rails, oldest.rails) if by_rail else (newest.cells, oldest.cells)
-    for c, (packets, octets) in now.items():
-        before_pk, before_by = before.get(c, (0, 0))
+    if by_rail:
+        for c, (packets, octets) in newest.rails.items():
+            before_pk, before_by = oldest.rails.get(c, (0, 0))
+            if packets > before_pk:
+                rates[c] = (
+                    (packets - before_pk) * 1e9 / span_ns,
+                    (octets - before_by) * 1e9 / span_ns,
+                )
+        return Row(rates, span_ns, len(kept) - start, newest.wall_ns)
+    old_pk, old_by, n_old = oldest.packets, oldest.octets, len(oldest.packets)
+    for c, packets in enumerate(newest.packets):
+        before_pk = old_pk[c] if c < n_old else 0
         if packets > before_pk:
-            rates[c] = ((packets - before_pk) * 1e9 / span_ns, (octets - before_by) * 1e9 / span_ns)
+            before_by = old_by[c] if c < n_old else 0
+            rates[c] = (
+                (packets - before_pk) * 1e9 / span_ns,
+                (newest.octets[c] - before_by) * 1e9 / span_ns,
+            )
     return Row(rates, span_ns, len(kept) - start, newest.wall_ns)
 
 
@@ -177,6 +220,6 @@ def rail_matrix(core: DecisionCore, window_ns: int) -> RailMatrix:
     return by_rail({t: core.views[t].matrix_reports for t in tors}, rail_of, window_ns)
 
 
-def class_rails(destinations: Sequence[str], rail_of: Mapping[str, int]) -> list[int]:
-    """The rail of each class's destination ToR, by class."""
-    return [rail_of[t] for t in destinations]
+def class_rails(destinations: Sequence[str], rail_of: Mapping[str, int]) -> ClassRails:
+    """The rail of each class's destination ToR, by class, and each rail's classes."""
+    return ClassRails.of([rail_of[t] for t in destinations])

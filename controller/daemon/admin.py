@@ -524,7 +524,7 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
                 )
             return reply
         # Refused before the pass over every cell (2.56 M at 100k GPUs, all to all).
-        reported = sum(len(h[-1].cells) for t in tors if (h := core.views[t].matrix_reports))
+        reported = sum(h[-1].active for t in tors if (h := core.views[t].matrix_reports))
         if reported > MAX_MATRIX_CELLS:
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,

@@ -736,35 +736,6 @@ class PortCounters(_message.Message):
 Global___PortCounters: _TypeAlias = PortCounters  # noqa: Y015
 
 @_typing.final
-class MatrixCount(_message.Message):
-    """Traffic counted by one class of a ToR's traffic matrix (state.proto TrafficMatrix): what
-    arrived on its host ports for that destination ToR, cumulative since the target started.
-    """
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    DST_CLASS_FIELD_NUMBER: _builtins.int
-    PACKETS_FIELD_NUMBER: _builtins.int
-    BYTES_FIELD_NUMBER: _builtins.int
-    dst_class: _builtins.int
-    packets: _builtins.int
-    bytes: _builtins.int
-    def __init__(
-        self,
-        *,
-        dst_class: _builtins.int = ...,
-        packets: _builtins.int = ...,
-        bytes: _builtins.int = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "dst_class", b"dst_class", "packets", b"packets"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___MatrixCount: _TypeAlias = MatrixCount  # noqa: Y015
-
-@_typing.final
 class Counters(_message.Message):
     """A periodic counter report."""
 
@@ -772,20 +743,15 @@ class Counters(_message.Message):
 
     WALL_NS_FIELD_NUMBER: _builtins.int
     PORTS_FIELD_NUMBER: _builtins.int
-    MATRIX_FIELD_NUMBER: _builtins.int
     NAK_SAMPLES_FIELD_NUMBER: _builtins.int
     NAK_SAMPLES_DROPPED_FIELD_NUMBER: _builtins.int
     PROBES_FIELD_NUMBER: _builtins.int
+    MATRIX_PACKETS_FIELD_NUMBER: _builtins.int
+    MATRIX_BYTES_FIELD_NUMBER: _builtins.int
     wall_ns: _builtins.int
     nak_samples_dropped: _builtins.int
     @_builtins.property
     def ports(self) -> _containers.RepeatedCompositeFieldContainer[Global___PortCounters]: ...
-    @_builtins.property
-    def matrix(self) -> _containers.RepeatedCompositeFieldContainer[Global___MatrixCount]:
-        """ToRs: the classes of the traffic matrix the agent installed that counted something (a
-        class not listed counted nothing; 100k-GPU fabrics have 1,600 classes per ToR).
-        """
-
     @_builtins.property
     def nak_samples(self) -> _containers.RepeatedCompositeFieldContainer[Global___NakSample]:
         """NAKs sampled since the previous report, oldest first (the agent keeps at most 256 per
@@ -796,19 +762,31 @@ class Counters(_message.Message):
     def probes(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProbeResult]:
         """Latency probes (state.proto Probing) whose fate became known since the previous report."""
 
+    @_builtins.property
+    def matrix_packets(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """ToRs: the traffic matrix (state.proto TrafficMatrix), dense and cumulative since the
+        target started: what arrived on the host ports for the destination ToR of class c is
+        matrix_packets[c] packets and matrix_bytes[c] bytes, for every class up to the highest the
+        agent installed (one it did not install reads 0). Empty elsewhere, or when the read
+        failed. Packed numbers, so the controller takes a ToR's row as two arrays.
+        """
+
+    @_builtins.property
+    def matrix_bytes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
         self,
         *,
         wall_ns: _builtins.int = ...,
         ports: _abc.Iterable[Global___PortCounters] | None = ...,
-        matrix: _abc.Iterable[Global___MatrixCount] | None = ...,
         nak_samples: _abc.Iterable[Global___NakSample] | None = ...,
         nak_samples_dropped: _builtins.int = ...,
         probes: _abc.Iterable[Global___ProbeResult] | None = ...,
+        matrix_packets: _abc.Iterable[_builtins.int] | None = ...,
+        matrix_bytes: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["matrix", b"matrix", "nak_samples", b"nak_samples", "nak_samples_dropped", b"nak_samples_dropped", "ports", b"ports", "probes", b"probes", "wall_ns", b"wall_ns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["matrix_bytes", b"matrix_bytes", "matrix_packets", b"matrix_packets", "nak_samples", b"nak_samples", "nak_samples_dropped", b"nak_samples_dropped", "ports", b"ports", "probes", b"probes", "wall_ns", b"wall_ns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -835,7 +813,9 @@ class ProbeResult(_message.Message):
     RTT_MAX_NS_FIELD_NUMBER: _builtins.int
     kind: Global___ProbeKind.ValueType
     port: _builtins.int
-    """The port the probes left on: LINK, the link's port; MESH, the uplink."""
+    """The port the probes left on: LINK, the link's port; MESH, the uplink, or 0 for the
+    uplinks merged because none lost a probe or was slow (state.proto Probing.slow_rtt_us).
+    """
     target: _builtins.str
     """MESH: the ToR probed (ProbeTarget.name). LINK: empty (the neighbour on `port`)."""
     sent: _builtins.int

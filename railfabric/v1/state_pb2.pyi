@@ -497,6 +497,7 @@ class Probing(_message.Message):
     TARGETS_PER_ROUND_FIELD_NUMBER: _builtins.int
     DSCP_FIELD_NUMBER: _builtins.int
     TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    SLOW_RTT_US_FIELD_NUMBER: _builtins.int
     interval_ms: _builtins.int
     links: _builtins.bool
     address: _builtins.int
@@ -507,6 +508,12 @@ class Probing(_message.Message):
     dscp: _builtins.int
     """DSCP of mesh probes: they measure the latency of the class it maps to."""
     timeout_ms: _builtins.int
+    slow_rtt_us: _builtins.int
+    """MESH results (control.proto ProbeResult): per target, an uplink that lost a probe or took
+    longer than this (µs) for one is reported on its own; the other uplinks to that target
+    are merged into one result with port 0, so a healthy fabric reports one result per target
+    instead of one per uplink and target. 0: every uplink on its own.
+    """
     @_builtins.property
     def targets(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProbeTarget]:
         """The ToRs this one probes, rotated through; the whole mesh or a sparse subset of it."""
@@ -521,10 +528,11 @@ class Probing(_message.Message):
         targets_per_round: _builtins.int = ...,
         dscp: _builtins.int = ...,
         timeout_ms: _builtins.int = ...,
+        slow_rtt_us: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "dscp", b"dscp", "interval_ms", b"interval_ms", "links", b"links", "targets", b"targets", "targets_per_round", b"targets_per_round", "timeout_ms", b"timeout_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "dscp", b"dscp", "interval_ms", b"interval_ms", "links", b"links", "slow_rtt_us", b"slow_rtt_us", "targets", b"targets", "targets_per_round", b"targets_per_round", "timeout_ms", b"timeout_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -13,6 +13,7 @@ from agent.codec import Codec, Encoded
 from agent.counters import (
     ALL_REASONS,
     CAPABILITIES,
+    MatrixRow,
     PortCounterReader,
     QueueSource,
     capabilities,
@@ -249,9 +250,9 @@ def test_the_matrix_is_read_by_class_and_reported_where_it_counted(codec: Codec)
 
     read = [
         cell(codec.matrix_counter_id, 3, 5, 500),
-        cell(codec.matrix_counter_id, 1, 0, 0),  # counted nothing: not reported
-        cell(codec.counters[next(iter(codec.counters))], 3, 9, 900),  # another counter
+        cell(codec.matrix_counter_id, 1, 7, 700),
+        cell(codec.counters[next(iter(codec.counters))], 4, 9, 900),  # another counter
     ]
-    assert matrix_counts(codec, read) == [
-        control_pb2.MatrixCount(dst_class=3, packets=5, bytes=500)
-    ]
+    # Dense up to the highest class read; a class not read (0, 2) is 0.
+    assert matrix_counts(codec, read) == MatrixRow([0, 7, 0, 5], [0, 700, 0, 500])
+    assert matrix_counts(codec, []) == MatrixRow([], [])

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from controller.core.matrix import (
     MATRIX_REPORTS,
     Cell,
+    ClassRails,
     MatrixReport,
     Row,
     by_rail,
@@ -27,14 +28,18 @@ pytestmark = pytest.mark.unit
 
 S = 1_000_000_000
 # The rail of each class's destination ToR, for tests of one ToR's row.
-RAILS = [1, 1, 2, 2]
+RAILS = ClassRails.of([1, 1, 2, 2])
 
 
 def counters(wall_s: float, cells: dict[int, tuple[int, int]]) -> control_pb2.Counters:
-    msg = control_pb2.Counters(wall_ns=int(wall_s * S))
-    for c, (packets, octets) in sorted(cells.items()):
-        msg.matrix.add(dst_class=c, packets=packets, bytes=octets)
-    return msg
+    """A report as the agent sends it: dense up to the highest class in `cells`."""
+    size = max(cells, default=-1) + 1
+    packets, octets = [0] * size, [0] * size
+    for c, (p, b) in cells.items():
+        packets[c], octets[c] = p, b
+    return control_pb2.Counters(
+        wall_ns=int(wall_s * S), matrix_packets=packets, matrix_bytes=octets
+    )
 
 
 def test_rates_over_the_last_period_or_the_window_asked() -> None:
@@ -66,6 +71,14 @@ def test_a_restarted_target_starts_the_measurement_again() -> None:
     assert row(history, 0) == Row({1: (100.0, 10_000.0)}, 5 * S, 2, 15 * S)
 
 
+def test_a_report_whose_arrays_differ_in_length_is_refused_and_nothing_kept() -> None:
+    history: deque[MatrixReport] = deque(maxlen=MATRIX_REPORTS)
+    bad = control_pb2.Counters(wall_ns=S, matrix_packets=[1, 2], matrix_bytes=[100])
+    with pytest.raises(ValueError, match="matrix_packets has 2 classes and matrix_bytes 1"):
+        record(history, bad, RAILS)
+    assert not history
+
+
 def test_cells_are_named_by_destination_and_summed_by_rail_at_ingest() -> None:
     rows = {
         "tor-a": Row({0: (1.0, 100.0), 1: (2.0, 200.0)}, 5 * S, 2, 5 * S),
@@ -78,7 +91,7 @@ def test_cells_are_named_by_destination_and_summed_by_rail_at_ingest() -> None:
     ]
     # Three ToRs: a (rail 1), b and c (rail 2); classes 0, 1, 2 are a, b, c.
     rail_of = {"tor-a": 1, "tor-b": 2, "tor-c": 2}
-    rails_of_class = [1, 2, 2]
+    rails_of_class = ClassRails.of([1, 2, 2])
     histories: dict[str, deque[MatrixReport]] = {t: deque(maxlen=MATRIX_REPORTS) for t in rail_of}
     for t, scale in ((0, 0), (5, 1)):
         record(
@@ -128,10 +141,7 @@ def test_a_row_is_the_growth_between_the_reports_a_fresh_reading_picks(
 ) -> None:
     history: deque[MatrixReport] = deque(maxlen=MATRIX_REPORTS)
     for wall, cells, _ in history_in:
-        msg = control_pb2.Counters(wall_ns=wall)
-        for c, (packets, octets) in cells.items():
-            msg.matrix.add(dst_class=c, packets=packets, bytes=octets)
-        record(history, msg, RAILS)
+        record(history, counters(wall / S, cells), RAILS)
     got = row(history, window_s * S)
     # From scratch: the reports since the last one whose counts went down, the last kept few.
     since = 0

@@ -210,7 +210,9 @@ def test_the_traffic_matrix_by_rail_once_tors_reported_twice(h: Watched) -> None
         for tor in tors:
             msg = control_pb2.Counters(wall_ns=(100 + t) * 1_000_000_000)
             if tor == "tor-r1-b1" and octets:
-                msg.matrix.add(dst_class=destinations.index("tor-r2-b2"), packets=50, bytes=octets)
+                dst = destinations.index("tor-r2-b2")
+                msg.matrix_packets.extend([50 if c == dst else 0 for c in range(dst + 1)])
+                msg.matrix_bytes.extend([octets if c == dst else 0 for c in range(dst + 1)])
             h.core.counters(tor, msg, now())
     traffic = fabric_json.telemetry(h.core)["traffic_matrix"]
     assert traffic == {
