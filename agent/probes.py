@@ -5,7 +5,10 @@ ProbeResult). Pure: the caller passes the clock and does the packet I/O.
 Each round sends a link probe out of every up port with a switch neighbour and, on a ToR with
 a probe address, mesh probes to the next `targets_per_round` targets, each out of every up
 uplink: a packet-out leaves the port the agent names, so naming each uplink is what covers
-them all. A probe is resolved once: answered (its RTT in the histogram) or timed out (lost);
+them all. Per target, the uplinks that lost nothing and were not slow (Probing.slow_rtt_us)
+are reported as one result with port 0, the others each on its own: at 100k-GPU size one
+result per uplink and target is millions a period, nearly all saying "fine". A probe is
+resolved once: answered (its RTT in the histogram) or timed out (lost);
 an answer after that, or one that matches nothing sent, is counted as stray and dropped.
 """
 
@@ -60,6 +63,19 @@ class _Tally:
         self.rtt_sum_ns += rtt_ns
         self.rtt_min_ns = rtt_ns if self.received == 1 else min(self.rtt_min_ns, rtt_ns)
         self.rtt_max_ns = max(self.rtt_max_ns, rtt_ns)
+
+    def add(self, other: _Tally) -> None:
+        """Merge `other` (another uplink's probes to the same target) into this one."""
+        if other.received:
+            self.rtt_min_ns = (
+                other.rtt_min_ns if not self.received else min(self.rtt_min_ns, other.rtt_min_ns)
+            )
+        self.sent += other.sent
+        self.received += other.received
+        for index, count in other.buckets.items():
+            self.buckets[index] = self.buckets.get(index, 0) + count
+        self.rtt_sum_ns += other.rtt_sum_ns
+        self.rtt_max_ns = max(self.rtt_max_ns, other.rtt_max_ns)
 
 
 @dataclass
@@ -231,17 +247,28 @@ class Prober:
         self._tallies = {}
 
     def _results(self) -> Iterator[control_pb2.ProbeResult]:
+        slow_ns = self.probing.slow_rtt_us * 1000 if self.probing is not None else 0
+        merged: dict[str, _Tally] = {}
         for (kind, port, target), t in sorted(self._tallies.items()):
-            indices = sorted(t.buckets)
-            yield control_pb2.ProbeResult(
-                kind=control_pb2.ProbeKind.ValueType(kind),
-                port=port,
-                target=target,
-                sent=t.sent,
-                received=t.received,
-                bucket_index=indices,
-                bucket_count=[t.buckets[i] for i in indices],
-                rtt_sum_ns=t.rtt_sum_ns,
-                rtt_min_ns=t.rtt_min_ns,
-                rtt_max_ns=t.rtt_max_ns,
-            )
+            if kind == MESH and slow_ns and t.received == t.sent and t.rtt_max_ns <= slow_ns:
+                merged.setdefault(target, _Tally()).add(t)
+            else:
+                yield _result(kind, port, target, t)
+        for target, t in sorted(merged.items()):
+            yield _result(MESH, 0, target, t)
+
+
+def _result(kind: int, port: int, target: str, t: _Tally) -> control_pb2.ProbeResult:
+    indices = sorted(t.buckets)
+    return control_pb2.ProbeResult(
+        kind=control_pb2.ProbeKind.ValueType(kind),
+        port=port,
+        target=target,
+        sent=t.sent,
+        received=t.received,
+        bucket_index=indices,
+        bucket_count=[t.buckets[i] for i in indices],
+        rtt_sum_ns=t.rtt_sum_ns,
+        rtt_min_ns=t.rtt_min_ns,
+        rtt_max_ns=t.rtt_max_ns,
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
@@ -130,6 +130,110 @@ def test_in_flight_probes_are_bounded() -> None:
         a.request(Planned(LINK, 3), now_ns=0)
     assert a.plan(lambda port: True) == []
     assert a.stats.skipped == 4
+
+
+def test_healthy_uplinks_to_a_target_are_merged_and_a_slow_or_lossy_one_stands_alone() -> None:
+    a, b = prober(), far_end(B_ADDR)
+    assert a.probing is not None
+    a.probing.slow_rtt_us = 3_000
+    a.probing.targets.add(name="tor-d", address=C_ADDR + 1)
+
+    def probe(port: int, target: str, rtt_ms: int | None) -> None:
+        sent = 0
+        address = B_ADDR if target == "tor-b" else C_ADDR + 1
+        frame = a.request(Planned(MESH, port, target, address), now_ns=sent)
+        if rtt_ms is None:
+            return
+        mesh = latency.parse_mesh(frame)
+        assert mesh is not None
+        reply = latency.mesh_frame(0, 0, address, A_ADDR, dscp=26, probe=mesh.probe.reply(0, 0))
+        assert a.receive(reply, port, sent + rtt_ms * MS) is None
+
+    probe(3, "tor-b", 1)
+    probe(4, "tor-b", 2)
+    probe(3, "tor-d", 1)
+    probe(4, "tor-d", 5)  # slow: above 3 ms
+    probe(5, "tor-d", None)  # lost
+    probe(6, "tor-d", 2)
+    got = report(a, 600 * MS)
+    assert set(got) == {
+        (MESH, 0, "tor-b"),
+        (MESH, 0, "tor-d"),
+        (MESH, 4, "tor-d"),
+        (MESH, 5, "tor-d"),
+    }
+    both = got[(MESH, 0, "tor-b")]
+    assert (both.sent, both.received, both.rtt_min_ns, both.rtt_max_ns) == (2, 2, MS, 2 * MS)
+    assert both.rtt_sum_ns == 3 * MS
+    rest = got[(MESH, 0, "tor-d")]
+    assert (rest.sent, rest.received, rest.rtt_min_ns, rest.rtt_max_ns) == (2, 2, MS, 2 * MS)
+    assert got[(MESH, 4, "tor-d")].rtt_max_ns == 5 * MS
+    assert (got[(MESH, 5, "tor-d")].sent, got[(MESH, 5, "tor-d")].received) == (1, 0)
+    # Link probes are never merged: each is its cable's measurement.
+    b_frame = a.request(Planned(LINK, 3), now_ns=0)
+    echo = b.receive(b_frame, 3, 0)
+    assert echo is not None and a.receive(echo, 3, MS) is None
+    assert set(report(a, 2 * MS)) == {(LINK, 3, "")}
+
+
+@settings(max_examples=80)
+@given(
+    st.integers(min_value=0, max_value=4_000),
+    st.lists(
+        st.tuples(
+            st.integers(min_value=3, max_value=6),  # not HOST_PORT: probes from there are refused
+            st.sampled_from(["tor-b", "tor-c"]),
+            st.none() | st.integers(min_value=0, max_value=6_000),
+        ),
+        max_size=25,
+    ),
+)
+def test_merging_loses_nothing_and_merges_only_healthy_uplinks(
+    slow_us: int, probes: list[tuple[int, str, int | None]]
+) -> None:
+    """Against a from-scratch tally per (uplink, target): per target, the results add up to
+    every probe (sent, received, RTT buckets, sum, min, max); a port-0 result holds exactly the
+    uplinks with no loss and no RTT above the threshold; the others stand alone."""
+    a = prober()
+    assert a.probing is not None
+    a.probing.slow_rtt_us = slow_us
+    scratch: dict[tuple[int, str], list[int | None]] = {}
+    for port, target, rtt_us in probes:
+        address = B_ADDR if target == "tor-b" else C_ADDR
+        frame = a.request(Planned(MESH, port, target, address), now_ns=0)
+        scratch.setdefault((port, target), []).append(rtt_us)
+        if rtt_us is None:
+            continue
+        mesh = latency.parse_mesh(frame)
+        assert mesh is not None
+        reply = latency.mesh_frame(0, 0, address, A_ADDR, dscp=26, probe=mesh.probe.reply(0, 0))
+        a.receive(reply, port, rtt_us * 1000)
+    got = report(a, 600 * MS)
+
+    def healthy(rtts: list[int | None]) -> bool:
+        return bool(slow_us) and all(r is not None and r * 1000 <= slow_us * 1000 for r in rtts)
+
+    for target in ("tor-b", "tor-c"):
+        mine = {p: r for (p, t), r in scratch.items() if t == target}
+        merged = [p for p, r in mine.items() if healthy(r)]
+        alone = sorted(p for p in mine if p not in merged)
+        assert sorted(p for (_k, p, t) in got if t == target and p) == alone
+        assert ((MESH, 0, target) in got) == bool(merged)
+        results = [r for (_k, _p, t), r in got.items() if t == target]
+        rtts = [x for r in mine.values() for x in r if x is not None]
+        assert sum(r.sent for r in results) == sum(len(r) for r in mine.values())
+        assert sum(r.received for r in results) == len(rtts)
+        assert sorted(
+            i
+            for r in results
+            for i, n in zip(r.bucket_index, r.bucket_count, strict=True)
+            for _ in range(n)
+        ) == sorted(latency.bucket_of(x * 1000) for x in rtts)
+        assert sum(r.rtt_sum_ns for r in results) == sum(rtts) * 1000
+        if merged:
+            m = got[(MESH, 0, target)]
+            ok = [x for p in merged for x in mine[p] if x is not None]
+            assert (m.rtt_min_ns, m.rtt_max_ns) == (min(ok) * 1000, max(ok) * 1000)
 
 
 @dataclass
