@@ -231,6 +231,25 @@ class RoceIntent:
 
 
 @dataclass(frozen=True)
+class LatencyIntent:
+    """Latency probes (agent/probes.py: link probes on every cable, mesh probes between ToRs)
+    and the heat map built from them (controller/core/latency.py)."""
+
+    interval_ms: int = 1000
+    links: bool = True
+    mesh: bool = True
+    targets_per_round: int = 8
+    dscp: int = 26
+    timeout_ms: int = 500
+    slow_rtt_us: int = 5000
+    window_s: int = 10
+    baseline_s: int = 300
+    outlier_margin_us: int = 1000
+    loss_outlier: float = 0.05
+    min_samples: int = 5
+
+
+@dataclass(frozen=True)
 class Fabric:
     name: str
     rails: int
@@ -242,6 +261,7 @@ class Fabric:
     ecmp_hash: HashFields = HashFields.FIVE_TUPLE
     lldp: LldpIntent = LldpIntent()
     roce: RoceIntent = RoceIntent()
+    latency: LatencyIntent = LatencyIntent()
     # Lookups built once (not part of equality).
     switch_by_name: dict[str, Switch] = field(init=False, repr=False, compare=False)
 

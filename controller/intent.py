@@ -24,6 +24,7 @@ from controller import qos
 from controller.fabric import (
     CPU_PORT,
     Fabric,
+    LatencyIntent,
     Link,
     LldpIntent,
     Nic,
@@ -42,6 +43,9 @@ from railfabric.ecmp import HashFields
 # The shortest NAK sampling interval (intent key roce.nak_sample_interval_us): 10,000 samples/s
 # per host port is the most an agent's CPU port should carry beside LLDP.
 NAK_SAMPLE_INTERVAL_MIN_US = 100
+# The shortest probe round (intent key latency.interval_ms): each round's probes go through
+# the agent's CPU port beside LLDP and NAK samples.
+LATENCY_INTERVAL_MIN_MS = 100
 
 __all__ = ["IntentError", "load_fabric", "load_fabric_text", "to_explicit", "to_explicit_yaml"]
 
@@ -103,6 +107,34 @@ def load_fabric_text(text: str, file: str = "<string>") -> Fabric:
     )
     if roce != fabric.roce:
         fabric = dataclasses.replace(fabric, roce=roce)
+    lat = m.sub("latency")
+    latency = LatencyIntent(
+        lat.integer("interval_ms"),
+        lat.boolean("links"),
+        lat.boolean("mesh"),
+        lat.integer("targets_per_round"),
+        lat.integer("dscp"),
+        lat.integer("timeout_ms"),
+        lat.integer("slow_rtt_us"),
+        lat.integer("window_s"),
+        lat.integer("baseline_s"),
+        lat.integer("outlier_margin_us"),
+        lat.number("loss_outlier"),
+        lat.integer("min_samples"),
+    )
+    if 0 < latency.interval_ms < LATENCY_INTERVAL_MIN_MS:
+        raise lat.error(
+            "interval_ms",
+            f"must be 0 (probing off) or >= {LATENCY_INTERVAL_MIN_MS} ms, "
+            f"got {latency.interval_ms}",
+        )
+    if latency.baseline_s < latency.window_s:
+        raise lat.error(
+            "baseline_s",
+            f"must be at least window_s ({latency.window_s} s), got {latency.baseline_s}",
+        )
+    if latency != fabric.latency:
+        fabric = dataclasses.replace(fabric, latency=latency)
     _check_qos(fabric, root)
     return fabric
 
@@ -479,6 +511,8 @@ def to_explicit(fabric: Fabric) -> dict[str, Any]:
         out["lldp"] = dataclasses.asdict(fabric.lldp)
     if fabric.roce != RoceIntent():
         out["roce"] = dataclasses.asdict(fabric.roce)
+    if fabric.latency != LatencyIntent():
+        out["latency"] = dataclasses.asdict(fabric.latency)
     out["switches"] = switches
     out["links"] = links
     out["hosts"] = [{"name": h, "nics": n} for h, n in hosts.items()]

@@ -28,6 +28,7 @@ from controller import qos
 from controller.fabric import (
     CPU_PORT,
     Fabric,
+    LatencyIntent,
     LldpIntent,
     Prefix,
     QosIntent,
@@ -345,6 +346,9 @@ FABRIC = Group(
         "roce": Key(
             Kind.MAPPING, "RoCEv2 retransmission and congestion alarms.", None, group="roce"
         ),
+        "latency": Key(
+            Kind.MAPPING, "Latency probes and the latency heat map.", None, group="latency"
+        ),
     },
 )
 
@@ -431,6 +435,112 @@ ROCE = Group(
             1,
             600,
             unit="s",
+        ),
+    },
+)
+
+LATENCY = Group(
+    "`latency`",
+    {
+        "interval_ms": Key(
+            Kind.INT,
+            "Agents send a round of probes this often (agent/probes.py). 0 turns probing off. "
+            "At least 100 ms: a round's probes go through the agent's CPU port; at most a "
+            "minute, or a window holds too few samples.",
+            LatencyIntent.interval_ms,
+            0,
+            60_000,
+            unit="ms",
+        ),
+        "links": Key(
+            Kind.BOOL,
+            "Every switch probes the neighbour on each of its switch links each round: the "
+            "RTT of every cable, measured where it is.",
+            LatencyIntent.links,
+        ),
+        "mesh": Key(
+            Kind.BOOL,
+            "ToRs probe other ToRs through the fabric (R-Pingmesh's ToR mesh), out of every "
+            "uplink: the ToR-pair and rail-pair heat map, and paths that cross a slow link.",
+            LatencyIntent.mesh,
+        ),
+        "targets_per_round": Key(
+            Kind.INT,
+            "How many ToRs a ToR probes each round, rotating through all of them; each is "
+            "probed out of every uplink. At most 256: a round is targets × uplinks probes.",
+            LatencyIntent.targets_per_round,
+            1,
+            256,
+        ),
+        "dscp": Key(
+            Kind.INT,
+            "DSCP of mesh probes: they measure the queues of the class it maps to (26: the "
+            "lossless RoCE class of the default QoS map).",
+            LatencyIntent.dscp,
+            0,
+            63,
+        ),
+        "timeout_ms": Key(
+            Kind.INT,
+            "A probe unanswered this long is lost. At most the round interval's worth of "
+            "probes is in flight; 10 ms to 10 s.",
+            LatencyIntent.timeout_ms,
+            10,
+            10_000,
+            unit="ms",
+        ),
+        "slow_rtt_us": Key(
+            Kind.INT,
+            "Agents merge each target's uplinks into one result when none lost a probe or took "
+            "longer than this; a slower or lossy uplink is reported on its own. 0: every uplink "
+            "on its own (one result per uplink and target: millions a period at 100k GPUs).",
+            LatencyIntent.slow_rtt_us,
+            0,
+            10_000_000,
+            unit="µs",
+        ),
+        "window_s": Key(
+            Kind.INT,
+            "The heat map's window: p50/p99 per cell over the last `window_s`.",
+            LatencyIntent.window_s,
+            1,
+            600,
+            unit="s",
+        ),
+        "baseline_s": Key(
+            Kind.INT,
+            "What a cell's normal is: its p99 over the last `baseline_s` before the window. "
+            "At least the window; at most an hour (the controller keeps per-interval "
+            "histograms for it).",
+            LatencyIntent.baseline_s,
+            1,
+            3600,
+            unit="s",
+        ),
+        "outlier_margin_us": Key(
+            Kind.INT,
+            "A link or cell is a latency outlier when its p50 over the window exceeds its "
+            "baseline p99 by more than this: jitter of the CPU paths at both ends is normal.",
+            LatencyIntent.outlier_margin_us,
+            0,
+            10_000_000,
+            unit="µs",
+        ),
+        "loss_outlier": Key(
+            Kind.NUMBER,
+            "A link or cell losing this fraction of its probes over the window is an outlier.",
+            LatencyIntent.loss_outlier,
+            0,
+            1,
+            above=True,
+        ),
+        "min_samples": Key(
+            Kind.INT,
+            "Answered probes a cell needs in the window before it is judged; fewer: shown, "
+            "never an outlier.",
+            LatencyIntent.min_samples,
+            1,
+            100_000,
         ),
     },
 )
@@ -776,6 +886,7 @@ GROUPS: dict[str, Group] = {
     "ecmp": ECMP,
     "lldp": LLDP,
     "roce": ROCE,
+    "latency": LATENCY,
     "spines": SPINES,
     "cores": CORES,
     "links": LINKS,

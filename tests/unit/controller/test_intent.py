@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from controller.daemon.core_planner import CorePlanner
-from controller.fabric import LldpIntent, RoceIntent, Role, ipv4_str, mac_str
+from controller.fabric import LatencyIntent, LldpIntent, RoceIntent, Role, ipv4_str, mac_str
 from controller.intent import IntentError, load_fabric, load_fabric_text, to_explicit_yaml
 from controller.intent_keys import LIMITS, Limit
 from controller.topology import host_nics, switch_ports
@@ -443,6 +443,21 @@ NEGATIVE = [
         r"^f\.yaml:3: roce\.window: unknown key \(did you mean 'window_s'\?\)$",
     ),
     (
+        "probe rounds faster than an agent's CPU port takes",
+        _sub("rails: 2", "rails: 2\nlatency: {interval_ms: 20}"),
+        r"^f\.yaml:3: latency\.interval_ms: must be 0 \(probing off\) or >= 100 ms, got 20$",
+    ),
+    (
+        "a latency baseline shorter than its window",
+        _sub("rails: 2", "rails: 2\nlatency: {window_s: 60, baseline_s: 30}"),
+        r"^f\.yaml:3: latency\.baseline_s: must be at least window_s \(60 s\), got 30$",
+    ),
+    (
+        "a probe DSCP out of range",
+        _sub("rails: 2", "rails: 2\nlatency: {dscp: 64}"),
+        r"^f\.yaml:3: latency\.dscp: must be <= 63, got 64$",
+    ),
+    (
         "control character in a name",
         _sub("name: tiny", 'name: "ti\\any"'),
         r"^f\.yaml:1: name: must be printable text \(no control characters\), got 'ti\\x07ny'$",
@@ -610,6 +625,21 @@ def test_roce_intent_loads_in_both_forms_and_round_trips() -> None:
     plain = load_fabric_text(EXPLICIT, "f.yaml")
     assert plain.roce == RoceIntent(10_000, 10.0, 1000.0, 10, 10)
     assert "roce" not in to_explicit_yaml(plain)
+
+
+def test_latency_intent_loads_in_both_forms_and_round_trips() -> None:
+    text = (
+        "latency: {interval_ms: 0, links: false, mesh: true, targets_per_round: 3, dscp: 0, "
+        "timeout_ms: 200, slow_rtt_us: 0, window_s: 5, baseline_s: 60, "
+        "outlier_margin_us: 300, loss_outlier: 0.5, min_samples: 2}\n"
+    )
+    for base in (EXPLICIT, PARAMETRIC):
+        fabric = load_fabric_text(base + text, "f.yaml")
+        assert fabric.latency == LatencyIntent(0, False, True, 3, 0, 200, 0, 5, 60, 300, 0.5, 2)
+        assert load_fabric_text(to_explicit_yaml(fabric), "again.yaml") == fabric
+    plain = load_fabric_text(EXPLICIT, "f.yaml")
+    assert plain.latency == LatencyIntent()
+    assert "latency" not in to_explicit_yaml(plain)
 
 
 def test_overrides_round_trip_as_integers() -> None:
