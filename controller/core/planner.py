@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from controller.core.cabling import ServerLldp
+from controller.core.latency import LatencyParams
 from controller.core.roce import RoceParams
 from railfabric.v1 import admin_pb2, state_pb2
 
@@ -64,6 +65,11 @@ class Planner(Protocol):
         takes the RoCEv2 destination QP."""
         ...
 
+    @property
+    def latency(self) -> LatencyParams:
+        """The heat map's window and outlier rule (`latency` section)."""
+        ...
+
     def full_state(self, switch: str) -> state_pb2.DesiredState:
         """The complete desired state of `switch` under the current link set (generation 0,
         digest filled in or empty; the core numbers it, and digests it when empty)."""
@@ -99,6 +105,12 @@ class Planner(Protocol):
 
     def predict_path(self, request: admin_pb2.PredictPathRequest) -> admin_pb2.PredictPathResponse:
         """The hop-by-hop path of a flow under the current link set."""
+        ...
+
+    def probe_path(self, src_tor: str, port: int, dst_tor: str) -> Sequence[str] | None:
+        """The link keys, in order, a mesh probe from `src_tor` to `dst_tor` crosses when it
+        leaves on uplink `port` (ProbeResult.port; 0: the uplinks merged, None) and comes
+        back, under the current link set; None when it cannot be predicted."""
         ...
 
     def matrix_destinations(self) -> Sequence[str]:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from controller import export
 from controller.core.cabling import ServerLldp
+from controller.core.latency import LatencyParams
 from controller.core.planner import Isolation, PlannedLink
 from controller.core.roce import RoceParams
 from controller.fabric import Fabric, Role
@@ -106,6 +107,18 @@ class CorePlanner:
             qp_hashed=self.fabric.ecmp_hash is ecmp.HashFields.FIVE_TUPLE_QP,
         )
 
+    @property
+    def latency(self) -> LatencyParams:
+        lat = self.fabric.latency
+        return LatencyParams(
+            probing=lat.interval_ms > 0,
+            window_ns=lat.window_s * 1_000_000_000,
+            baseline_ns=lat.baseline_s * 1_000_000_000,
+            outlier_margin_ns=lat.outlier_margin_us * 1_000,
+            loss_outlier=lat.loss_outlier,
+            min_samples=lat.min_samples,
+        )
+
     def full_state(self, switch: str) -> state_pb2.DesiredState:
         return export.desired_state(self.routing, switch)
 
@@ -163,6 +176,9 @@ class CorePlanner:
         # ref-100k, building every switch's ports, neighbours and QoS again cost seconds).
         planner._topo = self._topo
         return planner
+
+    def probe_path(self, src_tor: str, port: int, dst_tor: str) -> Sequence[str] | None:
+        return None  # not predicted yet: controller/path.py learns mesh probes next
 
     def matrix_destinations(self) -> Sequence[str]:
         return export.matrix_destinations(self.routing)
