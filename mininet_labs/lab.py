@@ -34,7 +34,7 @@ from mininet.net import Mininet
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.metrics import PORT_COUNTERS
-from controller.fabric import Fabric, LldpIntent
+from controller.fabric import Fabric, LatencyIntent, LldpIntent
 from controller.intent import load_fabric, to_explicit_yaml
 from mininet_labs import certs, lldpd
 from mininet_labs.clean import clean
@@ -129,6 +129,11 @@ class LabOptions:
     http: str | None = None
     # Called with a line for each long step (building, starting, converging); None: quiet.
     progress: Callable[[str], None] | None = None
+    # Seconds between the agents' Counters reports.
+    counters_interval_s: float = AGENT_COUNTERS_INTERVAL_S
+    # The latency probes' intent instead of the fabric file's (bench.telemetry compares
+    # failover with probes off and on); None: the file's.
+    latency: LatencyIntent | None = None
 
 
 class Interrupted(BaseException):
@@ -271,6 +276,8 @@ class Lab:
         self.names = Names(new_tag())
         self.run_dir = Path("/tmp") / self.names.tag
         self.fabric = lab_fabric(load_fabric(fabric_path))
+        if self.options.latency is not None:
+            self.fabric = dataclasses.replace(self.fabric, latency=self.options.latency)
         self.topology = LabTopology(self.fabric, self.names)
         self.processes = Processes(self.run_dir)
         if self.options.controllers < 1:
@@ -667,7 +674,7 @@ class Lab:
                     "--p4info", str(DEFAULT_P4INFO),
                     "--election-id", "10",
                     "--lldp-interval", f"{o.lldp_interval_s:g}",
-                    "--counters-interval", f"{AGENT_COUNTERS_INTERVAL_S:g}",
+                    "--counters-interval", f"{o.counters_interval_s:g}",
                     "--metrics", self.agent_metrics.setdefault(name, f"127.0.0.1:{free_port()}"),
                     *certs.flags(self.certs.switch(name)),
                     *self.target.agent_args(),
@@ -966,6 +973,20 @@ class Lab:
 
             out |= wait_for(f"{sw}'s agent metrics after the traffic", scrape, timeout_s, 0.2)
         return {port: out[port] for port in ports}
+
+    def probe_outcomes(self) -> dict[str, int]:
+        """The latency probes of every switch's agent so far, by outcome (sent, answered,
+        lost, ...), summed from their /metrics: the sample of a run with probing on."""
+        total: dict[str, int] = {}
+        for addr in sorted(self.agent_metrics.values()):
+            with urllib.request.urlopen(f"http://{addr}/metrics", timeout=5) as reply:
+                text = reply.read().decode()
+            for family in text_string_to_metric_families(text):
+                for sample in family.samples:
+                    if sample.name == "railfabric_agent_probes_total":
+                        outcome = sample.labels["outcome"]
+                        total[outcome] = total.get(outcome, 0) + int(sample.value)
+        return total
 
     def counters_at(
         self, ports: Sequence[tuple[str, int]]
