@@ -45,6 +45,7 @@ from agent.codec import Codec
 from agent.p4client import P4Target, PacketIn
 from agent.ports import PortMonitor
 from agent.writer import Writer
+from bench.output import percentile
 from railfabric.digest import state_digest
 from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from railfabric.v1 import admin_pb2, control_pb2, state_pb2
@@ -56,13 +57,6 @@ T = TypeVar("T")
 
 REPO = Path(__file__).resolve().parent.parent
 SOFTSWITCH = Path(sys.executable).parent / "railfabric-softswitch"
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100)."""
-    ordered = sorted(values)
-    rank = max(1, -(-len(ordered) * q // 100))
-    return ordered[int(rank) - 1]
 
 
 def _ip(*args: str) -> None:

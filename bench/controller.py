@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.output import percentile
 from controller.core.records import (
     EventRecord,
     LinkRecord,
@@ -40,14 +41,6 @@ from controller.fabric import Link
 from controller.intent import IntentError, load_fabric
 from controller.routing import FabricRouting, LinkEvent
 from railfabric.v1 import admin_pb2
-
-
-def _percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return 0.0
-    k = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
-    return ordered[k]
 
 
 def _failure_records(link: Link, switches: Sequence[str], run: int) -> list[Record]:
@@ -194,13 +187,13 @@ def run(
         "full_compute_s": round(full_s, 3),
         "peak_rss_mb": round(peak_rss_mb, 1),
         "incremental_events": len(times_ms),
-        "incremental_ms_p50": round(_percentile(times_ms, 50), 2),
-        "incremental_ms_p99": round(_percentile(times_ms, 99), 2),
+        "incremental_ms_p50": round(percentile(times_ms, 50), 2),
+        "incremental_ms_p99": round(percentile(times_ms, 99), 2),
         "incremental_ms_max": round(max(times_ms, default=0.0), 2),
-        "incremental_cpu_ms_p50": round(_percentile(cpu_ms, 50), 2),
-        "incremental_cpu_ms_p99": round(_percentile(cpu_ms, 99), 2),
-        "delta_entries_p50": int(_percentile(entries, 50)),
-        "delta_switches_p50": int(_percentile(switches_touched, 50)),
+        "incremental_cpu_ms_p50": round(percentile(cpu_ms, 50), 2),
+        "incremental_cpu_ms_p99": round(percentile(cpu_ms, 99), 2),
+        "delta_entries_p50": int(percentile(entries, 50)),
+        "delta_switches_p50": int(percentile(switches_touched, 50)),
         "split_groups": len(routing.split_notices()),
         "samples": samples,
         "seed": seed,

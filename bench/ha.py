@@ -30,8 +30,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agent.session import ControllerSession
+from bench.output import percentile
 from bench.swarm import certs
-from bench.swarm.figures import percentile
 from bench.swarm.plan import AgentSpec, make_plan
 from mininet_labs.etcd import EtcdCluster, etcd_path
 from mininet_labs.processes import free_port

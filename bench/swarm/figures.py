@@ -9,16 +9,11 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from bench.output import percentile
+
 
 class EmptySample(Exception):
     """A figure's sample is empty or broken; the text names the sample and why."""
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile, q in 0..100."""
-    ordered = sorted(values)
-    rank = max(1, math.ceil(len(ordered) * q / 100))
-    return ordered[rank - 1]
 
 
 def distribution(what: str, values: Sequence[float], digits: int = 1) -> dict[str, Any]:

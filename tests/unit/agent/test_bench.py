@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from agent.translate import translate
-from bench.agent import percentile, spine_state, tor_state
+from bench.agent import spine_state, tor_state
+from bench.output import percentile
 
 pytestmark = pytest.mark.unit
 
@@ -17,6 +18,8 @@ def test_nearest_rank_percentile() -> None:
     assert percentile(values, 99) == 99.0
     assert percentile([3.0, 1.0, 2.0], 99) == 3.0
     assert percentile([5.0], 50) == 5.0
+    with pytest.raises(ValueError, match="empty sample"):
+        percentile([], 50)  # no figure from no sample
 
 
 def test_bench_states_translate_cleanly() -> None:
