@@ -1,9 +1,9 @@
 """Computed state -> the controller/agent API (railfabric.v1 state.proto).
 
-`desired_state` is one switch's full snapshot (ports, neighbours, groups, routes, QoS, and on
-a ToR its traffic matrix and NAK sampling) with its digest; `state_delta` turns a routing
-`SwitchDelta` into the `StateDelta` an agent applies. QoS objects depend only on the cabling
-plan, so link events never change them.
+`desired_state` is one switch's full snapshot (ports, neighbours, groups, routes, QoS, latency
+probing, and on a ToR its traffic matrix, NAK sampling and mesh probe targets) with its digest;
+`state_delta` turns a routing `SwitchDelta` into the `StateDelta` an agent applies. QoS objects
+and probing depend only on the intent, so link events never change them.
 """
 
 from __future__ import annotations
@@ -158,6 +158,7 @@ def _intent_objects(
         if interval and host_ports:  # where a responder's NAK enters the fabric
             state.nak_sampling.ports.extend(host_ports)
             state.nak_sampling.interval_us = interval
+    _add_probing(state, routing, x)
     shared, known = _port_layout_qos(tuple(layout), params)
     state.ecn.extend(shared.ecn)
     state.pfc.extend(shared.pfc)
@@ -166,6 +167,106 @@ def _intent_objects(
     state.pfc_watchdog.restore_ns = params.pfc_watchdog_restore_ns
     state.ecmp_hash = ECMP_HASH[fabric.ecmp_hash]
     return state, known
+
+
+def _add_probing(state: state_pb2.DesiredState, routing: FabricRouting, x: int) -> None:
+    """Switch `x`'s Probing (none when the intent's latency.interval_ms is 0): every switch
+    probes its links; a ToR, when the mesh is on, also its mesh targets from its probe address
+    (its gateway address: inside its prefix, so every other switch routes it to this ToR)."""
+    topo = routing.topo
+    lat = topo.fabric.latency
+    if lat.interval_ms == 0:
+        return
+    probing = state.probing
+    probing.interval_ms = lat.interval_ms
+    probing.links = lat.links
+    probing.targets_per_round = lat.targets_per_round
+    probing.dscp = lat.dscp
+    probing.timeout_ms = lat.timeout_ms
+    probing.slow_rtt_us = lat.slow_rtt_us
+    d = topo.dest_of[x]
+    if d >= 0 and lat.mesh:
+        probing.address = probe_address(routing, topo.names[x])
+        probing.targets.MergeFrom(_probe_targets(routing)[d].targets)
+
+
+def probe_address(routing: FabricRouting, tor: str) -> int:
+    """The probe address of ToR `tor` (Probing.address): its gateway address."""
+    sw = routing.topo.fabric.switch_by_name[tor]
+    if sw.prefix is None:
+        raise ValueError(f"{tor} is not a ToR: it has no probe address")
+    return sw.gateway_ipv4
+
+
+# Below this many ToRs every ToR probes every other one (at most 63 targets: 8 rounds at the
+# default 8 per round). Above it, the sparse mesh of `mesh_targets`.
+MESH_FULL_MAX_TORS = 64
+
+
+def mesh_targets(routing: FabricRouting) -> list[tuple[int, ...]]:
+    """Per ToR (destination index, `topo.dest_switch` order), the ToRs it probes, in the order
+    its agent rotates through them. Deterministic: it depends on the intent alone.
+
+    Up to MESH_FULL_MAX_TORS ToRs: every other ToR. Above, a sparse mesh that still covers
+    every rail pair and spreads over ToR pairs. ToRs are grouped by (rail, pod), the ToRs that
+    share a plane of spines; a ToR at position i of group g probes
+    - the ToRs of its own group (the next MESH_FULL_MAX_TORS - 1 after it, round the group,
+      when the group is larger): every spine of its plane between every pair;
+    - one ToR of every other group h, the one at position (i + g) mod |h|: every rail pair and
+      pod pair from every ToR, and with groups of one size each ToR is the target of exactly
+      one ToR of each other group, so the pairs spread over all ToRs instead of piling on one.
+    On ref-100k (32 groups of 50): 49 + 31 = 80 targets a ToR, 128,000 in all instead of the
+    full mesh's 2.56 M."""
+    topo = routing.topo
+    hit = _MESH_TARGETS.get(topo)
+    if hit is not None:
+        return hit
+    n = len(topo.dest_switch)
+    out: list[tuple[int, ...]]
+    if n <= MESH_FULL_MAX_TORS:
+        out = [tuple(t for t in range(n) if t != d) for d in range(n)]
+    else:
+        switches = topo.fabric.switches
+        by_group: dict[tuple[int | None, int | None], list[int]] = {}
+        for d, x in enumerate(topo.dest_switch):
+            by_group.setdefault((switches[x].rail, switches[x].pod), []).append(d)
+        groups = list(by_group.values())  # in fabric order
+        out = [()] * n
+        for g, own in enumerate(groups):
+            size = len(own)
+            for i, d in enumerate(own):
+                picked = [own[(i + j) % size] for j in range(1, min(size, MESH_FULL_MAX_TORS))]
+                picked.extend(o[(i + g) % len(o)] for h, o in enumerate(groups) if h != g)
+                out[d] = tuple(picked)
+    _MESH_TARGETS[topo] = out
+    return out
+
+
+_MESH_TARGETS: weakref.WeakKeyDictionary[object, list[tuple[int, ...]]] = (
+    weakref.WeakKeyDictionary()
+)
+# Compiled fabric -> per ToR its Probing.targets (a Probing holding them only), built once.
+_PROBE_TARGETS: weakref.WeakKeyDictionary[object, list[state_pb2.Probing]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _probe_targets(routing: FabricRouting) -> list[state_pb2.Probing]:
+    topo = routing.topo
+    hit = _PROBE_TARGETS.get(topo)
+    if hit is None:
+        tors = [topo.fabric.switches[x] for x in topo.dest_switch]
+        names = [sw.name for sw in tors]
+        addresses = [sw.gateway_ipv4 for sw in tors]
+        hit = []
+        for targets in mesh_targets(routing):
+            holder = state_pb2.Probing()
+            add = holder.targets.add
+            for t in targets:
+                add(name=names[t], address=addresses[t])
+            hit.append(holder)
+        _PROBE_TARGETS[topo] = hit
+    return hit
 
 
 def matrix_classes(routing: FabricRouting) -> int:

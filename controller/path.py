@@ -3,16 +3,24 @@ choice (railfabric.ecmp: crc32 over the packed 5-tuple, the RoCEv2 destination Q
 the source port when the fabric's `ecmp.hash` says so, hash % live members, members in
 creation order). Agents create members in ascending port order, so that is the default
 creation order; `creation_order` overrides it where a target's groups were built otherwise
-(e.g. the bmv2 test vectors, whose members were created as ports 4, 2, 5, 3)."""
+(e.g. the bmv2 test vectors, whose members were created as ports 4, 2, 5, 3).
+
+Mesh probes (agent/probes.py) are flows too: IPv4 protocol 253 between two ToRs' probe
+addresses, with no L4 header, so the selector hashes ports 0 (p4/include/parser.p4 extracts
+ports from UDP and TCP only; softswitch does the same). `predict_probe` follows one: sent by the
+source ToR's agent out of a named uplink (a packet-out, no table sees it), routed by ECMP from
+the switch at the far end of that cable, punted to the destination ToR's agent (its ACL takes
+protocol 253 before routing); the answer leaves the destination ToR out of the port the probe
+came in on, and is routed back the same way."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from controller.fabric import ipv4_str
+from controller.fabric import CPU_PORT, ipv4_str
 from controller.routing import FabricRouting, Group
-from railfabric import ecmp
+from railfabric import ecmp, latency
 from railfabric.v1 import admin_pb2
 
 # (switch name, group) -> the group's member ports in the order the target created them.
@@ -66,9 +74,11 @@ class Hop:
 class Path:
     flow: Flow
     hash: int
+    # The source NIC's full name; a probe's source ToR.
     source: str
     hops: tuple[Hop, ...]
-    # Full NIC name when the flow arrives, else None and `error` says where it stops.
+    # Full NIC name when the flow arrives (a probe: the ToR whose agent takes it), else None
+    # and `error` says where it stops.
     delivered_to: str | None
     error: str = ""
 
@@ -113,18 +123,46 @@ def predict_path(
         raise PathError(f"source {ipv4_str(flow.src_ip)} is not a NIC of the fabric")
     source = routing.topo.fabric.nics[k].full_name
     h = flow.hash(topo.fabric.ecmp_hash)
-    hops: list[Hop] = []
-    x, ingress = topo.nic_switch[k], topo.nic_port[k]
     if not routing.nic_live[k]:
         return Path(flow, h, source, (), None, f"{source} has no live link to its ToR")
-    for _ in range(MAX_HOPS):
+    hops: list[Hop] = []
+    delivered, error = _follow(
+        routing,
+        flow,
+        h,
+        topo.nic_switch[k],
+        topo.nic_port[k],
+        hops=hops,
+        creation_order=creation_order,
+    )
+    return Path(flow, h, source, tuple(hops), delivered, error)
+
+
+def _follow(
+    routing: FabricRouting,
+    flow: Flow,
+    h: int,
+    x: int,
+    ingress: int,
+    *,
+    hops: list[Hop],
+    creation_order: CreationOrder | None,
+    punted_at: int | None = None,
+) -> tuple[str | None, str]:
+    """Route the flow from switch `x` (arrived on `ingress`) hop by hop, appending to `hops`,
+    until it reaches its NIC or, for a probe, switch `punted_at` (whose ACL hands it to the
+    agent: the last hop, egress the CPU port). (Where it arrived, None; or None, why not.)"""
+    topo = routing.topo
+    for _ in range(MAX_HOPS - len(hops)):
         name = topo.names[x]
+        if x == punted_at:
+            hops.append(Hop(name, ingress, CPU_PORT, 0, 0, 0, h))
+            return name, ""
         group = routing.lookup(name, flow.dst_ip)
         if group is None:
             # The dropping switch is the last hop, with no egress: where the path ends.
             hops.append(Hop(name, ingress, 0, 0, 0, 0, h))
-            error = f"{name} has no route to {ipv4_str(flow.dst_ip)}: dropped"
-            return Path(flow, h, source, tuple(hops), None, error)
+            return None, f"{name} has no route to {ipv4_str(flow.dst_ip)}: dropped"
         order = list(creation_order(name, group)) if creation_order else list(group.ports)
         members = set(group.ports)
         order = [p for p in order if p in members]
@@ -144,10 +182,120 @@ def predict_path(
         is_nic, ident = owner
         if is_nic:
             nic = topo.fabric.nics[ident]
-            if nic.ipv4 == flow.dst_ip:
-                return Path(flow, h, source, tuple(hops), nic.full_name)
-            error = f"{name} sent it to {nic.full_name}, not the destination"
-            return Path(flow, h, source, tuple(hops), None, error)
-        a, a_port, b, b_port = topo.link_ends[ident]
-        x, ingress = (b, b_port) if a == x else (a, a_port)
-    return Path(flow, h, source, tuple(hops), None, f"no delivery after {MAX_HOPS} hops (loop?)")
+            if nic.ipv4 == flow.dst_ip and punted_at is None:
+                return nic.full_name, ""
+            return None, f"{name} sent it to {nic.full_name}, not the destination"
+        x, ingress = _far_end(routing, x, ident)
+    return None, f"no delivery after {MAX_HOPS} hops (loop?)"
+
+
+def _far_end(routing: FabricRouting, x: int, link: int) -> tuple[int, int]:
+    """(switch, port) at the other end of switch-to-switch cable `link` from switch `x`."""
+    a, a_port, b, b_port = routing.topo.link_ends[link]
+    return (b, b_port) if a == x else (a, a_port)
+
+
+def link_keys(routing: FabricRouting, path: Path) -> tuple[str, ...]:
+    """The switch-to-switch cables `path` crosses, in order (controller.fabric Link.key; the
+    planner's PlannedLink.key): the egress of every hop that leaves on one."""
+    topo = routing.topo
+    keys = []
+    for hop in path.hops:
+        owner = topo.owner(topo.index[hop.switch], hop.egress_port)
+        if owner is not None and not owner[0]:
+            keys.append(topo.fabric.links[owner[1]].key)
+    return tuple(keys)
+
+
+@dataclass(frozen=True)
+class ProbePath:
+    """A mesh probe and its answer (each a Path whose source and destination are ToRs)."""
+
+    request: Path
+    reply: Path
+
+    def link_keys(self, routing: FabricRouting) -> tuple[str, ...]:
+        """The cables the probe and then its answer cross, each once, in the order first
+        crossed (the answer's first cable is the probe's last, reversed)."""
+        keys = link_keys(routing, self.request) + link_keys(routing, self.reply)
+        return tuple(dict.fromkeys(keys))
+
+
+def probe_flow(src_address: int, dst_address: int) -> Flow:
+    """A mesh probe between two probe addresses: protocol 253, no ports (they hash as 0)."""
+    return Flow(src_address, dst_address, latency.PROBE_IP_PROTO, 0, 0)
+
+
+def predict_probe(
+    routing: FabricRouting,
+    src_tor: str,
+    port: int,
+    dst_tor: str,
+    creation_order: CreationOrder | None = None,
+) -> ProbePath:
+    """The path of a mesh probe from `src_tor` sent out of its uplink `port` to `dst_tor`,
+    and of the answer. PathError when it cannot be predicted: a name that is not a ToR, a port
+    that is not a live uplink, or a probe or answer that the routes would drop."""
+    topo = routing.topo
+    tors = []
+    for name in (src_tor, dst_tor):
+        x = topo.index.get(name)
+        if x is None or topo.dest_of[x] < 0:
+            raise PathError(f"{name!r} is not a ToR of the fabric")
+        tors.append(x)
+    src, dst = tors
+    if src == dst:
+        raise PathError(f"{src_tor} does not probe itself")
+    owner = topo.owner(src, port)
+    if owner is None or owner[0]:
+        raise PathError(f"{src_tor}:{port} is not an uplink")
+    if not routing.link_live[owner[1]]:
+        raise PathError(f"{src_tor}:{port} is down: no probe leaves on it")
+    fabric = topo.fabric
+    src_address = fabric.switches[src].gateway_ipv4
+    dst_address = fabric.switches[dst].gateway_ipv4
+    request = _probe_leg(
+        routing,
+        probe_flow(src_address, dst_address),
+        src,
+        port,
+        dst,
+        creation_order=creation_order,
+    )
+    # The far agent answers out of the port the probe came in on: the same cable back.
+    arrived_on = request.hops[-1].ingress_port
+    reply = _probe_leg(
+        routing,
+        probe_flow(dst_address, src_address),
+        dst,
+        arrived_on,
+        src,
+        creation_order=creation_order,
+    )
+    return ProbePath(request, reply)
+
+
+def _probe_leg(
+    routing: FabricRouting,
+    flow: Flow,
+    src: int,
+    port: int,
+    dst: int,
+    *,
+    creation_order: CreationOrder | None,
+) -> Path:
+    """One way of a probe: a packet-out of `src`'s agent on `port` (the first hop, no group),
+    then routed to `dst`, whose agent takes it. PathError unless it arrives."""
+    topo = routing.topo
+    h = flow.hash(topo.fabric.ecmp_hash)
+    source = topo.names[src]
+    hops = [Hop(source, CPU_PORT, port, 0, 0, 0, h)]
+    owner = topo.owner(src, port)
+    assert owner is not None and not owner[0]
+    x, ingress = _far_end(routing, src, owner[1])
+    delivered, error = _follow(
+        routing, flow, h, x, ingress, hops=hops, creation_order=creation_order, punted_at=dst
+    )
+    if delivered is None:
+        raise PathError(f"probe {source} -> {topo.names[dst]}: {error}")
+    return Path(flow, h, source, tuple(hops), delivered, error)

@@ -3,8 +3,9 @@ DesiredState, used by the controller (to know the state it asks for) and the age
 state it holds), and the diff that produces a delta from two states.
 
 Objects are keyed as the API says: groups by id, routes by prefix, neighbours by port, ECN by
-(port, traffic class), PFC by (port, priority). Ports, DSCP map, watchdog and ECMP hash are not
-in deltas: they change only with the intent, which sends a full DesiredState.
+(port, traffic class), PFC by (port, priority). Ports, DSCP map, watchdog, ECMP hash, traffic
+matrix, NAK sampling and probing are not in deltas: they change only with the intent, which
+sends a full DesiredState (a delta carries them over as they are).
 """
 
 from __future__ import annotations
@@ -281,8 +282,8 @@ def _delete(objs: dict[Hashable, M], k: Hashable, tag: Tag, acc: DigestAccumulat
 def diff_states(old: state_pb2.DesiredState, new: state_pb2.DesiredState) -> state_pb2.StateDelta:
     """The delta that turns `old` into `new` (generations from old.generation to +1).
 
-    Raises DeltaError when ports, DSCP map, watchdog, ECMP hash, traffic matrix or NAK sampling
-    differ: those need a full state."""
+    Raises DeltaError when ports, DSCP map, watchdog, ECMP hash, traffic matrix, NAK sampling
+    or probing differ: those need a full state."""
     if (
         list(old.ports) != list(new.ports)
         or list(old.dscp_map) != list(new.dscp_map)
@@ -290,10 +291,11 @@ def diff_states(old: state_pb2.DesiredState, new: state_pb2.DesiredState) -> sta
         or old.ecmp_hash != new.ecmp_hash
         or old.matrix != new.matrix
         or old.nak_sampling != new.nak_sampling
+        or old.probing != new.probing
     ):
         raise DeltaError(
-            f"{new.switch_name}: ports, QoS map, ECMP hash, traffic matrix or NAK sampling "
-            "changed; send a full state"
+            f"{new.switch_name}: ports, QoS map, ECMP hash, traffic matrix, NAK sampling or "
+            "probing changed; send a full state"
         )
     delta = state_pb2.StateDelta(
         switch_name=new.switch_name,

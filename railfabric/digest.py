@@ -4,13 +4,14 @@ Hello.applied_digest, Applied.digest).
 
 What is hashed. Every object of the state is hashed on its own: SHA-256 of a tag naming its
 kind ("switch", "port", "neighbor", "group", "route", "dscp", "ecn", "pfc", "watchdog", "ecmp",
-"matrix", "naks"),
+"matrix", "naks", "probing"),
 a NUL byte, then the object's `SerializeToString(deterministic=True)` ("switch" hashes
 switch_name as UTF-8; "watchdog" only when pfc_watchdog is set; "ecmp" hashes the EcmpHash
 value's name, only when it is not the zero value, so states without the option digest as they
 did before it existed; "matrix" hashes a ToR's TrafficMatrix whole, only when it is set;
 "naks" hashes a ToR's NakSampling whole, only when it is set, so a state without it digests as
-before it existed). The
+before it existed; "probing" hashes the Probing whole, targets in their order (the order the
+agent probes them in), only when it is set, likewise). The
 tag keeps, say, a port and an ECN entry with equal bytes apart; the NUL keeps every tag from
 being a prefix of another. Generation and the digest field are not objects, so they are not
 covered. Order inside an object is content: a group's next hops are hashed in the order they
@@ -53,6 +54,7 @@ Tag = Literal[
     "ecmp",
     "matrix",
     "naks",
+    "probing",
 ]
 
 _PREFIX: Final[dict[str, bytes]] = {tag: tag.encode("ascii") + b"\x00" for tag in get_args(Tag)}
@@ -150,6 +152,8 @@ def state_sum(state: state_pb2.DesiredState, known: Mapping[Tag, int] | None = N
         total += object_hash("matrix", state.matrix)
     if state.HasField("nak_sampling"):
         total += object_hash("naks", state.nak_sampling)
+    if state.HasField("probing"):
+        total += object_hash("probing", state.probing)
     return total & _MASK
 
 

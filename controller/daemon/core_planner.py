@@ -14,7 +14,7 @@ from controller.core.planner import Isolation, PlannedLink
 from controller.core.roce import RoceParams
 from controller.fabric import Fabric, Role
 from controller.intent import load_fabric
-from controller.path import Flow, PathError, predict_path
+from controller.path import Flow, PathError, predict_path, predict_probe
 from controller.routing import FabricRouting, LinkEvent, _Topo
 from railfabric import ecmp
 from railfabric.v1 import admin_pb2, state_pb2
@@ -178,7 +178,13 @@ class CorePlanner:
         return planner
 
     def probe_path(self, src_tor: str, port: int, dst_tor: str) -> Sequence[str] | None:
-        return None  # not predicted yet: controller/path.py learns mesh probes next
+        if port == 0:  # the uplinks merged: no one path
+            return None
+        try:
+            probe = predict_probe(self.routing, src_tor, port, dst_tor)
+        except PathError:
+            return None
+        return probe.link_keys(self.routing)
 
     def matrix_destinations(self) -> Sequence[str]:
         return export.matrix_destinations(self.routing)

@@ -51,6 +51,10 @@ def states(draw: st.DrawFn) -> state_pb2.DesiredState:
     if draw(st.booleans()):  # a ToR's NAK sampling
         s.nak_sampling.ports.extend(draw(st.lists(st.integers(1, 6), max_size=3, unique=True)))
         s.nak_sampling.interval_us = draw(st.integers(100, 20_000))
+    if draw(st.booleans()):  # probing; a ToR's with mesh targets
+        s.probing.interval_ms = draw(st.sampled_from([100, 1000]))
+        for name in draw(st.lists(st.sampled_from(["a", "b", "c"]), max_size=3, unique=True)):
+            s.probing.targets.add(name=name, address=ord(name))
     return s
 
 
@@ -63,6 +67,9 @@ def _only_full_states_change(old: state_pb2.DesiredState, new: state_pb2.Desired
     new.nak_sampling.CopyFrom(old.nak_sampling)
     if not old.HasField("nak_sampling"):
         new.ClearField("nak_sampling")
+    new.probing.CopyFrom(old.probing)
+    if not old.HasField("probing"):
+        new.ClearField("probing")
 
 
 @settings(max_examples=200, deadline=None)
@@ -172,7 +179,7 @@ def test_a_changed_traffic_matrix_needs_a_full_state() -> None:
     new.CopyFrom(old)
     new.matrix.source_ports.append(2)
     with pytest.raises(
-        DeltaError, match="traffic matrix or NAK sampling changed; send a full state"
+        DeltaError, match="traffic matrix, NAK sampling or probing changed; send a full state"
     ):
         diff_states(old, new)
 
@@ -188,8 +195,33 @@ def test_a_changed_nak_sampling_needs_a_full_state() -> None:
             new.nak_sampling.interval_us = 20_000
         else:
             new.ClearField("nak_sampling")
-        with pytest.raises(DeltaError, match="NAK sampling changed; send a full state"):
+        with pytest.raises(DeltaError, match="NAK sampling or probing changed; send a full state"):
             diff_states(old, new)
     # Unchanged, a delta carries it over.
     got = apply_delta(old, diff_states(old, old))
     assert got.nak_sampling == old.nak_sampling
+
+
+def test_a_changed_probing_needs_a_full_state() -> None:
+    old = state_pb2.DesiredState(switch_name="tor", generation=1)
+    old.probing.interval_ms = 1000
+    old.probing.targets.add(name="tor-b", address=2)
+    for change in ("target", "interval", "unset"):
+        new = state_pb2.DesiredState()
+        new.CopyFrom(old)
+        if change == "target":
+            new.probing.targets[0].address = 3
+        elif change == "interval":
+            new.probing.interval_ms = 0
+        else:
+            new.ClearField("probing")
+        with pytest.raises(DeltaError, match="probing changed; send a full state"):
+            diff_states(old, new)
+    # A routing delta carries it over, digest and all.
+    old.groups.add(id=1, next_hops=[state_pb2.NextHop(port=1, dmac=1, weight=1)])
+    old.digest = state_digest(old)
+    delta = state_pb2.StateDelta(
+        switch_name="tor", from_generation=1, to_generation=2, delete_groups=[1]
+    )
+    got = apply_delta(old, delta)
+    assert got.probing == old.probing and got.digest == state_digest(got)

@@ -79,6 +79,17 @@ _pfc = st.builds(
     headroom_bytes=_small,
 )
 _watchdogs = st.none() | st.builds(state_pb2.PfcWatchdog, detect_ns=_small, restore_ns=_small)
+_probings = st.none() | st.builds(
+    state_pb2.Probing,
+    interval_ms=_small,
+    links=st.booleans(),
+    address=_u32,
+    targets=st.lists(st.builds(state_pb2.ProbeTarget, name=st.text(max_size=4), address=_u32)),
+    targets_per_round=_small,
+    dscp=_small,
+    timeout_ms=_small,
+    slow_rtt_us=_small,
+)
 
 
 def _route_key(r: state_pb2.Route) -> Hashable:
@@ -114,6 +125,9 @@ def any_states(draw: st.DrawFn) -> state_pb2.DesiredState:
     watchdog = draw(_watchdogs)
     if watchdog is not None:
         state.pfc_watchdog.CopyFrom(watchdog)
+    probing = draw(_probings)
+    if probing is not None:
+        state.probing.CopyFrom(probing)
     return state
 
 
@@ -226,7 +240,7 @@ def test_changing_any_field_of_any_object_changes_the_digest(
     changed = state_pb2.DesiredState()
     changed.CopyFrom(state)
     choices = [name for name in REPEATED if getattr(changed, name)]
-    where = data.draw(st.sampled_from([*choices, "switch_name", "pfc_watchdog"]))
+    where = data.draw(st.sampled_from([*choices, "switch_name", "pfc_watchdog", "probing"]))
     if where == "switch_name":
         changed.switch_name += "x"
     elif where == "pfc_watchdog":
@@ -234,6 +248,11 @@ def test_changing_any_field_of_any_object_changes_the_digest(
             _mutate(changed.pfc_watchdog, data)
         else:
             changed.pfc_watchdog.SetInParent()  # an empty watchdog is still a watchdog
+    elif where == "probing":
+        if changed.HasField("probing"):
+            _mutate(changed.probing, data)
+        else:
+            changed.probing.SetInParent()  # set, even empty: the agent answers only
     else:
         field = getattr(changed, where)
         _mutate(field[data.draw(st.integers(0, len(field) - 1))], data)
@@ -249,6 +268,21 @@ def test_a_state_without_nak_sampling_digests_as_before_it_existed() -> None:
     assert state_digest(state) == f"v2:{h(b'switch', b'tor'):064x}"
     state.nak_sampling.SetInParent()  # set, even empty: hashed
     assert state_digest(state) != f"v2:{h(b'switch', b'tor'):064x}"
+
+
+def test_probing_counts_whole_and_in_order_and_only_when_set() -> None:
+    state = state_pb2.DesiredState(switch_name="tor")
+    before = state_digest(state)
+    state.probing.SetInParent()
+    assert state_digest(state) != before  # unset: no probes; set: probes, even with no target
+    state.probing.targets.add(name="a", address=1)
+    state.probing.targets.add(name="b", address=2)
+    swapped = state_pb2.DesiredState()
+    swapped.CopyFrom(state)
+    swapped.probing.targets[0].name, swapped.probing.targets[1].name = "b", "a"
+    swapped.probing.targets[0].address, swapped.probing.targets[1].address = 2, 1
+    # The agent probes targets in their order, so the order is content.
+    assert state_digest(swapped) != state_digest(state)
 
 
 def test_the_tag_tells_kinds_with_equal_bytes_apart() -> None:
@@ -272,6 +306,8 @@ def test_digest_is_the_sum_of_tagged_object_hashes() -> None:
     state.pfc_watchdog.detect_ns = 5
     state.nak_sampling.ports.extend([1, 2])
     state.nak_sampling.interval_us = 10_000
+    state.probing.interval_ms = 1000
+    state.probing.targets.add(name="tor-b", address=0x0A000101)
 
     def h(tag: bytes, data: bytes) -> int:
         return int.from_bytes(hashlib.sha256(tag + b"\x00" + data).digest(), "big")
@@ -282,6 +318,7 @@ def test_digest_is_the_sum_of_tagged_object_hashes() -> None:
         + h(b"route", state.routes[0].SerializeToString(deterministic=True))
         + h(b"watchdog", state.pfc_watchdog.SerializeToString(deterministic=True))
         + h(b"naks", state.nak_sampling.SerializeToString(deterministic=True))
+        + h(b"probing", state.probing.SerializeToString(deterministic=True))
     ) % 2**256
     assert state_digest(state) == f"v2:{total:064x}"
     assert object_hash("route", state.routes[0]) == h(b"route", state.routes[0].SerializeToString())
@@ -330,6 +367,8 @@ def test_accumulator_adds_and_removes_in_any_order(
         objs += [(tag, obj) for obj in getattr(state, name)]
     if state.HasField("pfc_watchdog"):
         objs.append(("watchdog", state.pfc_watchdog))
+    if state.HasField("probing"):
+        objs.append(("probing", state.probing))
     acc = DigestAccumulator()
     extra = state_pb2.Route(group_id=99)
     acc.add("route", extra)

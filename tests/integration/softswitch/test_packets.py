@@ -16,7 +16,8 @@ import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from railfabric import ecmp
+from controller.path import probe_flow
+from railfabric import ecmp, latency
 from railfabric import fabric_p4 as p4
 from tests.conftest import Netns, Processes, ip
 from tests.integration.softswitch.fabric_helpers import (
@@ -161,6 +162,34 @@ async def test_watch_port_failover_needs_no_write(fabric: Fabric) -> None:
         arrived = await _send_flows(fabric, range(50000, 50030))
         for sport in range(50000, 50030):
             assert sport in arrived[predicted_port("10.2.0.9", sport, [2, 3, 4])]
+
+
+async def test_mesh_probes_take_the_member_the_probe_path_predicts(fabric: Fabric) -> None:
+    """Protocol 253 has no L4 header: the selector hashes ports 0, as controller.path's
+    probe_flow says; 120 probe addresses spread over the group, each on its predicted member."""
+    dst = "10.2.0.1"
+    sources = [f"10.0.{i}.1" for i in range(1, 121)]
+    async with controller(fabric.address) as sw:
+        await _ecmp_group(sw)
+        for seq, src in enumerate(sources):
+            fabric.hosts[1].send(
+                bytes(
+                    Ether(dst=ROUTER_MAC, src=host_mac(1))
+                    / IP(src=src, dst=dst, proto=latency.PROBE_IP_PROTO, tos=26 << 2)
+                    / (seq.to_bytes(4, "big") + MARK)
+                )
+            )
+        results = await asyncio.gather(*(capture(fabric, p, 1.5) for p in (2, 3, 4)))
+        arrived = {
+            port: {int.from_bytes(f[f.index(MARK) - 4 : f.index(MARK)], "big") for f in frames}
+            for port, frames in zip((2, 3, 4), results, strict=True)
+        }
+        assert sum(len(s) for s in arrived.values()) == len(sources), arrived
+        assert all(arrived.values()), {p: len(s) for p, s in arrived.items()}
+        for seq, src in enumerate(sources):
+            flow = probe_flow(int(ipaddress.IPv4Address(src)), int(ipaddress.IPv4Address(dst)))
+            expected = ecmp.choose_member(flow.hash(ecmp.HashFields.FIVE_TUPLE), [2, 3, 4])
+            assert seq in arrived[expected], (src, expected)
 
 
 async def test_lldp_is_punted_with_its_ingress_port(fabric: Fabric) -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from controller import qos
-from controller.export import desired_state, state_delta
+from controller.export import MESH_FULL_MAX_TORS, desired_state, state_delta
 from controller.fabric import RoceIntent
-from controller.intent import load_fabric
+from controller.intent import load_fabric, load_fabric_text
 from controller.routing import FabricRouting, LinkEvent
 from railfabric.delta import apply_delta
 from railfabric.digest import canonical, state_digest
@@ -199,3 +199,107 @@ def test_a_tors_nak_sampling_covers_its_host_ports_at_the_intents_interval() -> 
     assert not state.HasField("nak_sampling") and state.HasField("matrix")
     slow = dataclasses.replace(fabric, roce=RoceIntent(nak_sample_interval_us=250))
     assert desired_state(FabricRouting(slow), "tor-r1-b1").nak_sampling.interval_us == 250
+
+
+def test_every_switch_probes_with_the_intents_settings_and_tors_from_their_gateway() -> None:
+    fabric = load_fabric(LAB)
+    routing = FabricRouting(fabric)
+    lat = fabric.latency
+    tors = [sw for sw in fabric.switches if sw.prefix is not None]
+    for sw in fabric.switches:
+        state = desired_state(routing, sw.name)
+        p = state.probing
+        assert (p.interval_ms, p.links, p.targets_per_round, p.dscp, p.timeout_ms) == (
+            1000,
+            True,
+            8,
+            26,
+            500,
+        )
+        assert p.slow_rtt_us == lat.slow_rtt_us == 5000
+        if sw.prefix is None:  # spines answer and probe links only
+            assert p.address == 0 and not p.targets
+            continue
+        assert p.address == sw.gateway_ipv4 and sw.prefix.contains(p.address)
+        # A small fabric is a full mesh: every other ToR, by its own probe address.
+        assert [(t.name, t.address) for t in p.targets] == [
+            (o.name, o.gateway_ipv4) for o in tors if o is not sw
+        ]
+        # In the digest: the same state without it digests otherwise.
+        without = state_pb2.DesiredState()
+        without.CopyFrom(state)
+        without.ClearField("probing")
+        assert state_digest(state) == state.digest != state_digest(without)
+
+
+def test_probing_off_or_without_the_mesh() -> None:
+    fabric = load_fabric(LAB)
+    off = dataclasses.replace(fabric, latency=dataclasses.replace(fabric.latency, interval_ms=0))
+    for sw in off.switches:
+        assert not desired_state(FabricRouting(off), sw.name).HasField("probing")
+    links_only = dataclasses.replace(
+        fabric, latency=dataclasses.replace(fabric.latency, mesh=False)
+    )
+    state = desired_state(FabricRouting(links_only), "tor-r1-b1")
+    assert state.probing.links and state.probing.address == 0 and not state.probing.targets
+
+
+def test_a_change_of_probing_changes_every_switchs_digest() -> None:
+    """The core's reload sends a full state to every switch whose digest changed
+    (machine.DecisionCore.reload): this is how a new latency section reaches the agents."""
+    fabric = load_fabric(LAB)
+    faster = dataclasses.replace(
+        fabric, latency=dataclasses.replace(fabric.latency, targets_per_round=2)
+    )
+    a, b = FabricRouting(fabric), FabricRouting(faster)
+    for sw in fabric.switches:
+        assert desired_state(a, sw.name).digest != desired_state(b, sw.name).digest
+
+
+# 8 rails x 2 pods x 5 blocks: 80 ToRs, above the full mesh's bound; groups of 5.
+_SPARSE = """
+name: sparse
+rails: 8
+pods: 2
+blocks_per_pod: 5
+servers_per_block: 1
+spines: {per: rail, count: 2}
+cores: {per_group: 1}
+switch_radix: 64
+links:
+  host: {speed: 400G, length_m: 3}
+  tor_spine: {speed: 400G, length_m: 50}
+  spine_core: {speed: 400G, length_m: 300}
+addressing:
+  nic_pool: 10.0.0.0/16
+"""
+
+
+def test_a_large_fabrics_mesh_covers_every_rail_and_pod_pair_and_spreads_evenly() -> None:
+    fabric = load_fabric_text(_SPARSE)
+    routing = FabricRouting(fabric)
+    tors = [sw for sw in fabric.switches if sw.prefix is not None]
+    assert len(tors) == 80 > MESH_FULL_MAX_TORS
+    group = {sw.name: (sw.rail, sw.pod) for sw in tors}
+    targets = {sw.name: desired_state(routing, sw.name).probing.targets for sw in tors}
+    indegree = dict.fromkeys(group, 0)
+    for sw in tors:
+        names = [t.name for t in targets[sw.name]]
+        assert sw.name not in names and len(set(names)) == len(names)
+        mine = [n for n in names if group[n] == group[sw.name]]
+        others = [group[n] for n in names if group[n] != group[sw.name]]
+        # Its whole (rail, pod) group, and exactly one ToR of each of the 15 other groups.
+        assert sorted(mine) == sorted(
+            n for n in group if group[n] == group[sw.name] and n != sw.name
+        )
+        assert len(mine) == 4
+        assert sorted(others) == sorted(set(group.values()) - {group[sw.name]})
+        by_name = {o.name: o for o in tors}
+        assert all(t.address == by_name[t.name].gateway_ipv4 for t in targets[sw.name])
+        for n in names:
+            indegree[n] += 1
+    # Groups of one size: every ToR is probed by as many ToRs as it probes (4 + 15).
+    assert set(indegree.values()) == {19}
+    # Deterministic: the intent alone decides it.
+    again = FabricRouting(load_fabric_text(_SPARSE))
+    assert all(desired_state(again, n).probing.targets == targets[n] for n in targets)
