@@ -53,6 +53,7 @@ from softswitch.p4state import (
     TableAction,
 )
 from softswitch.schema import FabricSchema
+from softswitch.tables import TableSetter
 
 # Header layout (p4/include/header.p4): byte offsets from the start of the frame, IPv4 ones
 # from the start of its header, L4 ones from the start of the L4 header.
@@ -156,6 +157,10 @@ class _Hop(NamedTuple):
 def _hop(action: ActionCall) -> _Hop:
     port, smac, dmac = action.args
     return _Hop(port, dmac.to_bytes(6, "big") + smac.to_bytes(6, "big"))
+
+
+def _ignore_set(key: Key, priority: int, action: TableAction) -> None:
+    """The set hook of a table the model has no lookup structure for."""
 
 
 def _key_value(key: Key, position: int) -> int:
@@ -289,6 +294,9 @@ class Pipeline:
         handler = self._on_set.get(table_id)
         if handler is not None:
             handler(key, priority, action)
+
+    def table_setter(self, table_id: int) -> TableSetter:
+        return self._on_set.get(table_id, _ignore_set)
 
     def table_unset(self, table_id: int, key: Key, priority: int) -> None:
         handler = self._on_unset.get(table_id)

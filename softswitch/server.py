@@ -226,18 +226,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                 Code.UNIMPLEMENTED,
                 "softswitch implements only CONTINUE_ON_ERROR atomicity",
             )
-        apply = pipeline.state.apply
-        errors: list[P4Error | None] | None = None  # built from the first failed update on
-        for index, update in enumerate(request.updates):
-            try:
-                apply(update)
-            except P4Error as err:
-                if errors is None:
-                    errors = [None] * index
-                errors.append(err)
-            else:
-                if errors is not None:
-                    errors.append(None)
+        errors = pipeline.state.apply_all(request.updates)
         if errors is None:
             return _WRITE_OK
         failed = sum(error is not None for error in errors)

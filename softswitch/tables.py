@@ -10,7 +10,7 @@ profile name a member, a group or a one-shot set (`profiles.ProfileStore`). Pure
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -47,8 +47,16 @@ class TableEntryState(NamedTuple):
     message: p4r.TableEntry
 
 
+TableSetter = Callable[[Key, int, TableAction], None]
+
+
 class TableHooks(Protocol):
     def table_set(self, table_id: int, key: Key, priority: int, action: TableAction) -> None: ...
+
+    def table_setter(self, table_id: int) -> TableSetter:
+        """What `table_set(table_id, ...)` calls, for a caller that writes many entries of
+        the table (one call per entry instead of two)."""
+        ...
 
     def table_unset(self, table_id: int, key: Key, priority: int) -> None: ...
 
@@ -85,7 +93,7 @@ class _EntryShape:
     """The wire form of a plain entry of a table with one exact or LPM match field and direct
     actions (routing_v4, qos_classify), as clients send most of them: table_id, the one match
     field with a canonical value (and a prefix length), the action, and nothing else. Reading
-    such an entry from its bytes (`TableStore._write_plain`) costs less than reading it field
+    such an entry from its bytes (`TableStore.write_plain`) costs less than reading it field
     by field, where every sub-message read builds a Python object: a quarter less for a route,
     the entries a switch has most of. An entry in any other form, or with any value to refuse,
     is written by the general path, which gives the errors."""
@@ -99,6 +107,7 @@ class _EntryShape:
     # The table's entries and remembered direct actions (TableStore's own dicts).
     entries: dict[tuple[Key, int], TableEntryState]
     actions: dict[bytes, ActionCall]
+    on_set: TableSetter  # the pipeline's hook for this table, called directly
 
     @classmethod
     def of(
@@ -106,6 +115,7 @@ class _EntryShape:
         table: TableInfo,
         entries: dict[tuple[Key, int], TableEntryState],
         actions: dict[bytes, ActionCall],
+        hooks: TableHooks,
     ) -> _EntryShape | None:
         fields = table.match_fields
         if table.implementation_id or table.needs_priority or len(fields) != 1:
@@ -130,7 +140,16 @@ class _EntryShape:
         sizes = {len(head) for head in heads.values()}
         if len(sizes) != 1:
             return None  # a value length changed the size of another length: none here
-        return cls(table, field.bitwidth, lpm, heads, sizes.pop(), entries, actions)
+        return cls(
+            table,
+            field.bitwidth,
+            lpm,
+            heads,
+            sizes.pop(),
+            entries,
+            actions,
+            hooks.table_setter(table.id),
+        )
 
 
 class TableStore:
@@ -147,11 +166,15 @@ class TableStore:
         self._keys = {t.id: KeySpec.of(t) for t in schema.tables.values()}
         # Table id -> an entry's TableAction bytes -> the direct action they decoded to.
         self._direct_cache: dict[int, dict[bytes, ActionCall]] = {t: {} for t in schema.tables}
-        self._shapes: dict[int, _EntryShape] = {}
+        # Table id -> the plain form of its entries, for the tables that have one: what
+        # `write_plain` takes (P4State.apply_all looks it up once per update).
+        self.shapes: dict[int, _EntryShape] = {}
         for table in schema.tables.values():
-            shape = _EntryShape.of(table, self.entries[table.id], self._direct_cache[table.id])
+            shape = _EntryShape.of(
+                table, self.entries[table.id], self._direct_cache[table.id], hooks
+            )
             if shape is not None:
-                self._shapes[table.id] = shape
+                self.shapes[table.id] = shape
         for table in schema.tables.values():
             default = self.initial_default(table)
             self.defaults[table.id] = default
@@ -195,8 +218,8 @@ class TableStore:
         first, and every read of a field costs)."""
         if table_id is None:
             table_id = te.table_id
-        shape = self._shapes.get(table_id)
-        if shape is not None and utype is not DELETE and self._write_plain(shape, te, utype):
+        shape = self.shapes.get(table_id)
+        if shape is not None and self.write_plain(shape, te, utype):
             return
         table = self.schema.tables.get(table_id) or self.table(table_id)
         if te.is_default_action:
@@ -242,11 +265,14 @@ class TableStore:
         entries[slot] = TableEntryState(key, priority, action, te)
         self._hooks.table_set(table.id, key, priority, action)
 
-    def _write_plain(self, shape: _EntryShape, te: p4r.TableEntry, utype: UpdateType) -> bool:
-        """INSERT or MODIFY an entry of `shape` read from its bytes: False, having changed
-        nothing, when it is in another form, has a value to refuse or to canonicalise, or
-        calls an action not decoded yet (the general path does all that). Raises what the
-        general path raises for a valid entry: ALREADY_EXISTS, NOT_FOUND, RESOURCE_EXHAUSTED."""
+    def write_plain(self, shape: _EntryShape, te: p4r.TableEntry, utype: int) -> bool:
+        """INSERT or MODIFY (`utype`, an Update.Type value) an entry of `shape` read from its
+        bytes: False, having changed nothing, for any other update type, or when the entry is
+        in another form, has a value to refuse or to canonicalise, or calls an action not
+        decoded yet (the general path does all that). Raises what the general path raises
+        for a valid entry: ALREADY_EXISTS, NOT_FOUND, RESOURCE_EXHAUSTED."""
+        if utype not in (INSERT, MODIFY):
+            return False
         raw = te.SerializeToString()
         start = shape.size
         if len(raw) <= start:
@@ -284,7 +310,7 @@ class TableStore:
         table = shape.table
         entries = shape.entries
         slot = (key, 0)
-        if utype is INSERT:
+        if utype == INSERT:  # an int here, not the enum
             if slot in entries:
                 raise P4Error(Code.ALREADY_EXISTS, f"{table.name}: entry already exists")
             if table.size and len(entries) >= table.size:
@@ -294,7 +320,7 @@ class TableStore:
         elif slot not in entries:
             raise P4Error(Code.NOT_FOUND, f"{table.name}: no such entry to modify")
         entries[slot] = _new(TableEntryState, (key, 0, action, te))
-        self._hooks.table_set(table.id, key, 0, action)
+        shape.on_set(key, 0, action)
         return True
 
     def _entry_action(self, table: TableInfo, te: p4r.TableEntry) -> TableAction:

@@ -293,27 +293,33 @@ def _route_forms(fy_schema: fy.P4Schema) -> list[p4r.Update]:
     return out
 
 
+@pytest.mark.parametrize("via", ["apply", "apply_all"])
 def test_entries_read_from_their_bytes_end_as_read_field_by_field(
-    p4info: p4i.P4Info, fy_schema: fy.P4Schema
+    p4info: p4i.P4Info, fy_schema: fy.P4Schema, via: str
 ) -> None:
     """Plain routing_v4 and qos_classify entries are read from their serialized bytes
-    (tables._EntryShape); every update gives the code, message, entries and lookups the
-    general path gives, and every form but the plain one is left to it."""
+    (tables._EntryShape), one update at a time (`apply`) or from a WriteRequest's loop
+    (`apply_all`); every update gives the code, message, entries and lookups the general path
+    gives, and every form but the plain one is left to it."""
     plain = Pipeline(FabricSchema.build(p4info), 255, (1, 2))
     general = Pipeline(FabricSchema.build(p4info), 255, (1, 2))
-    general.state.tables._shapes.clear()
+    general.state.tables.shapes.clear()
     read_plain: list[bool] = []
-    write_plain = plain.state.tables._write_plain
+    write_plain = plain.state.tables.write_plain
 
     def counted(*args: Any) -> bool:
         read_plain.append(write_plain(*args))
         return read_plain[-1]
 
-    plain.state.tables._write_plain = counted  # type: ignore[method-assign,assignment]
+    plain.state.tables.write_plain = counted  # type: ignore[method-assign,assignment]
 
     def outcome(pipeline: Pipeline, update: p4r.Update) -> tuple[Code, str]:
         msg = p4r.Update()
         msg.CopyFrom(update)
+        if via == "apply_all" and pipeline is plain:
+            errors = pipeline.state.apply_all([msg])
+            error = None if errors is None else errors[0]
+            return (Code.OK, "") if error is None else (error.code, error.message)
         try:
             pipeline.state.apply(msg)
         except P4Error as err:
