@@ -200,16 +200,19 @@ class Cause:
 
 @dataclass(frozen=True, slots=True)
 class Ranked:
-    """A cause in the ranked list: its root cause's rank (1 first), its score and how it was
-    made, the root cause it is grouped under ("" for a root cause), and how many findings
-    are grouped under it."""
+    """A cause in the ranked list: its root cause's rank (1 first), its score, the root cause
+    it is grouped under ("" for a root cause), and how many findings are grouped under it."""
 
     cause: Cause
     rank: int
     score: float
-    basis: str
     explained_by: str = ""
     explains: int = 0
+
+    @property
+    def basis(self) -> str:
+        """How the score was made, for people (written for the page that shows it only)."""
+        return _basis(self.cause, self.explains)
 
 
 def base_score(c: Cause, explains: int = 0) -> float:
@@ -263,25 +266,29 @@ def rank(causes: Iterable[Cause]) -> list[Ranked]:
     # fabric with thousands of findings is not compared pair by pair.
     by_link: dict[str, list[Cause]] = {}
     by_end: dict[End, list[Cause]] = {}
-    by_switch: dict[str, list[Cause]] = {}
+    # Every cause at a switch, and the switch-level ones (a switch with hundreds of links
+    # down must not make each of them look at every other).
+    at_switch: dict[str, list[Cause]] = {}
+    whole_switch: dict[str, list[Cause]] = {}
     for c in unique.values():
         if c.link:
             by_link.setdefault(c.link, []).append(c)
         for end in c.ends():
             by_end.setdefault(end, []).append(c)
         for name in c.switches():
-            by_switch.setdefault(name, []).append(c)
+            at_switch.setdefault(name, []).append(c)
+        if c.switch_level:
+            whole_switch.setdefault(c.switch, []).append(c)
     base = {i: base_score(c) for i, c in unique.items()}
 
     def candidates(c: Cause) -> Iterable[Cause]:
         yield from by_link.get(c.link, ()) if c.link else ()
         for end in c.ends():
             yield from by_end.get(end, ())
-        for name in c.switches():
-            # Switch-level causes of its switches, or (a switch-level c) everything there.
-            for d in by_switch.get(name, ()):
-                if c.switch_level or d.switch_level:
-                    yield d
+        if c.switch_level:  # everything at its switch
+            yield from at_switch.get(c.switch, ())
+        for name in c.switches():  # the switch-level causes of its switches
+            yield from whole_switch.get(name, ())
         for ident in c.blames:
             named = unique.get(ident)
             if named is not None:
@@ -319,9 +326,9 @@ def rank(causes: Iterable[Cause]) -> list[Ranked]:
     out: list[Ranked] = []
     for n, (score, c) in enumerate(scored, start=1):
         members = groups.get(c.id, [])
-        out.append(Ranked(c, n, score, _basis(c, len(members)), "", len(members)))
+        out.append(Ranked(c, n, score, "", len(members)))
         for s in sorted(members, key=lambda m: (-base[m.id], m.id)):
-            out.append(Ranked(s, n, base[s.id], _basis(s, 0), c.id, 0))
+            out.append(Ranked(s, n, base[s.id], c.id, 0))
     return out
 
 
@@ -347,6 +354,7 @@ class Shape:
             self.links_of.setdefault(a, []).append(link.key)
             self.links_of.setdefault(b, []).append(link.key)
         self._below: dict[str, frozenset[str]] = {}
+        self._impact: dict[tuple[str, bool], Impact] = {}
 
     def below(self, name: str) -> frozenset[str]:
         """The ToRs beneath `name`: a ToR itself, a spine's ToRs, a core's spines' ToRs."""
@@ -366,13 +374,17 @@ class Shape:
         """The end of a link nearer the servers."""
         return a if self.role.get(a, 0) <= self.role.get(b, 0) else b
 
-    def impact(self, tors: frozenset[str], *, within: bool) -> Impact:
-        """ToRs `tors` and the pairs between them and the rest (and among themselves when
-        `within`: their traffic to one another crosses it too)."""
-        n, total = len(tors), len(self.tors)
-        pairs = n * (total - n) + (n * (n - 1) // 2 if within else 0)
-        rails = sorted({self.rail[t] for t in tors if self.rail.get(t, -1) >= 0})
-        return Impact(tuple(rails), tuple(sorted(tors)), pairs)
+    def impact(self, name: str, *, within: bool) -> Impact:
+        """The ToRs beneath `name` and the pairs between them and the rest (and among
+        themselves when `within`: their traffic to one another crosses it too)."""
+        found = self._impact.get((name, within))
+        if found is None:
+            tors = self.below(name)
+            n, total = len(tors), len(self.tors)
+            pairs = n * (total - n) + (n * (n - 1) // 2 if within else 0)
+            rails = sorted({self.rail[t] for t in tors if self.rail.get(t, -1) >= 0})
+            found = self._impact[(name, within)] = Impact(tuple(rails), tuple(sorted(tors)), pairs)
+        return found
 
 
 _SHAPES: weakref.WeakKeyDictionary[object, Shape] = weakref.WeakKeyDictionary()
@@ -393,19 +405,31 @@ def _nics(state: state_pb2.DesiredState) -> int:
     return sum(1 for n in state.neighbors if n.kind == state_pb2.PEER_KIND_HOST)
 
 
-def link_impact(core: DecisionCore, key: str) -> Impact:
+def link_impact(
+    core: DecisionCore, key: str, uplinked: dict[str, Impact | None] | None = None
+) -> Impact:
     """The ToRs beneath the link's lower end and the pairs that may cross it; when it is a
-    ToR's last routable uplink, the pairs it cuts off."""
+    ToR's last routable uplink, the pairs it cuts off. `uplinked`: whether each ToR has a
+    routable link (None) or what is cut, as found so far (one question's cache: a cold start
+    has every link down)."""
     shape = shape_of(core.planner)
     link = core.planned_link(key)
     low = shape.lower(link.a[0], link.b[0])
-    impact = shape.impact(shape.below(low), within=False)
+    impact = shape.impact(low, within=False)
     if shape.role.get(low) != admin_pb2.SWITCH_ROLE_TOR or core.routable(key):
         return impact
-    if any(core.routable(k) for k in shape.links_of.get(low, ())):
-        return impact
-    # Its ToR has no uplink left: every pair with it is cut, and its NICs from every other.
-    nics = _nics(core.views[low].state) if low in core.views else 0
+    cache = {} if uplinked is None else uplinked
+    if low not in cache:
+        cache[low] = _cut_off(core, shape, low, impact)
+    return cache[low] or impact
+
+
+def _cut_off(core: DecisionCore, shape: Shape, tor: str, impact: Impact) -> Impact | None:
+    """`impact` with what is cut when the ToR has no routable uplink left: every pair with
+    it, and its NICs from every other; None while it has one."""
+    if any(core.routable(k) for k in shape.links_of.get(tor, ())):
+        return None
+    nics = _nics(core.views[tor].state) if tor in core.views else 0
     return Impact(
         impact.rails,
         impact.tors,
@@ -416,8 +440,7 @@ def link_impact(core: DecisionCore, key: str) -> Impact:
 
 
 def switch_impact(core: DecisionCore, name: str) -> Impact:
-    shape = shape_of(core.planner)
-    return shape.impact(shape.below(name), within=True)
+    return shape_of(core.planner).impact(name, within=True)
 
 
 def port_impact(core: DecisionCore, end: End) -> Impact:
@@ -440,13 +463,16 @@ def link_cause(
     window_ns: int = 0,
     named_pairs: Sequence[tuple[str, str]] = (),
     ident: str = "",
+    impact: Impact | None = None,
+    blames: Sequence[str] = (),
 ) -> Cause:
     """A cause about the link `key`, placed at `end` (one of its ends; the first by default),
     with its far end and what it affects. What a latency outlier source builds its causes
     with."""
     link = core.planned_link(key)
     here, far = (link.a, link.b) if end is None or end == link.a else (link.b, link.a)
-    impact = link_impact(core, key)
+    if impact is None:
+        impact = link_impact(core, key)
     if named_pairs:
         impact = _with_pairs(impact, named_pairs)
     return Cause(
@@ -461,6 +487,7 @@ def link_cause(
         tuple(evidence),
         window_ns,
         impact,
+        tuple(blames),
     )
 
 
@@ -485,6 +512,7 @@ def link_causes(core: DecisionCore, now: Now) -> Iterable[Cause]:
     """Links routing does not use: drained (informational: an operator's decision), or down,
     held down, damped, unobserved, or discovered and waiting to join."""
     tracker = core.tracker
+    uplinked: dict[str, Impact | None] = {}
     for key in core.unroutable_links():
         link = core.planned_link(key)
         (a, a_port), (b, b_port) = link.a, link.b
@@ -499,6 +527,7 @@ def link_causes(core: DecisionCore, now: Now) -> Iterable[Cause]:
                 message=f"link {a}:{a_port} - {b}:{b_port} is {reason}; routes avoid it "
                 f"until `railctl undrain {drain.target}`",
                 evidence=(Evidence("drained_for", _age_s(now.wall_ns, drain.wall_ns), "s"),),
+                impact=link_impact(core, key, uplinked),
             )
             continue
         state = tracker.state(key)
@@ -514,15 +543,16 @@ def link_causes(core: DecisionCore, now: Now) -> Iterable[Cause]:
             blames.append(
                 f"port_unmapped:{switch}:{port}" if connected else f"not_connected:{switch}"
             )
-        cause = link_cause(
+        yield link_cause(
             core,
             key,
             kind="link_down",
             severity=CRITICAL,
             message=f"link {a}:{a_port} - {b}:{b_port} is {name}: {reason}",
             evidence=evidence,
+            impact=link_impact(core, key, uplinked),
+            blames=blames,
         )
-        yield dataclasses.replace(cause, blames=tuple(blames)) if blames else cause
 
 
 def _age_s(now_wall_ns: int, then_wall_ns: int) -> float:

@@ -1532,7 +1532,8 @@ class DiagnoseRequest(_message.Message):
     """Only findings about switches of this rail, and the fabric-wide ones; absent: every rail."""
     page_size: _builtins.int
     """Paging (see the service): findings come in their ranked order (`Finding.rank`, each root
-    cause followed by the findings it explains), the same on every page.
+    cause followed by the findings it explains). The pages after the first read the ranking
+    the first page made (for up to 30 s): the pages of one read are one ranked list.
     """
     page_token: _builtins.str
     def __init__(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable
+from typing import Any, cast
 
 import pytest
 from hypothesis import given, settings
@@ -16,7 +17,7 @@ from controller.core.clock import Now
 from controller.core.diagnosis import CRITICAL, INFO, WARNING, Cause, Evidence, Impact
 from controller.core.machine import DecisionCore
 from controller.daemon import admin, pages
-from railfabric.v1 import control_pb2
+from railfabric.v1 import admin_pb2, control_pb2
 from tests.unit.core.harness import Harness
 
 pytestmark = pytest.mark.unit
@@ -323,3 +324,38 @@ def test_pages_of_random_sizes_give_exactly_the_unpaged_ranking(
             break
         cursor = page.last
     assert got == whole
+
+
+class _Context:
+    async def abort(self, code: object, details: str) -> None:
+        raise AssertionError(f"{code}: {details}")
+
+
+async def test_the_pages_after_the_first_read_the_ranking_the_first_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h = Harness()
+    h.connect_all()
+    h.settle()
+    h.cut("tor-r1-b1:3--spine-p1-1:1")
+    monkeypatch.setattr("controller.daemon.admin.now", lambda: h.now)
+    api, ctx = admin.AdminService(h.core), cast(Any, _Context())
+    whole = await api.Diagnose(admin_pb2.DiagnoseRequest(), ctx)
+    first = await api.Diagnose(admin_pb2.DiagnoseRequest(page_size=1), ctx)
+    h.cut("tor-r2-b2:4--spine-p1-2:4")  # between pages: not in this read
+    request = admin_pb2.DiagnoseRequest(page_size=1, page_token=first.next_page_token)
+    rest: list[admin_pb2.Finding] = []
+    while request.page_token:
+        reply = await api.Diagnose(request, ctx)
+        rest.extend(reply.findings)
+        request.page_token = reply.next_page_token
+    assert [f.id for f in [*first.findings, *rest]] == [f.id for f in whole.findings]
+    # A new read ranks again; so does a page older than DIAGNOSIS_REUSE_NS.
+    again = await api.Diagnose(admin_pb2.DiagnoseRequest(), ctx)
+    assert "link_down:tor-r2-b2:4--spine-p1-2:4" in {f.id for f in again.findings}
+    late = await api.Diagnose(admin_pb2.DiagnoseRequest(page_size=1), ctx)
+    h.cut("tor-r2-b1:3--spine-p1-1:2")
+    h.advance(admin.DIAGNOSIS_REUSE_NS + S)
+    request = admin_pb2.DiagnoseRequest(page_size=5_000, page_token=late.next_page_token)
+    reply = await api.Diagnose(request, ctx)
+    assert "link_down:tor-r2-b1:3--spine-p1-1:2" in {f.id for f in reply.findings}
