@@ -41,7 +41,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from controller.core import roce
+from controller.core import cabling, roce
 from controller.core.clock import Now
 from controller.core.machine import DecisionCore, link_state_message
 from controller.core.planner import Planner
@@ -582,6 +582,8 @@ def alarm_cause(core: DecisionCore, a: AlarmRecord, now: Now) -> Cause:
             cnps = sw.nak_and_cnp_rates()[1].get(a.port, 0.0)
             evidence.append(Evidence("cnps_per_s", cnps, "1/s"))
             window_ns = sw.span_ns
+    elif a.kind == cabling.MISWIRE and a.switch in core.views:
+        evidence.extend(_heard(core, end))
     elif a.kind in ("target_unhealthy", "mastership_lost") and a.switch in core.views:
         h = core.views[a.switch].target_health
         if h is not None:
@@ -623,6 +625,21 @@ def alarm_cause(core: DecisionCore, a: AlarmRecord, now: Now) -> Cause:
         window_ns,
         impact,
     )
+
+
+def _heard(core: DecisionCore, end: End) -> list[Evidence]:
+    """Who a miswired port hears by LLDP and who the plan puts there (names: `text`), with
+    how long ago it last heard them."""
+    plan = core.cabling.plan
+    out = []
+    planned = plan.planned(end)
+    if planned is not None:
+        out.append(Evidence("planned", 0, "", cabling.describe(planned)))
+    report = core.views[end[0]].neighbors
+    for n in report.neighbors if report is not None else ():
+        if n.port == end[1]:
+            out.append(Evidence("hears", 0, "", cabling.describe(cabling.lldp_peer(n, plan))))
+    return out
 
 
 def alarm_causes(core: DecisionCore, now: Now) -> Iterable[Cause]:

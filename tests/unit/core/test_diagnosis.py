@@ -359,3 +359,22 @@ async def test_the_pages_after_the_first_read_the_ranking_the_first_made(
     request = admin_pb2.DiagnoseRequest(page_size=5_000, page_token=late.next_page_token)
     reply = await api.Diagnose(request, ctx)
     assert "link_down:tor-r2-b1:3--spine-p1-1:2" in {f.id for f in reply.findings}
+
+
+def test_a_miswire_names_who_the_port_hears_and_who_the_plan_puts_there() -> None:
+    h = Harness()
+    h.connect_all()
+    h.settle()
+    heard = control_pb2.LldpNeighbor(
+        port=3, chassis_id="spine-p1-2", port_id="1", system_name="spine-p1-2"
+    )
+    h.run(h.core.neighbors("tor-r1-b1", control_pb2.Neighbors(neighbors=[heard]), h.now))
+    ranked = {r.cause.id: r for r in diagnosis.diagnose(h.core, h.now)}
+    miswire = ranked["miswire:tor-r1-b1:3"]
+    assert (miswire.rank, miswire.cause.severity, miswire.cause.far) == (
+        1,
+        CRITICAL,
+        ("spine-p1-1", 1),
+    )
+    texts = {e.name: e.text for e in miswire.cause.evidence if e.text}
+    assert texts == {"planned": "spine-p1-1 port 1", "hears": "spine-p1-2 port 1"}
