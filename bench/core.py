@@ -6,7 +6,8 @@ What the daemon's figures are made of, without gRPC, TLS or a second process: th
 the inputs the agents' messages become (controller/core/machine.py) with a synthetic clock, and
 every call is timed. Phases, in order:
 
-- cold start: `DecisionCore.start` with nothing restored (every link out until reported);
+- cold start: `DecisionCore.start` with nothing restored (every link out until reported),
+  and Diagnose's ranking then (its worst case: every link down, no agent connected);
 - storm: a Hello from every switch with every cabled port up, one after the other, spread
   over `--storm-s` of the synthetic clock with the ticks the core asks for on the way; every
   switch acknowledges what it is sent at once (agents that ack at once);
@@ -265,6 +266,12 @@ def run(path: Path, cuts: int, seed: int, storm_s: float) -> dict[str, Any]:
     t0 = time.perf_counter()
     core.start(Restored(), clock.now)
     out["cold_start_s"] = round(time.perf_counter() - t0, 2)
+    # Diagnose's worst case: every link down, every switch without its agent (one ranking
+    # per read of its pages).
+    t0 = time.perf_counter()
+    cold = diagnosis.diagnose(core, clock.now)
+    out["diagnose_cold"] = {"findings": len(cold), "rank_s": round(time.perf_counter() - t0, 2)}
+    del cold
     out["rss_after_start_mib"] = round(_rss_mib())
 
     hellos, ticks = Calls(), Calls()
