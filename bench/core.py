@@ -6,7 +6,8 @@ What the daemon's figures are made of, without gRPC, TLS or a second process: th
 the inputs the agents' messages become (controller/core/machine.py) with a synthetic clock, and
 every call is timed. Phases, in order:
 
-- cold start: `DecisionCore.start` with nothing restored (every link out until reported);
+- cold start: `DecisionCore.start` with nothing restored (every link out until reported),
+  and Diagnose's ranking then (its worst case: every link down, no agent connected);
 - storm: a Hello from every switch with every cabled port up, one after the other, spread
   over `--storm-s` of the synthetic clock with the ticks the core asks for on the way; every
   switch acknowledges what it is sent at once (agents that ack at once);
@@ -14,6 +15,10 @@ every call is timed. Phases, in order:
 - cuts: for each kind (ToR-spine, spine-core), `--cuts` cables cut (PortStatus down from
   both ends), settled, and restored (PortStatus up from both ends, then the tick after the
   hold-down), settled: the time of each call, the switches it sends to and the bytes;
+- diagnose: a handful of faults left in place (a ToR-spine and a spine-core cable cut, a
+  spine's agent gone, a PFC storm on a ToR port, a port missing from a ToR's port map), then
+  the ranking alone (`controller.core.diagnosis.diagnose`) and the whole Diagnose answer
+  through the admin servicer (every page, default page size, in process: no gRPC), timed;
 - restart: `DecisionCore.start` again from what a store would hold with every link up.
 
 The figures come with their samples (calls, switches, messages). Figures only: nothing here
@@ -23,6 +28,7 @@ asserts a speed; the daemon's own figures are bench.swarm's.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import json
 import random
@@ -35,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from controller.core import diagnosis
 from controller.core.clock import Now
 from controller.core.effects import Effect, Push
 from controller.core.links import DampingParams
@@ -46,6 +53,7 @@ from controller.core.machine import (
 )
 from controller.core.planner import PlannedLink
 from controller.core.records import LinkRecord, Restored
+from controller.daemon import admin
 from controller.daemon.core_planner import CorePlanner, load_planner
 from controller.fabric import Role
 from controller.intent import IntentError
@@ -175,6 +183,75 @@ def _links_of(planner: CorePlanner, a: Role, b: Role) -> list[PlannedLink]:
     return [x for x in planner.links() if {role[x.a[0]], role[x.b[0]]} == {a, b}]
 
 
+class _Context:
+    """What the admin servicer uses of a grpc.aio.ServicerContext (bench: no server)."""
+
+    async def abort(self, code: object, details: str) -> None:
+        raise SystemExit(f"bench.core: Diagnose refused: {code}: {details}")
+
+
+def _diagnose(fabric: Fabric, planner: CorePlanner, rng: random.Random) -> dict[str, Any]:
+    """Leave a handful of faults, then time the ranking and the Diagnose answer."""
+    core, clock = fabric.core, fabric.clock
+    clock.advance(60 * 1_000_000_000)
+    role = {s.name: s.role for s in planner.switches()}
+    for roles in ((Role.TOR, Role.SPINE), (Role.SPINE, Role.CORE)):
+        candidates = _links_of(planner, *roles)
+        if candidates:
+            link = rng.choice(candidates)
+            fabric.settle(fabric.port(link.a, False) + fabric.port(link.b, False))
+    spines = [n for n, r in role.items() if r == admin_pb2.SWITCH_ROLE_SPINE]
+    tors = [n for n, r in role.items() if r == admin_pb2.SWITCH_ROLE_TOR]
+    if spines:
+        core.disconnected(rng.choice(spines), clock.now)
+    storm = rng.choice(tors)
+    port = min(core.views[storm].ports)
+    for storms in (0, 3):
+        clock.advance(5_000_000_000)
+        counters = control_pb2.Counters(wall_ns=clock.now.wall_ns)
+        counters.ports.add(port=port, pfc_watchdog_storms=storms, pfc_pause_tx=5000 * storms)
+        core.counters(storm, counters, clock.now)
+    unmapped = rng.choice([t for t in tors if t != storm])
+    hello = control_pb2.Hello(switch_name=unmapped, agent_version="bench.core")
+    gone = min(core.views[unmapped].ports)
+    for p in sorted(core.views[unmapped].ports | set(fabric.cabled.get(unmapped, ()))):
+        if p != gone:
+            hello.ports.add(port=p, oper_up=True)
+    fabric.settle(core.hello(hello, clock.now))
+
+    rank_s = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        ranked = diagnosis.diagnose(core, clock.now)
+        rank_s.append(time.perf_counter() - t0)
+    service = admin.AdminService(core)
+    context: Any = _Context()
+    answer_s, pages, biggest = [], 0, 0
+    findings: list[admin_pb2.Finding] = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        request = admin_pb2.DiagnoseRequest()
+        findings, pages = [], 0
+        while True:
+            reply = asyncio.run(service.Diagnose(request, context))
+            pages += 1
+            biggest = max(biggest, reply.ByteSize())
+            findings.extend(reply.findings)
+            if not reply.next_page_token:
+                break
+            request.page_token = reply.next_page_token
+        answer_s.append(time.perf_counter() - t0)
+    return {
+        "findings": len(ranked),
+        "root_causes": sum(1 for r in ranked if not r.explained_by),
+        "first": [f"{f.rank} {f.kind} {f.id}" for f in findings[:8]],
+        "rank_s_max": round(max(rank_s), 3),
+        "answer_s_max": round(max(answer_s), 3),
+        "pages": pages,
+        "page_bytes_max": biggest,
+    }
+
+
 def run(path: Path, cuts: int, seed: int, storm_s: float) -> dict[str, Any]:
     out: dict[str, Any] = {"fabric": str(path)}
     t0 = time.perf_counter()
@@ -189,6 +266,12 @@ def run(path: Path, cuts: int, seed: int, storm_s: float) -> dict[str, Any]:
     t0 = time.perf_counter()
     core.start(Restored(), clock.now)
     out["cold_start_s"] = round(time.perf_counter() - t0, 2)
+    # Diagnose's worst case: every link down, every switch without its agent (one ranking
+    # per read of its pages).
+    t0 = time.perf_counter()
+    cold = diagnosis.diagnose(core, clock.now)
+    out["diagnose_cold"] = {"findings": len(cold), "rank_s": round(time.perf_counter() - t0, 2)}
+    del cold
     out["rss_after_start_mib"] = round(_rss_mib())
 
     hellos, ticks = Calls(), Calls()
@@ -241,6 +324,7 @@ def run(path: Path, cuts: int, seed: int, storm_s: float) -> dict[str, Any]:
             "restore_tick": up.figures(),
         }
     out["applied"] = fabric.acks.figures()
+    out["diagnose"] = _diagnose(fabric, planner, rng)
 
     restored = Restored(
         meta={"topology_digest": topology_digest(planner), ROUTING_BASELINE: EVERY_LINK_USABLE},

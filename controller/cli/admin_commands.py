@@ -203,22 +203,79 @@ def _render_diagnosis(d: admin_pb2.DiagnoseResponse) -> list[str]:
     if not d.findings:
         return ["healthy: no findings"]
     head = "healthy (informational findings only)" if d.healthy else "PROBLEMS FOUND"
+    roots = sum(1 for f in d.findings if not f.explained_by)
+    head += f": {roots} root causes, most likely first ({len(d.findings)} findings)"
     return [
         head,
         *_table(
-            ["severity", "kind", "switch", "port", "finding"],
+            ["rank", "severity", "cause", "where", "evidence", "affected", "finding"],
             [
                 [
+                    "" if f.explained_by else f.rank,
                     _enum(f.severity, admin_pb2.Severity, "SEVERITY_"),
-                    f.kind,
-                    f.switch_name or "-",
-                    f.port or "-",
+                    f"`- {f.kind}" if f.explained_by else f.kind,
+                    _where(f),
+                    _evidence(f),
+                    _affected(f.affected),
                     f.message,
                 ]
                 for f in d.findings
             ],
         ),
     ]
+
+
+def _where(f: admin_pb2.Finding) -> str:
+    if not f.switch_name:
+        return "fabric"
+    here = f"{f.switch_name}:{f.port}" if f.port else f.switch_name
+    if f.HasField("far_end"):
+        return f"{here} - {f.far_end.switch_name}:{f.far_end.port}"
+    return here
+
+
+def _evidence(f: admin_pb2.Finding) -> str:
+    """The measurements as `name=value` with their units, and the window they cover."""
+    shown = []
+    for e in f.evidence:
+        if e.text:
+            value = e.text
+        elif e.unit == "s":
+            value = f"{e.value:.1f}s"
+        elif e.unit == "1/s":
+            value = f"{e.value:,.1f}/s"
+        elif float(e.value).is_integer():
+            value = f"{int(e.value):,}"
+        else:
+            value = f"{e.value:g}"
+        shown.append(f"{e.name}={value}")
+    if f.window_ns:
+        shown.append(f"over {f.window_ns / 1e9:g}s")
+    return " ".join(shown) or "-"
+
+
+def _affected(a: admin_pb2.FindingImpact) -> str:
+    """Counts and rails (the names are in --json)."""
+    parts = []
+    if a.tor_pairs_cut:
+        parts.append(f"CUTS {a.tor_pairs_cut:,} ToR pairs ({a.nic_pairs_cut:,} NIC pairs)")
+    if a.rails:
+        rails = list(a.rails)
+        run = rails == list(range(rails[0], rails[-1] + 1)) and len(rails) > 2
+        parts.append(
+            f"rails {rails[0]}-{rails[-1]}"
+            if run
+            else "rail" + ("s " if len(rails) > 1 else " ") + ",".join(map(str, rails))
+        )
+    if a.tor_count:
+        parts.append(f"{a.tor_count:,} ToRs" if a.tor_count > 1 else "1 ToR")
+    if a.tor_pairs:
+        parts.append(f"{a.tor_pairs:,} ToR pairs")
+    if a.named_pairs:
+        parts.append(
+            f"pairs {', '.join(a.named_pairs[:2])}" + ("..." if len(a.named_pairs) > 2 else "")
+        )
+    return "; ".join(parts) or "-"
 
 
 _Paged = TypeVar("_Paged", bound=Message)

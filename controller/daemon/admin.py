@@ -19,7 +19,7 @@ from typing import TypeVar, cast
 import grpc
 from google.protobuf.message import Message
 
-from controller.core import matrix
+from controller.core import diagnosis, matrix
 from controller.core.clock import Now
 from controller.core.drains import DrainConflict, DrainError, DrainNotFound, DrainRefused
 from controller.core.machine import DecisionCore, link_state_message
@@ -43,8 +43,6 @@ _SEVERITY = {
     "warning": admin_pb2.SEVERITY_WARNING,
     "critical": admin_pb2.SEVERITY_CRITICAL,
 }
-# Counter growth between two reports that diagnose calls out.
-PFC_STORM_PAUSES = 1000
 # How long GetTables waits for the agent's read-back (less when the caller's deadline is sooner).
 TABLES_DEADLINE_S = 5.0
 # Who a drain names on a plaintext controller (--insecure): nobody is known.
@@ -60,6 +58,10 @@ _DRAIN_STATUS = {
     DrainRefused: grpc.StatusCode.FAILED_PRECONDITION,
 }
 _Reply = TypeVar("_Reply", bound=Message)
+# Diagnose's pages after the first read the ranking the first one made, while it is this
+# young: one ranking per read of every page (a cold start of a 100k-GPU fabric has 135,168
+# links down, ranked in seconds), and the pages are of one list.
+DIAGNOSIS_REUSE_NS = 30_000_000_000
 
 
 def planned_link_info(link: PlannedLink) -> bytes:
@@ -147,6 +149,16 @@ class PlanIndex:
 
 
 @dataclass(frozen=True)
+class _HeldDiagnosis:
+    """The last ranking Diagnose made: for its request (without paging fields), when."""
+
+    query: str
+    mono_ns: int
+    keys: list[str]
+    kept: list[diagnosis.Ranked]
+
+
+@dataclass(frozen=True)
 class _Scope:
     """What a filtered answer is about: every switch, one switch by name, a rail's switches
     (both filters: that switch, when it is of that rail)."""
@@ -230,6 +242,7 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
         # The agents' sessions, for the requests that go to an agent (GetTables).
         self.sessions = sessions if sessions is not None else Sessions()
         self._index_cache: PlanIndex | None = None
+        self._diagnosis: _HeldDiagnosis | None = None
 
     # -- paging and filters
     def index(self) -> PlanIndex:
@@ -571,32 +584,35 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
         core = self.fabric
         rail = request.rail if request.HasField("rail") else None
         scope = await self._scope(context, request.switch_name, rail)
-        insecure = [_insecure_finding()] if self.insecure else []
-
-        sections = [
-            # Fabric-wide: whatever the filters.
-            Section(
-                range(len(insecure)),
-                lambda _pos: "insecure",
-                lambda key: 0 if key == "insecure" else None,
-                lambda _pos: insecure,
-            ),
-            self._link_section(
-                scope,
-                lambda key: not core.routable(key),
-                lambda link, _pos: link_finding(core, link),
-            ),
-            self._alarm_section(scope, _alarm_finding, fabric_wide=True),
-            self._switch_section(scope, lambda info: switch_findings(core.views[info.name])),
-        ]
+        at = now()
+        query = pages.query_digest(request)
+        held = self._diagnosis
+        if (
+            request.page_token
+            and held is not None
+            and held.query == query
+            and 0 <= at.mono_ns - held.mono_ns <= DIAGNOSIS_REUSE_NS
+        ):
+            keys, kept = held.keys, held.kept
+        else:
+            sources = list(diagnosis.SOURCES)
+            if self.insecure:  # fabric-wide, whatever the filters
+                sources.append(lambda _core, _now: (diagnosis.insecure_cause(),))
+            # The whole fabric is ranked, then filtered: a filtered answer keeps the fabric's
+            # ranks (rank 3 is the fabric's third cause), and pages follow one ranked order.
+            keys, kept = diagnosis_keys(
+                diagnosis.diagnose(core, at, sources), partial(_in_scope, scope)
+            )
+            self._diagnosis = _HeldDiagnosis(query, at.mono_ns, keys, kept)
 
         def answer(items: list[list[Message]]) -> admin_pb2.DiagnoseResponse:
             return admin_pb2.DiagnoseResponse(
-                findings=[f for section in items for f in _of(section, admin_pb2.Finding)],
-                healthy=healthy(core, scope, insecure=self.insecure),
+                findings=_of(items[0], admin_pb2.Finding),
+                healthy=healthy(core, scope, at, insecure=self.insecure),
             )
 
-        return await self._page(context, request, sections, answer)
+        section = SortedSection(keys, lambda pos: (finding_message(kept[pos]),))
+        return await self._page(context, request, [section], answer)
 
     async def ListInterfaces(
         self, request: admin_pb2.ListInterfacesRequest, context: _Ctx
@@ -801,77 +817,69 @@ class _EventSection(Section):
         return 0, 0
 
 
-def _insecure_finding() -> admin_pb2.Finding:
-    return admin_pb2.Finding(
-        severity=admin_pb2.SEVERITY_WARNING,
-        kind="insecure",
-        message="the controller runs in plaintext (--insecure): any process that "
-        "reaches its port can speak for any switch and read the whole fabric",
+def diagnosis_keys(
+    ranked: Sequence[diagnosis.Ranked], keep: Callable[[diagnosis.Cause], bool]
+) -> tuple[list[str], list[diagnosis.Ranked]]:
+    """The ranked findings `keep` keeps, with their page keys: sorted as the ranking is (the
+    root cause's rank, the place under it, the id), so a page goes on after the last item
+    given in the ranked order, whatever changed since."""
+    keys, kept = [], []
+    sub = 0
+    for r in ranked:
+        sub = sub + 1 if r.explained_by else 0
+        if keep(r.cause):
+            keys.append(f"{r.rank:08d}/{sub:08d}/{r.cause.id}")
+            kept.append(r)
+    return keys, kept
+
+
+def _in_scope(scope: _Scope, c: diagnosis.Cause) -> bool:
+    about = c.about()
+    if not about:
+        return True  # fabric-wide
+    if len(about) == 2:
+        return scope.link(about[0], about[1])
+    return scope(about[0])
+
+
+def finding_message(r: diagnosis.Ranked) -> admin_pb2.Finding:
+    """A ranked cause as admin.proto's Finding."""
+    c, impact = r.cause, r.cause.impact
+    shown = impact.tors[: diagnosis.NAMED_MAX]
+    f = admin_pb2.Finding(
+        severity=cast("admin_pb2.Severity.ValueType", c.severity),
+        kind=c.kind,
+        switch_name=c.switch,
+        port=c.port,
+        message=c.message,
+        rank=r.rank,
+        score=r.score,
+        basis=r.basis,
+        id=c.id,
+        explained_by=r.explained_by,
+        explains=r.explains,
+        evidence=[
+            admin_pb2.FindingEvidence(name=e.name, value=e.value, unit=e.unit, text=e.text)
+            for e in c.evidence
+        ],
+        window_ns=c.window_ns,
+        affected=admin_pb2.FindingImpact(
+            rails=impact.rails,
+            tor_count=len(impact.tors),
+            tors=shown,
+            tor_pairs=impact.tor_pairs,
+            tor_pairs_cut=impact.tor_pairs_cut,
+            nic_pairs_cut=impact.nic_pairs_cut,
+            named_pairs=[f"{a}->{b}" for a, b in impact.named_pairs],
+        ),
     )
+    if c.far is not None:
+        f.far_end.CopyFrom(admin_pb2.LinkEnd(switch_name=c.far[0], port=c.far[1]))
+    return f
 
 
-def link_finding(core: DecisionCore, link: PlannedLink) -> admin_pb2.Finding:
-    """What diagnose says of a link routing does not use."""
-    key = link.key
-    (a, a_port), (b, b_port) = link.a, link.b
-    reason = core.link_reason(key)
-    drain = core.drains.get(key)
-    if drain is not None:
-        # An operator's decision, not a fault: informational, whatever its carrier does.
-        return admin_pb2.Finding(
-            severity=admin_pb2.SEVERITY_INFO,
-            kind="drained",
-            switch_name=a,
-            port=a_port,
-            message=f"link {a}:{a_port} - {b}:{b_port} is {reason}; routes avoid it until "
-            f"`railctl undrain {drain.target}`",
-        )
-    state = admin_pb2.LinkState.Name(link_state_message(core.tracker.state(key)))
-    return admin_pb2.Finding(
-        severity=admin_pb2.SEVERITY_CRITICAL,
-        kind="link_down",
-        switch_name=a,
-        port=a_port,
-        message=f"link {a}:{a_port} - {b}:{b_port} is {state[11:].lower()}: {reason}",
-    )
-
-
-def _alarm_finding(a: AlarmRecord) -> admin_pb2.Finding:
-    return admin_pb2.Finding(
-        severity=_SEVERITY.get(a.severity, admin_pb2.SEVERITY_WARNING),
-        kind=a.kind,
-        switch_name=a.switch,
-        port=a.port,
-        message=a.message,
-    )
-
-
-def switch_findings(v: SwitchView) -> list[admin_pb2.Finding]:
-    """What diagnose says of one switch: its session or convergence, then its counters."""
-    out = []
-    if not v.connected:
-        out.append(
-            admin_pb2.Finding(
-                severity=admin_pb2.SEVERITY_CRITICAL,
-                kind="not_connected",
-                switch_name=v.name,
-                message=f"{v.name}: no agent session",
-            )
-        )
-    elif not v.converged:
-        out.append(
-            admin_pb2.Finding(
-                severity=admin_pb2.SEVERITY_WARNING,
-                kind="not_converged",
-                switch_name=v.name,
-                message=f"{v.name}: {v.not_converged_reason}",
-            )
-        )
-    return out + _counter_findings(v)
-
-
-def healthy(core: DecisionCore, scope: _Scope, *, insecure: bool) -> bool:
-    """Nothing above INFO among the findings of `scope` (every page's, read without building
+def healthy(core: DecisionCore, scope: _Scope, at: Now, *, insecure: bool) -> bool:
+    """Nothing above INFO among the findings of `scope` (every page's, read without ranking
     them: the answer of every page of a diagnosis)."""
     info = admin_pb2.SEVERITY_INFO
     if insecure:
@@ -886,41 +894,10 @@ def healthy(core: DecisionCore, scope: _Scope, *, insecure: bool) -> bool:
         if (not alarm.switch or scope(alarm.switch)) and severity > info:
             return False
     for name, v in core.views.items():
-        if scope(name) and any(f.severity > info for f in switch_findings(v)):
-            return False
-    return True
-
-
-def _counter_findings(v: SwitchView) -> list[admin_pb2.Finding]:
-    """Drops, ECN marks and PFC storms that grew between the last two counter reports."""
-    if v.last_counters is None or v.prev_counters is None:
-        return []
-    before = {p.port: p for p in v.prev_counters.ports}
-    out = []
-    for cur in v.last_counters.ports:
-        old = before.get(cur.port)
-        if old is None:
+        if not scope(name):
             continue
-        grew = {
-            "drops": cur.drops - old.drops,
-            "ecn_marks": cur.ecn_marks - old.ecn_marks,
-            "pfc_storm": cur.pfc_watchdog_storms - old.pfc_watchdog_storms,
-            "pfc_pause": cur.pfc_pause_tx - old.pfc_pause_tx,
-        }
-        for kind, n in grew.items():
-            if n <= 0 or (kind == "pfc_pause" and n < PFC_STORM_PAUSES):
-                continue
-            severity = (
-                admin_pb2.SEVERITY_INFO if kind == "ecn_marks" else admin_pb2.SEVERITY_WARNING
-            )
-            out.append(
-                admin_pb2.Finding(
-                    severity=severity,
-                    kind=kind,
-                    switch_name=v.name,
-                    port=cur.port,
-                    message=f"{v.name} port {cur.port}: {kind.replace('_', ' ')} +{n} since the "
-                    "previous counter report",
-                )
-            )
-    return out
+        if diagnosis.switch_session(v, at) is not None:
+            return False  # not connected (critical), not converged (warning)
+        if any(kind != "ecn_marks" for _port, kind, _n in diagnosis.counter_growth(v)):
+            return False  # ECN marks alone are INFO
+    return True

@@ -1531,8 +1531,9 @@ class DiagnoseRequest(_message.Message):
     rail: _builtins.int
     """Only findings about switches of this rail, and the fabric-wide ones; absent: every rail."""
     page_size: _builtins.int
-    """Paging (see the service): findings come as the plaintext warning, links, alarms, then
-    switches.
+    """Paging (see the service): findings come in their ranked order (`Finding.rank`, each root
+    cause followed by the findings it explains). The pages after the first read the ranking
+    the first page made (for up to 30 s): the pages of one read are one ranked list.
     """
     page_token: _builtins.str
     def __init__(
@@ -1555,6 +1556,11 @@ Global___DiagnoseRequest: _TypeAlias = DiagnoseRequest  # noqa: Y015
 
 @_typing.final
 class Finding(_message.Message):
+    """A finding, ranked (controller/core/diagnosis.py). Root causes come most likely first;
+    after each, the findings it explains (its symptoms: the alarms and counters on a down link's
+    ends, the NAKs on a congested port, the switches not converged because of it).
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SEVERITY_FIELD_NUMBER: _builtins.int
@@ -1562,12 +1568,52 @@ class Finding(_message.Message):
     SWITCH_NAME_FIELD_NUMBER: _builtins.int
     PORT_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
+    RANK_FIELD_NUMBER: _builtins.int
+    SCORE_FIELD_NUMBER: _builtins.int
+    BASIS_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
+    EXPLAINED_BY_FIELD_NUMBER: _builtins.int
+    EXPLAINS_FIELD_NUMBER: _builtins.int
+    FAR_END_FIELD_NUMBER: _builtins.int
+    EVIDENCE_FIELD_NUMBER: _builtins.int
+    WINDOW_NS_FIELD_NUMBER: _builtins.int
+    AFFECTED_FIELD_NUMBER: _builtins.int
     severity: Global___Severity.ValueType
     kind: _builtins.str
     """"link_down", "miswire", "not_converged", "drops", "ecn_marks", "pfc_storm", ..."""
     switch_name: _builtins.str
     port: _builtins.int
     message: _builtins.str
+    rank: _builtins.int
+    """1 for the most likely root cause; a symptom has the rank of the root cause it is grouped
+    under (`explained_by`).
+    """
+    score: _builtins.float
+    """What the rank is ordered by (higher first) and how it was made ("critical; link_down
+    (weight 14 of 20); explains 3; 1,599 ToR pairs").
+    """
+    basis: _builtins.str
+    id: _builtins.str
+    """Stable identity ("link_down:tor-r1-b1:3--spine-p1-1:1", "roce_congestion:spine-p1-1:2")."""
+    explained_by: _builtins.str
+    """The id of the root cause this finding is grouped under; "" for a root cause."""
+    explains: _builtins.int
+    """How many findings are grouped under this one (a root cause's)."""
+    window_ns: _builtins.int
+    @_builtins.property
+    def far_end(self) -> Global___LinkEnd:
+        """The link's other end, when the finding is about a link (or a port cabled to a switch)."""
+
+    @_builtins.property
+    def evidence(self) -> _containers.RepeatedCompositeFieldContainer[Global___FindingEvidence]:
+        """The measurements behind it, each a number with its unit, and what they cover: the
+        window in nanoseconds (0: an instant, or a state's age given as evidence).
+        """
+
+    @_builtins.property
+    def affected(self) -> Global___FindingImpact:
+        """Who it cuts off or disturbs."""
+
     def __init__(
         self,
         *,
@@ -1576,14 +1622,113 @@ class Finding(_message.Message):
         switch_name: _builtins.str = ...,
         port: _builtins.int = ...,
         message: _builtins.str = ...,
+        rank: _builtins.int = ...,
+        score: _builtins.float = ...,
+        basis: _builtins.str = ...,
+        id: _builtins.str = ...,
+        explained_by: _builtins.str = ...,
+        explains: _builtins.int = ...,
+        far_end: Global___LinkEnd | None = ...,
+        evidence: _abc.Iterable[Global___FindingEvidence] | None = ...,
+        window_ns: _builtins.int = ...,
+        affected: Global___FindingImpact | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["affected", b"affected", "far_end", b"far_end"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "message", b"message", "port", b"port", "severity", b"severity", "switch_name", b"switch_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affected", b"affected", "basis", b"basis", "evidence", b"evidence", "explained_by", b"explained_by", "explains", b"explains", "far_end", b"far_end", "id", b"id", "kind", b"kind", "message", b"message", "port", b"port", "rank", b"rank", "score", b"score", "severity", b"severity", "switch_name", b"switch_name", "window_ns", b"window_ns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Finding: _TypeAlias = Finding  # noqa: Y015
+
+@_typing.final
+class FindingEvidence(_message.Message):
+    """One measurement behind a finding. A list of named values rather than a field per kind:
+    each source (links, RoCE counters, cabling, latency) has its own measures, and a new source
+    adds its own without a new message; the value is always a number, never text to parse.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    UNIT_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """"down_for", "flaps", "naks_per_s", "cnps_per_s", "nak_flows", "pause_frames", ..."""
+    value: _builtins.float
+    unit: _builtins.str
+    """"s", "1/s", "count", "frames", "packets", "generations"."""
+    text: _builtins.str
+    """A fact that is a name rather than a number (who a miswired port hears); "" otherwise."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        value: _builtins.float = ...,
+        unit: _builtins.str = ...,
+        text: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "text", b"text", "unit", b"unit", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FindingEvidence: _TypeAlias = FindingEvidence  # noqa: Y015
+
+@_typing.final
+class FindingImpact(_message.Message):
+    """What a finding affects: the ToRs beneath it (their traffic to the rest of the fabric may
+    cross it), their rails, and the ToR pairs it cuts off entirely.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RAILS_FIELD_NUMBER: _builtins.int
+    TOR_COUNT_FIELD_NUMBER: _builtins.int
+    TORS_FIELD_NUMBER: _builtins.int
+    TOR_PAIRS_FIELD_NUMBER: _builtins.int
+    TOR_PAIRS_CUT_FIELD_NUMBER: _builtins.int
+    NIC_PAIRS_CUT_FIELD_NUMBER: _builtins.int
+    NAMED_PAIRS_FIELD_NUMBER: _builtins.int
+    tor_count: _builtins.int
+    """ToRs beneath it, and the first of them by name (at most 16)."""
+    tor_pairs: _builtins.int
+    """ToR pairs with one end beneath it and one elsewhere: those whose ECMP paths may cross it
+    (an upper bound: ECMP spreads them over its parallel links).
+    """
+    tor_pairs_cut: _builtins.int
+    """ToR pairs, and NIC pairs behind them, with no path left because of it."""
+    nic_pairs_cut: _builtins.int
+    @_builtins.property
+    def rails(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def tors(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def named_pairs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """ToR pairs the evidence names ("tor-r1-b1->tor-r1-b2": the NAK-ing flows' requester and
+        responder), at most 16.
+        """
+
+    def __init__(
+        self,
+        *,
+        rails: _abc.Iterable[_builtins.int] | None = ...,
+        tor_count: _builtins.int = ...,
+        tors: _abc.Iterable[_builtins.str] | None = ...,
+        tor_pairs: _builtins.int = ...,
+        tor_pairs_cut: _builtins.int = ...,
+        nic_pairs_cut: _builtins.int = ...,
+        named_pairs: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["named_pairs", b"named_pairs", "nic_pairs_cut", b"nic_pairs_cut", "rails", b"rails", "tor_count", b"tor_count", "tor_pairs", b"tor_pairs", "tor_pairs_cut", b"tor_pairs_cut", "tors", b"tors"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FindingImpact: _TypeAlias = FindingImpact  # noqa: Y015
 
 @_typing.final
 class DiagnoseResponse(_message.Message):
@@ -1597,7 +1742,9 @@ class DiagnoseResponse(_message.Message):
     next_page_token: _builtins.str
     """Empty on the last page."""
     @_builtins.property
-    def findings(self) -> _containers.RepeatedCompositeFieldContainer[Global___Finding]: ...
+    def findings(self) -> _containers.RepeatedCompositeFieldContainer[Global___Finding]:
+        """Ranked: see Finding."""
+
     def __init__(
         self,
         *,

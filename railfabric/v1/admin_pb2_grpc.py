@@ -220,7 +220,8 @@ class FabricAdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Diagnose(self, request, context):
-        """One-command fault localisation. Paged; filters.
+        """One-command fault localisation: findings ranked, root causes first with what they explain
+        (see Finding). Paged; filters.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

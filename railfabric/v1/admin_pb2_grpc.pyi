@@ -73,7 +73,9 @@ class FabricAdminStub:
     PredictPath: _grpc.UnaryUnaryMultiCallable[_admin_pb2.PredictPathRequest, _admin_pb2.PredictPathResponse]
     """The hop-by-hop path a flow takes, with the data plane's own hash and member order."""
     Diagnose: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DiagnoseRequest, _admin_pb2.DiagnoseResponse]
-    """One-command fault localisation. Paged; filters."""
+    """One-command fault localisation: findings ranked, root causes first with what they explain
+    (see Finding). Paged; filters.
+    """
     ListInterfaces: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListInterfacesRequest, _admin_pb2.ListInterfacesResponse]
     """Per-port observed state and counters (`railctl interfaces`, `counters`, `pfc`, `ecn`)."""
     ListLldp: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListLldpRequest, _admin_pb2.ListLldpResponse]
@@ -156,7 +158,9 @@ class FabricAdminAsyncStub(FabricAdminStub):
     PredictPath: _aio.UnaryUnaryMultiCallable[_admin_pb2.PredictPathRequest, _admin_pb2.PredictPathResponse]  # type: ignore[assignment]
     """The hop-by-hop path a flow takes, with the data plane's own hash and member order."""
     Diagnose: _aio.UnaryUnaryMultiCallable[_admin_pb2.DiagnoseRequest, _admin_pb2.DiagnoseResponse]  # type: ignore[assignment]
-    """One-command fault localisation. Paged; filters."""
+    """One-command fault localisation: findings ranked, root causes first with what they explain
+    (see Finding). Paged; filters.
+    """
     ListInterfaces: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListInterfacesRequest, _admin_pb2.ListInterfacesResponse]  # type: ignore[assignment]
     """Per-port observed state and counters (`railctl interfaces`, `counters`, `pfc`, `ecn`)."""
     ListLldp: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListLldpRequest, _admin_pb2.ListLldpResponse]  # type: ignore[assignment]
@@ -284,7 +288,9 @@ class FabricAdminServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.DiagnoseRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.DiagnoseResponse, _abc.Awaitable[_admin_pb2.DiagnoseResponse]]:
-        """One-command fault localisation. Paged; filters."""
+        """One-command fault localisation: findings ranked, root causes first with what they explain
+        (see Finding). Paged; filters.
+        """
 
     @_abc_1.abstractmethod
     def ListInterfaces(
