@@ -186,8 +186,12 @@ def _add_probing(state: state_pb2.DesiredState, routing: FabricRouting, x: int) 
     probing.slow_rtt_us = lat.slow_rtt_us
     d = topo.dest_of[x]
     if d >= 0 and lat.mesh:
+        switches = topo.fabric.switches
         probing.address = probe_address(routing, topo.names[x])
-        probing.targets.MergeFrom(_probe_targets(routing)[d].targets)
+        add = probing.targets.add
+        for t in mesh_targets(routing)[d]:
+            tor = switches[topo.dest_switch[t]]
+            add(name=tor.name, address=tor.gateway_ipv4)
 
 
 def probe_address(routing: FabricRouting, tor: str) -> int:
@@ -242,31 +246,10 @@ def mesh_targets(routing: FabricRouting) -> list[tuple[int, ...]]:
     return out
 
 
+# Compiled fabric -> its mesh_targets, computed once: every ToR's state reads its own row.
 _MESH_TARGETS: weakref.WeakKeyDictionary[object, list[tuple[int, ...]]] = (
     weakref.WeakKeyDictionary()
 )
-# Compiled fabric -> per ToR its Probing.targets (a Probing holding them only), built once.
-_PROBE_TARGETS: weakref.WeakKeyDictionary[object, list[state_pb2.Probing]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _probe_targets(routing: FabricRouting) -> list[state_pb2.Probing]:
-    topo = routing.topo
-    hit = _PROBE_TARGETS.get(topo)
-    if hit is None:
-        tors = [topo.fabric.switches[x] for x in topo.dest_switch]
-        names = [sw.name for sw in tors]
-        addresses = [sw.gateway_ipv4 for sw in tors]
-        hit = []
-        for targets in mesh_targets(routing):
-            holder = state_pb2.Probing()
-            add = holder.targets.add
-            for t in targets:
-                add(name=names[t], address=addresses[t])
-            hit.append(holder)
-        _PROBE_TARGETS[topo] = hit
-    return hit
 
 
 def matrix_classes(routing: FabricRouting) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from controller.export import probe_address
 from controller.fabric import CPU_PORT, ipv4_str
 from controller.routing import FabricRouting, Group
 from railfabric import ecmp, latency
@@ -251,9 +252,8 @@ def predict_probe(
         raise PathError(f"{src_tor}:{port} is not an uplink")
     if not routing.link_live[owner[1]]:
         raise PathError(f"{src_tor}:{port} is down: no probe leaves on it")
-    fabric = topo.fabric
-    src_address = fabric.switches[src].gateway_ipv4
-    dst_address = fabric.switches[dst].gateway_ipv4
+    src_address = probe_address(routing, src_tor)
+    dst_address = probe_address(routing, dst_tor)
     request = _probe_leg(
         routing,
         probe_flow(src_address, dst_address),
