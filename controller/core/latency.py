@@ -102,21 +102,24 @@ EMPTY: Final = Stats(0, 0, 0, None, None)
 
 
 class Slot:
-    """The reports that arrived in one slot, summed by cable and by mesh key."""
+    """The reports that arrived in one slot, summed by cable and by mesh key (a fine slot)
+    or rail pair (a coarse one: ToR pairs are too many to keep over the baseline, 2.56 M at
+    100k GPUs, and too rarely probed to have a baseline of their own)."""
 
-    __slots__ = ("index", "links", "mesh", "reports", "results")
+    __slots__ = ("index", "links", "mesh", "rails", "reports", "results")
 
     def __init__(self, index: int) -> None:
         self.index = index
         self.links: dict[str, Acc] = {}
         self.mesh: dict[MeshKey, Acc] = {}
+        self.rails: dict[RailPair, Acc] = {}
         self.reports = 0
         self.results = 0
 
     def absorb(self, other: Slot) -> None:
         """Take `other`'s sums (its histograms are reused: it is dropped)."""
         _absorb(self.links, other.links)
-        _absorb(self.mesh, other.mesh)
+        _absorb(self.rails, other.rails)
         self.reports += other.reports
         self.results += other.results
 
@@ -159,10 +162,12 @@ class Fabric:
 
 @dataclass(frozen=True, slots=True)
 class Period:
-    """A window or baseline as read at one time: per cable and per mesh key, the sums."""
+    """A window or baseline as read at one time: per cable and per mesh key (a window) or
+    rail pair (a baseline), the sums."""
 
     links: Mapping[str, Acc]
     mesh: Mapping[MeshKey, Acc]
+    rails: Mapping[RailPair, Acc]
     reports: int
     results: int
 
@@ -194,7 +199,7 @@ class LatencyWindows:
         fit the plan (a port without a cable, a target that is not a ToR) or does not hold
         together is left out and said in the list returned."""
         n = max(mono_ns // self.slot_ns, self._last)
-        self._advance(n)
+        self._advance(n, fabric.rail_of_tor)
         fine = self.fine
         if not fine or fine[-1].index != n:
             fine.append(Slot(n))
@@ -235,7 +240,7 @@ class LatencyWindows:
             slot.results += 1
         return problems
 
-    def _advance(self, n: int) -> None:
+    def _advance(self, n: int, rail_of: Mapping[str, int]) -> None:
         """Slot `n` is the newest: fine slots out of the window go to their coarse slot, coarse
         slots older than the baseline go."""
         self._last = n
@@ -244,6 +249,7 @@ class LatencyWindows:
         fine, coarse = self.fine, self.coarse
         while fine and fine[0].index <= edge:
             old = fine.popleft()
+            old.rails, old.mesh = rail_sums(old.mesh, rail_of), {}
             c = old.index // k
             if coarse and coarse[-1].index == c:
                 coarse[-1].absorb(old)
@@ -266,8 +272,9 @@ class LatencyWindows:
         n = now_mono_ns // self.slot_ns
         return _sum([s for s in self.fine if n - slots < s.index <= n])
 
-    def baseline(self, now_mono_ns: int) -> Period:
-        """The baseline period at `now_mono_ns` (cached: it changes once a slot)."""
+    def baseline(self, now_mono_ns: int, rail_of: Mapping[str, int]) -> Period:
+        """The baseline period at `now_mono_ns`: per cable and rail pair (cached: it changes
+        once a slot)."""
         n = now_mono_ns // self.slot_ns
         cached = self._baseline_cache
         if cached is not None and cached[0] == n and n <= self._last:
@@ -275,9 +282,13 @@ class LatencyWindows:
         edge = n - SLOTS_PER_WINDOW
         k = self.per_coarse
         oldest = edge // k - COARSE_SLOTS
-        slots = [s for s in self.coarse if s.index >= oldest] + [
-            s for s in self.fine if s.index <= edge and s.index // k >= oldest
-        ]
+        slots = [s for s in self.coarse if s.index >= oldest]
+        for s in self.fine:
+            if s.index <= edge and s.index // k >= oldest:  # not rolled yet
+                rolled = Slot(s.index)
+                rolled.links, rolled.rails = s.links, rail_sums(s.mesh, rail_of)
+                rolled.reports, rolled.results = s.reports, s.results
+                slots.append(rolled)
         period = _sum(slots)
         if n <= self._last:  # no slot older than `edge` can change any more
             self._baseline_cache = (n, period)
@@ -286,20 +297,22 @@ class LatencyWindows:
     def memory_items(self) -> tuple[int, int]:
         """(slots, histograms) kept: what the windows' memory grows with."""
         slots = list(self.fine) + list(self.coarse)
-        return len(slots), sum(len(s.links) + len(s.mesh) for s in slots)
+        return len(slots), sum(len(s.links) + len(s.mesh) + len(s.rails) for s in slots)
 
 
 def _sum(slots: Sequence[Slot]) -> Period:
     """The slots summed, by key (a slot alone is read as is, not copied)."""
     if len(slots) == 1:
         s = slots[0]
-        return Period(s.links, s.mesh, s.reports, s.results)
+        return Period(s.links, s.mesh, s.rails, s.reports, s.results)
     links: dict[str, Acc] = {}
     mesh: dict[MeshKey, Acc] = {}
+    rails: dict[RailPair, Acc] = {}
     for s in slots:
         _absorb(links, s.links, copy=True)
         _absorb(mesh, s.mesh, copy=True)
-    return Period(links, mesh, sum(s.reports for s in slots), sum(s.results for s in slots))
+        _absorb(rails, s.rails, copy=True)
+    return Period(links, mesh, rails, sum(s.reports for s in slots), sum(s.results for s in slots))
 
 
 # -- what the windows say -----------------------------------------------------------------
@@ -361,19 +374,25 @@ def judge_all(
 
 
 def bad_pairs(
-    params: LatencyParams, window: Mapping[MeshKey, Acc], baseline: Mapping[MeshKey, Acc]
+    params: LatencyParams,
+    window: Mapping[MeshKey, Acc],
+    baseline: Mapping[RailPair, Acc],
+    rail_of: Mapping[str, int],
 ) -> dict[Pair, list[int]]:
     """The ToR pairs the outlier rule finds bad, each with the uplinks (0: the merged ones) to
-    blame. Each uplink reported on its own is judged against the pair's baseline (the agent
-    reports one alone only while it is lossy or slow, so it rarely has a baseline of its own),
-    and so is the pair as a whole; a pair bad only as a whole blames all its uplinks."""
-    base = pair_sums(baseline)
+    blame. A ToR pair's baseline is its rail pair's (a pair is probed every few minutes at
+    scale: too few samples of its own). Each uplink reported on its own is judged against it
+    (the agent reports one alone while it is lossy or slow), and so is the pair as a whole; a
+    pair bad only as a whole blames all its uplinks."""
     by_pair: dict[Pair, list[tuple[int, Acc]]] = {}
     for (src, dst, port), acc in window.items():
         by_pair.setdefault((src, dst), []).append((port, acc))
     out: dict[Pair, list[int]] = {}
     for pair, results in by_pair.items():
-        b = base.get(pair)
+        src, dst = pair
+        if src not in rail_of or dst not in rail_of:
+            continue  # gone with a reload
+        b = baseline.get((rail_of[src], rail_of[dst]))
         ports = sorted(port for port, acc in results if judge(params, acc, b).outlier)
         if not ports and len(results) > 1:
             whole = Acc()
@@ -428,7 +447,9 @@ def outliers(
     predicts them, or their first hop, the uplink's cable, when it cannot."""
     links = judge_all(params, window.links, baseline.links)
     crossed: dict[str, list[Pair]] = {}
-    for (src, dst), ports in sorted(bad_pairs(params, window.mesh, baseline.mesh).items()):
+    for (src, dst), ports in sorted(
+        bad_pairs(params, window.mesh, baseline.rails, fabric.rail_of_tor).items()
+    ):
         blamed: set[str] = set()
         for port in ports:
             path = probe_path(src, port, dst)
@@ -461,3 +482,82 @@ def outliers(
         out.append((rank, record))
     out.sort(key=lambda r: r[0])
     return [r for _, r in out]
+
+
+# -- the heat map's cells ------------------------------------------------------------------
+
+
+class By(Enum):
+    TOR = "tor"
+    RAIL = "rail"
+    LINK = "link"
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One cell of the heat map: a ToR pair (src -> dst), a rail pair, or a cable (its two
+    ends, `src` being the plan's first end). `key` orders the cells (pages go by it)."""
+
+    key: str
+    src: str
+    dst: str
+    src_rail: int
+    dst_rail: int
+    link: str
+    src_port: int
+    dst_port: int
+    judged: Judged
+
+
+@dataclass(frozen=True, slots=True)
+class Heat:
+    """The cells of a window, sorted by key, and what the window held."""
+
+    cells: Sequence[Cell]
+    reports: int
+    results: int
+    # Answered probes of the window, over every cell shown (link, or mesh probes).
+    samples: int
+
+
+def heat(
+    by: By,
+    params: LatencyParams,
+    window: Period,
+    baseline: Period,
+    *,
+    fabric: Fabric,
+    ends: Mapping[str, tuple[End, End]],
+    rail_of: Mapping[str, int],
+) -> Heat:
+    """The heat map `by` ToR pair, rail pair or cable (`rail_of`: every switch's rail). A ToR
+    pair is judged as bad_pairs does, a rail pair against its own baseline, a cable against
+    its own."""
+    cells: list[Cell] = []
+    if by is By.LINK:
+        for key, acc in window.links.items():
+            e = ends.get(key)
+            if e is None:
+                continue  # gone with a reload
+            (a, pa), (b, pb) = e
+            j = judge(params, acc, baseline.links.get(key))
+            cells.append(Cell(key, a, b, rail_of.get(a, -1), rail_of.get(b, -1), key, pa, pb, j))
+    elif by is By.RAIL:
+        for (sr, dr), acc in rail_sums(window.mesh, fabric.rail_of_tor).items():
+            j = judge(params, acc, baseline.rails.get((sr, dr)))
+            cells.append(Cell(f"{sr:09d}>{dr:09d}", "", "", sr, dr, "", 0, 0, j))
+    else:
+        tor_rail = fabric.rail_of_tor
+        bad = bad_pairs(params, window.mesh, baseline.rails, tor_rail)
+        for (src, dst), acc in pair_sums(window.mesh).items():
+            if src not in tor_rail or dst not in tor_rail:
+                continue
+            sr, dr = tor_rail[src], tor_rail[dst]
+            j = judge(params, acc, baseline.rails.get((sr, dr)))
+            if j.outlier != ((src, dst) in bad):
+                j = Judged(
+                    j.window, j.baseline_p99_ns, j.baseline_samples, not j.outlier, j.excess_ns
+                )
+            cells.append(Cell(f"{src}>{dst}", src, dst, sr, dr, "", 0, 0, j))
+    cells.sort(key=lambda c: c.key)
+    return Heat(cells, window.reports, window.results, sum(c.judged.window.samples for c in cells))

@@ -612,7 +612,7 @@ class DecisionCore:
         return latency.outliers(
             w.params,
             w.window(now.mono_ns, slots),
-            w.baseline(now.mono_ns),
+            w.baseline(now.mono_ns, self.latency_fabric.rail_of_tor),
             fabric=self.latency_fabric,
             ends=self.link_ends,
             probe_path=self.planner.probe_path,

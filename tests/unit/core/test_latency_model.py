@@ -25,6 +25,7 @@ from controller.core.latency import (
     Period,
     Stats,
     outliers,
+    rail_sums,
 )
 from railfabric.latency import merge
 from railfabric.v1 import control_pb2
@@ -127,7 +128,9 @@ class LatencyModel(RuleBasedStateMachine):
                 acc.sent += p.sent
                 acc.received += p.received
                 merge(acc.hist, p.bucket_index, p.bucket_count)
-        return Period(links, mesh, len(keep), sum(len(r.probes) for r in keep))
+        return Period(
+            links, mesh, rail_sums(mesh, TORS), len(keep), sum(len(r.probes) for r in keep)
+        )
 
     def expected(self, slots: int) -> tuple[Period, Period]:
         slot_ns = self.windows.slot_ns
@@ -148,20 +151,25 @@ class LatencyModel(RuleBasedStateMachine):
         for slots in (1, 3, SLOTS_PER_WINDOW):
             want_w, want_b = self.expected(slots)
             got_w = self.windows.window(self.now, slots)
-            for want, got in ((want_w, got_w), (want_b, self.windows.baseline(self.now))):
+            for want, got in ((want_w, got_w), (want_b, self.windows.baseline(self.now, TORS))):
                 assert {k: Stats.of(a) for k, a in got.links.items()} == {
                     k: Stats.of(a) for k, a in want.links.items()
                 }
-                assert {k: Stats.of(a) for k, a in got.mesh.items()} == {
-                    k: Stats.of(a) for k, a in want.mesh.items()
-                }
+                if got is got_w:  # a window by mesh key; a baseline by rail pair only
+                    assert {k: Stats.of(a) for k, a in got.mesh.items()} == {
+                        k: Stats.of(a) for k, a in want.mesh.items()
+                    }
+                else:
+                    assert {k: Stats.of(a) for k, a in got.rails.items()} == {
+                        k: Stats.of(a) for k, a in want.rails.items()
+                    }
                 assert (got.reports, got.results) == (want.reports, want.results)
         want_w, want_b = self.expected(SLOTS_PER_WINDOW)
         kwargs = {"fabric": FABRIC, "ends": ENDS, "probe_path": probe_path}
         assert outliers(PARAMS, want_w, want_b, **kwargs) == outliers(  # type: ignore[arg-type]
             PARAMS,
             self.windows.window(self.now),
-            self.windows.baseline(self.now),
+            self.windows.baseline(self.now, TORS),
             **kwargs,  # type: ignore[arg-type]
         )
 

@@ -113,7 +113,12 @@ def feed(
 
 def ranked(w: LatencyWindows, now: int) -> list:  # type: ignore[type-arg]
     return outliers(
-        w.params, w.window(now), w.baseline(now), fabric=FABRIC, ends=ENDS, probe_path=probe_path
+        w.params,
+        w.window(now),
+        w.baseline(now, TORS),
+        fabric=FABRIC,
+        ends=ENDS,
+        probe_path=probe_path,
     )
 
 
@@ -162,7 +167,7 @@ def test_first_hops_are_blamed_when_the_path_cannot_be_predicted() -> None:
     found = outliers(
         w.params,
         w.window(1109 * S),
-        w.baseline(1109 * S),
+        w.baseline(1109 * S, TORS),
         fabric=FABRIC,
         ends=ENDS,
         probe_path=lambda _s, _p, _d: None,
