@@ -189,6 +189,7 @@ class DecisionCore:
         self.latency = latency.LatencyWindows(planner.latency)
         self.latency_fabric = latency.Fabric({}, {})
         self.link_ends: dict[str, tuple[End, End]] = {}
+        self.switch_rails: dict[str, int] = {}
 
     # -- start-up and reload
     def start(self, restored: Restored, now: Now) -> list[Effect]:
@@ -368,6 +369,7 @@ class DecisionCore:
         self.roce.params = planner.roce
         self.roce.keep_only(self.views)
         self.link_ends = {k: (link.a, link.b) for k, link in self._links.items()}
+        self.switch_rails = {i.name: i.rail for i in planner.switches()}
         self.latency_fabric = latency.Fabric.of(
             ((k, link.a, link.b) for k, link in self._links.items()),
             {i.name: i.rail for i in planner.switches() if i.role == admin_pb2.SWITCH_ROLE_TOR},
@@ -617,6 +619,24 @@ class DecisionCore:
             ends=self.link_ends,
             probe_path=self.planner.probe_path,
         )
+
+    def latency_heat(
+        self, by: latency.By, now: Now, window_ns: int | None = None
+    ) -> tuple[latency.Heat, int]:
+        """The heat map's cells `by` ToR pair, rail pair or cable over `window_ns` (as
+        latency_outliers reads it), and the window's length in ns: read only."""
+        w = self.latency
+        slots, span_ns = w.window_slots(now.mono_ns, window_ns)
+        heat = latency.heat(
+            by,
+            w.params,
+            w.window(now.mono_ns, slots),
+            w.baseline(now.mono_ns, self.latency_fabric.rail_of_tor),
+            fabric=self.latency_fabric,
+            ends=self.link_ends,
+            rail_of=self.switch_rails,
+        )
+        return heat, span_ns
 
     def roce_answer(self, switch: str = "") -> admin_pb2.RoceResponse:
         """GetRoce's answer (controller/core/roce.py): read-only."""
