@@ -73,7 +73,7 @@ def _walk_bytes(windows: LatencyWindows) -> int:
             for key, acc in d.items():
                 if isinstance(key, tuple):
                     total += size(key)
-                total += size(acc) + size(acc.hist)
+                total += size(acc)
     return total
 
 
@@ -81,6 +81,7 @@ def run(fabric_path: Path, periods: int, slow: int, seed: int) -> dict[str, obje
     fabric = load_fabric(fabric_path)
     rng = random.Random(seed)
     tors = [s.name for s in fabric.switches if s.role == Role.TOR]
+    position = {t: i for i, t in enumerate(tors)}
     tor_rails = {
         s.name: s.rail for s in fabric.switches if s.role == Role.TOR and s.rail is not None
     }
@@ -114,8 +115,9 @@ def run(fabric_path: Path, periods: int, slow: int, seed: int) -> dict[str, obje
         if name in uplinks:
             ups = len(uplinks[name])
             start = (period * ROUNDS_PER_PERIOD * TARGETS_PER_ROUND) % len(tors)
+            me = position[name]
             for i in range(ROUNDS_PER_PERIOD * TARGETS_PER_ROUND):
-                target = tors[(tors.index(name) + 1 + (start + i) % (len(tors) - 1)) % len(tors)]
+                target = tors[(me + 1 + (start + i) % (len(tors) - 1)) % len(tors)]
                 slow_up = slowed.get(name) if bad else None
                 healthy = ups - (1 if slow_up is not None else 0)
                 idx, cnt = _hist(rng, healthy, 25 * US)

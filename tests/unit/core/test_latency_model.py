@@ -24,6 +24,8 @@ from controller.core.latency import (
     LatencyWindows,
     Period,
     Stats,
+    acc_of,
+    add,
     outliers,
     rail_sums,
 )
@@ -122,12 +124,12 @@ class LatencyModel(RuleBasedStateMachine):
         for r in keep:
             for p in r.probes:
                 if p.kind == control_pb2.PROBE_KIND_LINK:
-                    acc = links.setdefault(FABRIC.link_of[(r.switch, p.port)], Acc())
+                    acc = links.setdefault(FABRIC.link_of[(r.switch, p.port)], {})
                 else:
-                    acc = mesh.setdefault((r.switch, p.target, p.port), Acc())
-                acc.sent += p.sent
-                acc.received += p.received
-                merge(acc.hist, p.bucket_index, p.bucket_count)
+                    acc = mesh.setdefault((r.switch, p.target, p.port), {})
+                hist: dict[int, int] = {}
+                merge(hist, p.bucket_index, p.bucket_count)
+                add(acc, acc_of(p.sent, p.received, hist))
         return Period(
             links, mesh, rail_sums(mesh, TORS), len(keep), sum(len(r.probes) for r in keep)
         )

@@ -8,11 +8,12 @@ import random
 import pytest
 
 from controller.core.latency import (
-    Acc,
+    SENT,
     Fabric,
     LatencyParams,
     LatencyWindows,
     Reason,
+    acc_of,
     judge,
     outliers,
     rail_sums,
@@ -190,19 +191,13 @@ def test_loss_makes_an_outlier_without_a_baseline() -> None:
 @pytest.mark.parametrize("answered", [0, 1, 4])
 def test_too_few_samples_is_never_an_outlier(answered: int) -> None:
     params = LatencyParams(min_samples=5, outlier_margin_ns=1)
-    window, baseline = Acc(), Acc()
-    window.sent, window.received, window.hist = 50, answered, {150: answered} if answered else {}
-    baseline.sent = baseline.received = 100
-    baseline.hist = {10: 100}
+    window = acc_of(50, answered, {150: answered} if answered else {})
+    baseline = acc_of(100, 100, {10: 100})
     assert not judge(params, window, baseline).outlier  # slow and 90+% lost
     # ...and a baseline of too few samples cannot make a latency outlier either.
-    window.sent = window.received = 5
-    window.hist = {150: 5}
-    baseline.sent = baseline.received = 4
-    baseline.hist = {10: 4}
-    assert not judge(params, window, baseline).outlier
-    baseline.sent = baseline.received = 5
-    baseline.hist = {10: 5}
+    window = acc_of(5, 5, {150: 5})
+    assert not judge(params, window, acc_of(4, 4, {10: 4})).outlier
+    baseline = acc_of(5, 5, {10: 5})
     assert judge(params, window, baseline).outlier
 
 
@@ -210,7 +205,12 @@ def test_rail_pairs_sum_every_tor_pair_of_their_rails() -> None:
     w, rng = LatencyWindows(PARAMS), random.Random(12)
     feed(w, range(1000, 1001), rng)
     rails = rail_sums(w.window(1000 * S).mesh, TORS)
-    assert {k: a.sent for k, a in rails.items()} == {(0, 0): 20, (0, 1): 40, (1, 0): 40, (1, 1): 20}
+    assert {k: a[SENT] for k, a in rails.items()} == {
+        (0, 0): 20,
+        (0, 1): 40,
+        (1, 0): 40,
+        (1, 1): 20,
+    }
 
 
 def test_what_does_not_fit_the_plan_is_left_out_and_said() -> None:
