@@ -4,13 +4,14 @@ section."""
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Final, TypeVar
 
-from railfabric.latency import NUM_BUCKETS, percentile_ns
+from railfabric.latency import NUM_BUCKETS, bucket_bound_ns, percentile_ns
 from railfabric.v1 import control_pb2
 
 
@@ -60,6 +61,7 @@ G = TypeVar("G")
 Acc = dict[int, int]
 SENT: Final = -1
 RECEIVED: Final = -2
+_BOUNDS: Final = tuple(bucket_bound_ns(i) for i in range(NUM_BUCKETS))
 
 
 def add(into: Acc, other: Mapping[int, int]) -> None:
@@ -98,14 +100,24 @@ class Stats:
 
     @staticmethod
     def of(acc: Mapping[int, int]) -> Stats:
-        h = {i: c for i, c in acc.items() if i >= 0}
-        return Stats(
-            acc.get(SENT, 0),
-            acc.get(RECEIVED, 0),
-            sum(h.values()),
-            percentile_ns(h, 0.5),
-            percentile_ns(h, 0.99),
-        )
+        """One pass over the sorted buckets (railfabric.latency.percentile_ns's nearest rank,
+        for p50 and p99 at once: 135,168 cables are judged per answer at 100k GPUs)."""
+        buckets = sorted(i for i in acc if i >= 0)
+        total = sum(acc[i] for i in buckets)
+        sent, received = acc.get(SENT, 0), acc.get(RECEIVED, 0)
+        if total <= 0:
+            return Stats(sent, received, 0, None, None)
+        r50, r99 = math.ceil(0.5 * total), math.ceil(0.99 * total)
+        p50 = p99 = None
+        seen = 0
+        for i in buckets:
+            seen += acc[i]
+            if p50 is None and seen >= r50:
+                p50 = _BOUNDS[i]
+            if seen >= r99:
+                p99 = _BOUNDS[i]
+                break
+        return Stats(sent, received, total, p50, p99)
 
 
 EMPTY: Final = Stats(0, 0, 0, None, None)

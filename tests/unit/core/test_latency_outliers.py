@@ -13,12 +13,13 @@ from controller.core.latency import (
     LatencyParams,
     LatencyWindows,
     Reason,
+    Stats,
     acc_of,
     judge,
     outliers,
     rail_sums,
 )
-from railfabric.latency import bucket_of
+from railfabric.latency import bucket_of, percentile_ns
 from railfabric.v1 import control_pb2
 
 from .harness import Harness
@@ -273,3 +274,12 @@ def test_the_core_takes_probes_from_counters_and_ranks_the_slowed_cable() -> Non
     h.run(h.core.counters(a, bad, h.now))
     assert h.warnings[-1].startswith(f"counters from {a}: ignored link probes on port 999")
     assert h.warnings[-1].endswith("(and 1 more)")
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_stats_read_the_percentiles_as_railfabric_latency_does(seed: int) -> None:
+    rng = random.Random(seed)
+    hist = {rng.randrange(192): rng.randint(1, 50) for _ in range(rng.randint(0, 8))}
+    stats = Stats.of(acc_of(sum(hist.values()) + 3, sum(hist.values()), hist))
+    assert (stats.p50_ns, stats.p99_ns) == (percentile_ns(hist, 0.5), percentile_ns(hist, 0.99))
+    assert stats.samples == sum(hist.values()) and stats.sent == stats.samples + 3
