@@ -220,6 +220,9 @@ class LatencyWindows:
         self.coarse: deque[Slot] = deque()
         self._last = -(2**62)  # the latest slot a report went to
         self._baseline_cache: tuple[int, Period] | None = None
+        # Reports taken in so far: what a window read is cached under, with its slot.
+        self.version = 0
+        self._window_cache: tuple[tuple[int, int, int], Period] | None = None
 
     def same_geometry(self, params: LatencyParams) -> bool:
         return (
@@ -240,6 +243,7 @@ class LatencyWindows:
             fine.append(Slot(n))
         slot = fine[-1]
         slot.reports += 1
+        self.version += 1
         problems: list[str] = []
         link_of, tors = fabric.link_of, fabric.rail_of_tor
         links, mesh = slot.links, slot.mesh
@@ -294,8 +298,16 @@ class LatencyWindows:
         return w, w * self.slot_ns
 
     def window(self, now_mono_ns: int, slots: int = SLOTS_PER_WINDOW) -> Period:
+        """The last `slots` slots at `now_mono_ns` (cached until a report or the next slot:
+        the heat map and the outliers of one answer read it once)."""
         n = now_mono_ns // self.slot_ns
-        return _sum([s for s in self.fine if n - slots < s.index <= n])
+        key = (n, slots, self.version)
+        cached = self._window_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        period = _sum([s for s in self.fine if n - slots < s.index <= n])
+        self._window_cache = (key, period)
+        return period
 
     def baseline(self, now_mono_ns: int, rail_of: Mapping[str, int]) -> Period:
         """The baseline period at `now_mono_ns`: per cable and rail pair (cached: it changes
@@ -325,9 +337,9 @@ class LatencyWindows:
         return len(slots), sum(len(s.links) + len(s.mesh) + len(s.rails) for s in slots)
 
 
-def _sum(slots: Sequence[Slot]) -> Period:
-    """The slots summed, by key (a slot alone is read as is, not copied)."""
-    if len(slots) == 1:
+def _sum(slots: Sequence[Slot], *, copy: bool = False) -> Period:
+    """The slots summed, by key (a slot alone is read as is, unless `copy`)."""
+    if len(slots) == 1 and not copy:
         s = slots[0]
         return Period(s.links, s.mesh, s.rails, s.reports, s.results)
     links: dict[str, Acc] = {}

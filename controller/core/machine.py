@@ -190,6 +190,7 @@ class DecisionCore:
         self.latency_fabric = latency.Fabric({}, {})
         self.link_ends: dict[str, tuple[End, End]] = {}
         self.switch_rails: dict[str, int] = {}
+        self._outliers_cache: tuple[tuple[int, ...], list[latency.LinkOutlier]] | None = None
 
     # -- start-up and reload
     def start(self, restored: Restored, now: Now) -> list[Effect]:
@@ -611,7 +612,13 @@ class DecisionCore:
         only; `window_ns` (rounded up to whole slots, at most the intent's) or the intent's."""
         w = self.latency
         slots, _span = w.window_slots(now.mono_ns, window_ns)
-        return latency.outliers(
+        # One computation per state (reports taken in, slot, plan): the admin API, the web
+        # view and Prometheus all ask.
+        key = (w.version, now.mono_ns // w.slot_ns, slots, id(w), id(self.planner))
+        cached = self._outliers_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        found = latency.outliers(
             w.params,
             w.window(now.mono_ns, slots),
             w.baseline(now.mono_ns, self.latency_fabric.rail_of_tor),
@@ -619,6 +626,8 @@ class DecisionCore:
             ends=self.link_ends,
             probe_path=self.planner.probe_path,
         )
+        self._outliers_cache = (key, found)
+        return found
 
     def latency_heat(
         self, by: latency.By, now: Now, window_ns: int | None = None
