@@ -389,12 +389,18 @@ class Judged:
     excess_ns: int
 
 
-def judge(params: LatencyParams, window: Acc, baseline: Acc | None) -> Judged:
+def judge(params: LatencyParams, window: Acc, baseline: Acc | Stats | None) -> Judged:
     """The outlier rule: with at least min_samples answered in the window, loss of at least
     loss_outlier, or (with min_samples in the baseline too) a p50 more than outlier_margin
-    above the baseline's p99."""
+    above the baseline's p99. A baseline many cells share comes read already (Stats)."""
     w = Stats.of(window)
-    b = Stats.of(baseline) if baseline is not None else EMPTY
+    b = (
+        EMPTY
+        if baseline is None
+        else baseline
+        if isinstance(baseline, Stats)
+        else Stats.of(baseline)
+    )
     excess = 0
     if w.p50_ns is not None and b.p99_ns is not None and b.samples >= params.min_samples:
         excess = max(0, w.p50_ns - b.p99_ns)
@@ -425,11 +431,12 @@ def bad_pairs(
     for (src, dst, port), acc in window.items():
         by_pair.setdefault((src, dst), []).append((port, acc))
     out: dict[Pair, list[int]] = {}
+    base = {rails: Stats.of(acc) for rails, acc in baseline.items()}
     for pair, results in by_pair.items():
         src, dst = pair
         if src not in rail_of or dst not in rail_of:
             continue  # gone with a reload
-        b = baseline.get((rail_of[src], rail_of[dst]))
+        b = base.get((rail_of[src], rail_of[dst]))
         ports = sorted(port for port, acc in results if judge(params, acc, b).outlier)
         if not ports and len(results) > 1:
             whole: Acc = {}
@@ -586,11 +593,12 @@ def heat(
     else:
         tor_rail = fabric.rail_of_tor
         bad = bad_pairs(params, window.mesh, baseline.rails, tor_rail)
+        base = {rails: Stats.of(acc) for rails, acc in baseline.rails.items()}
         for (src, dst), acc in pair_sums(window.mesh).items():
             if src not in tor_rail or dst not in tor_rail:
                 continue
             sr, dr = tor_rail[src], tor_rail[dst]
-            j = judge(params, acc, baseline.rails.get((sr, dr)))
+            j = judge(params, acc, base.get((sr, dr)))
             if j.outlier != ((src, dst) in bad):
                 j = Judged(
                     j.window, j.baseline_p99_ns, j.baseline_samples, not j.outlier, j.excess_ns
