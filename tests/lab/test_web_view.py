@@ -6,9 +6,10 @@ returns when the cable does; a switch's page lists its interfaces and counters; 
 has no error (a script error, or a load the page's Content-Security-Policy refused). Screenshots
 are kept as test artefacts: build/web-view.png (the cut), build/web-view-switch.png.
 
-The traffic matrix and the latency heat map by rail appear once the ToRs reported them (a
-slowed link changing its rail pair's colour: tests/integration/controller/test_web_latency.py,
-with probe reports fed over the public API)."""
+The traffic matrix by rail appears once the ToRs reported it. The lab's agents send no probe
+results until the controller gives them a Probing configuration (other work), so the latency
+heat map says "not measured yet" here; the slowed link changing its rail pair's colour is
+tests/integration/controller/test_web_latency.py, with probe reports fed over the public API."""
 
 from __future__ import annotations
 
@@ -88,7 +89,6 @@ def _browser() -> Iterator[webdriver.Chrome]:
 LIVE = "return document.getElementById('live').dataset.live"
 INTERFACE_ROWS = "return document.querySelectorAll('#interfaces tr[data-port]').length"
 MATRIX_CELLS = "return document.querySelectorAll('#traffic-matrix td[data-cell]').length"
-HEAT_CELLS = "return document.querySelectorAll('#latency-heatmap td.heat').length"
 
 
 def _js(driver: webdriver.Chrome, script: str) -> Any:
@@ -140,11 +140,10 @@ def test_a_cut_cable_turns_red_in_the_browser_and_returns() -> None:
         # ToRs are coloured by rail: one colour per rail, different rails apart.
         colours = dict(t.split("=") for t in tors)
         assert len(tors) == 4 and len(set(colours.values())) == 2
+        assert "not measured yet" in driver.find_element("id", "latency-heatmap").text
         # The traffic matrix by rail, once the ToRs reported it twice (every second in the lab):
         # a rail x rail grid, every cell measured (0: nothing is sent here).
         _wait(driver, "the traffic matrix measured", lambda d: _js(d, MATRIX_CELLS) == 4, 30)
-        # The agents' mesh probes between the 4 ToRs: every rail pair has a cell.
-        _wait(driver, "the latency heat map measured", lambda d: _js(d, HEAT_CELLS) == 4, 30)
 
         cut_at = time.monotonic()
         lab.topology.cut(CUT)
