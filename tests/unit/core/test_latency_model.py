@@ -123,6 +123,8 @@ class LatencyModel(RuleBasedStateMachine):
         mesh: dict[tuple[str, str, int], Acc] = {}
         for r in keep:
             for p in r.probes:
+                if p.sent == 0:
+                    continue  # nothing probed: not kept
                 if p.kind == control_pb2.PROBE_KIND_LINK:
                     acc = links.setdefault(FABRIC.link_of[(r.switch, p.port)], {})
                 else:
@@ -130,9 +132,8 @@ class LatencyModel(RuleBasedStateMachine):
                 hist: dict[int, int] = {}
                 merge(hist, p.bucket_index, p.bucket_count)
                 add(acc, acc_of(p.sent, p.received, hist))
-        return Period(
-            links, mesh, rail_sums(mesh, TORS), len(keep), sum(len(r.probes) for r in keep)
-        )
+        results = sum(1 for r in keep for p in r.probes if p.sent)
+        return Period(links, mesh, rail_sums(mesh, TORS), len(keep), results)
 
     def expected(self, slots: int) -> tuple[Period, Period]:
         slot_ns = self.windows.slot_ns
