@@ -24,6 +24,7 @@ from typing import Any
 
 from controller.cli.admin_commands import ADMIN_COMMANDS, int_in, path_json, run_path
 from controller.cli.explicit_yaml import explicit_yaml
+from controller.cli.latency_commands import LATENCY_COMMANDS
 from controller.cli.lldp_commands import LLDP_COMMANDS
 from controller.cli.matrix_commands import MATRIX_COMMANDS
 from controller.cli.operator_commands import OPERATOR_COMMANDS
@@ -209,6 +210,7 @@ def all_commands() -> list[Command]:
             *ROCE_COMMANDS,
             *OPERATOR_COMMANDS,
             *PKI_COMMANDS,
+            *LATENCY_COMMANDS,
         ]
     ]
 

@@ -4,7 +4,15 @@ section."""
 
 from __future__ import annotations
 
+import math
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
+from typing import Final, TypeVar
+
+from railfabric.latency import NUM_BUCKETS, bucket_bound_ns, percentile_ns
+from railfabric.v1 import control_pb2
 
 
 @dataclass(frozen=True)
@@ -17,3 +25,617 @@ class LatencyParams:
     outlier_margin_ns: int = 1_000_000
     loss_outlier: float = 0.05
     min_samples: int = 5
+
+
+# -- the windows ---------------------------------------------------------------------------
+#
+# Reports are kept in slots by the controller's monotonic time of arrival (agents' clocks
+# play no part, and a report is never out of order): SLOTS_PER_WINDOW fine slots cover the
+# window; a fine slot that leaves it is merged into a coarse slot (COARSE_SLOTS of them cover
+# the baseline), so what is kept per cable is a dozen small histograms, whatever the rates.
+#
+# At `now`, with n = now // slot_ns and W = SLOTS_PER_WINDOW:
+# - the window (of w <= W slots) is the fine slots n - w < f <= n;
+# - the baseline is every fine slot f <= n - W whose coarse slot c = f // k (k fine slots a
+#   coarse one) is at least (n - W) // k - COARSE_SLOTS: the baseline period before the window,
+#   in whole coarse slots (between baseline_ns and baseline_ns plus one coarse slot).
+
+SLOTS_PER_WINDOW: Final = 5
+COARSE_SLOTS: Final = 4
+# ToR pairs and rail pairs listed in an outlier record (the count says how many there were).
+MAX_LISTED: Final = 16
+
+End = tuple[str, int]
+# A mesh result's key: (source ToR, target ToR, uplink port; 0: the healthy uplinks merged).
+MeshKey = tuple[str, str, int]
+Pair = tuple[str, str]
+RailPair = tuple[int, int]
+K = TypeVar("K")
+G = TypeVar("G")
+
+
+# Probes summed: the answered ones' RTT histogram (bucket -> count) and, under the keys SENT
+# and RECEIVED, the probes sent and answered. A plain dict of ints: merging is one loop, and
+# CPython's garbage collector does not track it (1.2 M of them at 100k GPUs: objects of a
+# class of ours made each full collection take a second).
+Acc = dict[int, int]
+SENT: Final = -1
+RECEIVED: Final = -2
+_BOUNDS: Final = tuple(bucket_bound_ns(i) for i in range(NUM_BUCKETS))
+
+
+def add(into: Acc, other: Mapping[int, int]) -> None:
+    """Add `other`'s probes to `into`."""
+    get = into.get
+    for i, c in other.items():
+        into[i] = get(i, 0) + c
+
+
+def acc_of(sent: int, received: int, hist: Mapping[int, int]) -> Acc:
+    """The sum of `sent` probes, `received` of them answered in histogram `hist`."""
+    acc = {SENT: sent, RECEIVED: received}
+    acc.update(hist)
+    return acc
+
+
+def percentile(acc: Mapping[int, int], q: float) -> int | None:
+    """railfabric.latency.percentile_ns of `acc`'s histogram."""
+    return percentile_ns({i: c for i, c in acc.items() if i >= 0}, q)
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """What the probes of one cable, ToR pair or rail pair measured over a period."""
+
+    sent: int
+    received: int
+    # Answered probes in the histogram (what the percentiles are read from).
+    samples: int
+    p50_ns: int | None
+    p99_ns: int | None
+
+    @property
+    def loss(self) -> float:
+        return (self.sent - self.received) / self.sent if self.sent > 0 else 0.0
+
+    @staticmethod
+    def of(acc: Mapping[int, int]) -> Stats:
+        """One pass over the sorted buckets (railfabric.latency.percentile_ns's nearest rank,
+        for p50 and p99 at once: 135,168 cables are judged per answer at 100k GPUs)."""
+        buckets = sorted(i for i in acc if i >= 0)
+        total = sum(acc[i] for i in buckets)
+        sent, received = acc.get(SENT, 0), acc.get(RECEIVED, 0)
+        if total <= 0:
+            return Stats(sent, received, 0, None, None)
+        r50, r99 = math.ceil(0.5 * total), math.ceil(0.99 * total)
+        p50 = p99 = None
+        seen = 0
+        for i in buckets:
+            seen += acc[i]
+            if p50 is None and seen >= r50:
+                p50 = _BOUNDS[i]
+            if seen >= r99:
+                p99 = _BOUNDS[i]
+                break
+        return Stats(sent, received, total, p50, p99)
+
+
+EMPTY: Final = Stats(0, 0, 0, None, None)
+
+
+class Slot:
+    """The reports that arrived in one slot, summed by cable and by mesh key (a fine slot)
+    or rail pair (a coarse one: ToR pairs are too many to keep over the baseline, 2.56 M at
+    100k GPUs, and too rarely probed to have a baseline of their own)."""
+
+    __slots__ = ("index", "links", "mesh", "rails", "reports", "results")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.links: dict[str, Acc] = {}
+        self.mesh: dict[MeshKey, Acc] = {}
+        self.rails: dict[RailPair, Acc] = {}
+        self.reports = 0
+        self.results = 0
+
+    def absorb(self, other: Slot) -> None:
+        """Take `other`'s sums (its histograms are reused: it is dropped)."""
+        _absorb(self.links, other.links)
+        _absorb(self.rails, other.rails)
+        self.reports += other.reports
+        self.results += other.results
+
+
+def _absorb(into: dict[K, Acc], src: Mapping[K, Acc], *, copy: bool = False) -> None:
+    for key, acc in src.items():
+        have = into.get(key)
+        if have is None:
+            into[key] = dict(acc) if copy else acc
+        else:
+            add(have, acc)
+
+
+def _subtract(into: dict[K, Acc], gone: Mapping[K, Acc]) -> None:
+    """Take `gone`'s sums (added before) out of `into`; sums left at zero go."""
+    for key, acc in gone.items():
+        have = into.get(key)
+        if have is None:  # it summed to nothing: a result of 0 probes
+            continue
+        for i, c in acc.items():
+            left = have.get(i, 0) - c
+            if left:
+                have[i] = left
+            else:
+                have.pop(i, None)
+        if not have:
+            del into[key]
+
+
+def _check(p: control_pb2.ProbeResult) -> str | None:
+    """What is wrong with a result (None: nothing), before any of it is kept."""
+    if p.received > p.sent:
+        return f"received {p.received} > sent {p.sent}"
+    index = p.bucket_index
+    if len(index) != len(p.bucket_count):
+        return f"{len(index)} bucket indices but {len(p.bucket_count)} counts"
+    if index and max(index) >= NUM_BUCKETS:
+        return f"bucket index {max(index)}: must be in [0, {NUM_BUCKETS})"
+    return None
+
+
+def _keep(into: dict[K, Acc], key: K, p: control_pb2.ProbeResult) -> None:
+    """Add checked result `p` to `into[key]`."""
+    have = into.get(key)
+    if have is None:
+        have = into[key] = {SENT: p.sent, RECEIVED: p.received}
+    else:
+        have[SENT] += p.sent
+        have[RECEIVED] += p.received
+    get = have.get
+    for i, c in zip(p.bucket_index, p.bucket_count, strict=True):
+        have[i] = get(i, 0) + c
+
+
+@dataclass(frozen=True, slots=True)
+class Fabric:
+    """What the windows need of the plan: the cable on each end, each ToR's rail."""
+
+    link_of: Mapping[End, str]
+    rail_of_tor: Mapping[str, int]
+
+    @staticmethod
+    def of(links: Iterable[tuple[str, End, End]], tor_rails: Mapping[str, int]) -> Fabric:
+        link_of: dict[End, str] = {}
+        for key, a, b in links:
+            link_of[a] = link_of[b] = key
+        return Fabric(link_of, dict(tor_rails))
+
+
+@dataclass(frozen=True, slots=True)
+class Period:
+    """A window or baseline as read at one time: per cable and per mesh key (a window) or
+    rail pair (a baseline), the sums."""
+
+    links: Mapping[str, Acc]
+    mesh: Mapping[MeshKey, Acc]
+    rails: Mapping[RailPair, Acc]
+    reports: int
+    results: int
+
+
+class LatencyWindows:
+    """The probe results of the last window and baseline (see above). Pure: reports and the
+    monotonic time they arrived in, figures out."""
+
+    def __init__(self, params: LatencyParams) -> None:
+        self.params = params
+        self.slot_ns = max(1, params.window_ns // SLOTS_PER_WINDOW)
+        # Fine slots a coarse one: the baseline in COARSE_SLOTS of them.
+        self.per_coarse = max(1, -(-params.baseline_ns // (COARSE_SLOTS * self.slot_ns)))
+        self.fine: deque[Slot] = deque()
+        self.coarse: deque[Slot] = deque()
+        self._last = -(2**62)  # the latest slot a report went to
+        self._baseline_cache: tuple[int, Period] | None = None
+        # The coarse slots' sums, kept as slots come and go: at 100k GPUs summing them again
+        # for an answer is 8 M additions.
+        self._running = Slot(0)
+        # Reports taken in so far: what a window read is cached under, with its slot.
+        self.version = 0
+        self._window_cache: tuple[tuple[int, int, int], Period] | None = None
+
+    def same_geometry(self, params: LatencyParams) -> bool:
+        return (
+            params.window_ns == self.params.window_ns
+            and params.baseline_ns == self.params.baseline_ns
+        )
+
+    def ingest(
+        self, switch: str, probes: Iterable[control_pb2.ProbeResult], mono_ns: int, fabric: Fabric
+    ) -> list[str]:
+        """Keep the probe results of one report of `switch`, arrived at `mono_ns`. What does not
+        fit the plan (a port without a cable, a target that is not a ToR) or does not hold
+        together is left out and said in the list returned."""
+        n = max(mono_ns // self.slot_ns, self._last)
+        self._advance(n, fabric.rail_of_tor)
+        fine = self.fine
+        if not fine or fine[-1].index != n:
+            fine.append(Slot(n))
+        slot = fine[-1]
+        slot.reports += 1
+        self.version += 1
+        problems: list[str] = []
+        link_of, tors = fabric.link_of, fabric.rail_of_tor
+        links, mesh = slot.links, slot.mesh
+        for p in probes:
+            wrong = _check(p)
+            if wrong is not None:
+                problems.append(f"probe result on port {p.port}: {wrong}")
+                continue
+            if p.sent == 0:
+                continue  # nothing was probed: nothing to keep (a sum of zeros would linger)
+            if p.kind == control_pb2.PROBE_KIND_LINK:
+                key = link_of.get((switch, p.port))
+                if key is None:
+                    problems.append(f"link probes on port {p.port}, which has no planned cable")
+                    continue
+                _keep(links, key, p)
+            elif p.kind == control_pb2.PROBE_KIND_MESH:
+                if switch not in tors or p.target not in tors:
+                    problems.append(f"mesh probes from {switch} to {p.target!r}: not two ToRs")
+                    continue
+                _keep(mesh, (switch, p.target, p.port), p)
+            else:
+                problems.append(f"probe result of kind {p.kind} on port {p.port}")
+                continue
+            slot.results += 1
+        return problems
+
+    def _advance(self, n: int, rail_of: Mapping[str, int]) -> None:
+        """Slot `n` is the newest: fine slots out of the window go to their coarse slot, coarse
+        slots older than the baseline go."""
+        self._last = n
+        edge = n - SLOTS_PER_WINDOW
+        k = self.per_coarse
+        fine, coarse = self.fine, self.coarse
+        running = self._running
+        while fine and fine[0].index <= edge:
+            old = fine.popleft()
+            old.rails, old.mesh = rail_sums(old.mesh, rail_of), {}
+            _absorb(running.links, old.links, copy=True)
+            _absorb(running.rails, old.rails, copy=True)
+            running.reports += old.reports
+            running.results += old.results
+            c = old.index // k
+            if coarse and coarse[-1].index == c:
+                coarse[-1].absorb(old)
+            else:
+                old.index = c
+                coarse.append(old)
+        oldest = edge // k - COARSE_SLOTS
+        while coarse and coarse[0].index < oldest:
+            gone = coarse.popleft()
+            _subtract(running.links, gone.links)
+            _subtract(running.rails, gone.rails)
+            running.reports -= gone.reports
+            running.results -= gone.results
+
+    def window_slots(self, now_mono_ns: int, window_ns: int | None = None) -> tuple[int, int]:
+        """(slots, their span in ns) of a window of `window_ns` (the intent's when None),
+        rounded up to whole slots, at most the intent's."""
+        w = SLOTS_PER_WINDOW
+        if window_ns is not None and window_ns > 0:
+            w = min(w, max(1, -(-window_ns // self.slot_ns)))
+        return w, w * self.slot_ns
+
+    def window(self, now_mono_ns: int, slots: int = SLOTS_PER_WINDOW) -> Period:
+        """The last `slots` slots at `now_mono_ns` (cached until a report or the next slot:
+        the heat map and the outliers of one answer read it once)."""
+        n = now_mono_ns // self.slot_ns
+        key = (n, slots, self.version)
+        cached = self._window_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        period = _sum([s for s in self.fine if n - slots < s.index <= n])
+        self._window_cache = (key, period)
+        return period
+
+    def baseline(self, now_mono_ns: int, rail_of: Mapping[str, int]) -> Period:
+        """The baseline period at `now_mono_ns`: per cable and rail pair (cached: it changes
+        once a slot)."""
+        n = now_mono_ns // self.slot_ns
+        if n == self._last:  # the coarse slots kept are the baseline: their running sums
+            r = self._running
+            return Period(r.links, {}, r.rails, r.reports, r.results)
+        cached = self._baseline_cache
+        if cached is not None and cached[0] == n and n <= self._last:
+            return cached[1]
+        edge = n - SLOTS_PER_WINDOW
+        k = self.per_coarse
+        oldest = edge // k - COARSE_SLOTS
+        slots = [s for s in self.coarse if s.index >= oldest]
+        for s in self.fine:
+            if s.index <= edge and s.index // k >= oldest:  # not rolled yet
+                rolled = Slot(s.index)
+                rolled.links, rolled.rails = s.links, rail_sums(s.mesh, rail_of)
+                rolled.reports, rolled.results = s.reports, s.results
+                slots.append(rolled)
+        period = _sum(slots)
+        if n <= self._last:  # no slot older than `edge` can change any more
+            self._baseline_cache = (n, period)
+        return period
+
+    def memory_items(self) -> tuple[int, int]:
+        """(slots, histograms) kept: what the windows' memory grows with."""
+        slots = list(self.fine) + list(self.coarse)
+        return len(slots), sum(len(s.links) + len(s.mesh) + len(s.rails) for s in slots)
+
+
+def _sum(slots: Sequence[Slot], *, copy: bool = False) -> Period:
+    """The slots summed, by key (a slot alone is read as is, unless `copy`)."""
+    if len(slots) == 1 and not copy:
+        s = slots[0]
+        return Period(s.links, s.mesh, s.rails, s.reports, s.results)
+    links: dict[str, Acc] = {}
+    mesh: dict[MeshKey, Acc] = {}
+    rails: dict[RailPair, Acc] = {}
+    for s in slots:
+        _absorb(links, s.links, copy=True)
+        _absorb(mesh, s.mesh, copy=True)
+        _absorb(rails, s.rails, copy=True)
+    return Period(links, mesh, rails, sum(s.reports for s in slots), sum(s.results for s in slots))
+
+
+# -- what the windows say -----------------------------------------------------------------
+
+
+def _grouped(period: Mapping[K, Acc], group: Callable[[K], G]) -> dict[G, Acc]:
+    out: dict[G, Acc] = {}
+    for key, acc in period.items():
+        g = group(key)
+        have = out.get(g)
+        if have is None:
+            have = out[g] = {}
+        add(have, acc)
+    return out
+
+
+def pair_sums(mesh: Mapping[MeshKey, Acc]) -> dict[Pair, Acc]:
+    """Mesh results by ToR pair (every uplink's together)."""
+    return _grouped(mesh, lambda k: (k[0], k[1]))
+
+
+def rail_sums(mesh: Mapping[MeshKey, Acc], rail_of: Mapping[str, int]) -> dict[RailPair, Acc]:
+    """Mesh results by the rails of the two ToRs."""
+    known = {k: a for k, a in mesh.items() if k[0] in rail_of and k[1] in rail_of}
+    return _grouped(known, lambda k: (rail_of[k[0]], rail_of[k[1]]))
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """One cable, ToR pair or rail pair: its window, its baseline's p99, and the verdict."""
+
+    window: Stats
+    baseline_p99_ns: int | None
+    baseline_samples: int
+    outlier: bool
+    # How far the window's p50 is above the baseline's p99 (0 when not, or not known).
+    excess_ns: int
+
+
+def judge(params: LatencyParams, window: Acc, baseline: Acc | Stats | None) -> Judged:
+    """The outlier rule: with at least min_samples answered in the window, loss of at least
+    loss_outlier, or (with min_samples in the baseline too) a p50 more than outlier_margin
+    above the baseline's p99. A baseline many cells share comes read already (Stats)."""
+    w = Stats.of(window)
+    b = (
+        EMPTY
+        if baseline is None
+        else baseline
+        if isinstance(baseline, Stats)
+        else Stats.of(baseline)
+    )
+    excess = 0
+    if w.p50_ns is not None and b.p99_ns is not None and b.samples >= params.min_samples:
+        excess = max(0, w.p50_ns - b.p99_ns)
+    outlier = w.samples >= params.min_samples and (
+        (w.sent > 0 and w.loss >= params.loss_outlier) or excess > params.outlier_margin_ns
+    )
+    return Judged(w, b.p99_ns, b.samples, outlier, excess)
+
+
+def judge_all(
+    params: LatencyParams, window: Mapping[K, Acc], baseline: Mapping[K, Acc]
+) -> dict[K, Judged]:
+    return {key: judge(params, acc, baseline.get(key)) for key, acc in window.items()}
+
+
+def bad_pairs(
+    params: LatencyParams,
+    window: Mapping[MeshKey, Acc],
+    baseline: Mapping[RailPair, Acc],
+    rail_of: Mapping[str, int],
+) -> dict[Pair, list[int]]:
+    """The ToR pairs the outlier rule finds bad, each with the uplinks (0: the merged ones) to
+    blame. A ToR pair's baseline is its rail pair's (a pair is probed every few minutes at
+    scale: too few samples of its own). Each uplink reported on its own is judged against it
+    (the agent reports one alone while it is lossy or slow), and so is the pair as a whole; a
+    pair bad only as a whole blames all its uplinks."""
+    by_pair: dict[Pair, list[tuple[int, Acc]]] = {}
+    for (src, dst, port), acc in window.items():
+        by_pair.setdefault((src, dst), []).append((port, acc))
+    out: dict[Pair, list[int]] = {}
+    base = {rails: Stats.of(acc) for rails, acc in baseline.items()}
+    for pair, results in by_pair.items():
+        src, dst = pair
+        if src not in rail_of or dst not in rail_of:
+            continue  # gone with a reload
+        b = base.get((rail_of[src], rail_of[dst]))
+        ports = sorted(port for port, acc in results if judge(params, acc, b).outlier)
+        if not ports and len(results) > 1:
+            whole: Acc = {}
+            for _port, acc in results:
+                add(whole, acc)
+            if judge(params, whole, b).outlier:
+                ports = sorted(port for port, _acc in results)
+        if ports:
+            out[pair] = ports
+    return out
+
+
+class Reason(Enum):
+    """Why a cable is an outlier: its own link probes, or the bad ToR pairs crossing it."""
+
+    LINK_LATENCY = "link_latency"
+    LINK_LOSS = "link_loss"
+    PATHS = "paths"
+
+
+@dataclass(frozen=True, slots=True)
+class LinkOutlier:
+    """A cable to look at, ranked: by its own link probes first, then by how many bad ToR
+    pairs' probe paths cross it."""
+
+    link: str
+    a: End
+    b: End
+    reason: Reason
+    # Its link probes over the window (None: none arrived) and its baseline.
+    judged: Judged | None
+    # Bad ToR pairs whose mesh probes crossed it (the first MAX_LISTED of them), and their rails.
+    bad_pairs: int
+    tor_pairs: tuple[Pair, ...]
+    rail_pairs: tuple[RailPair, ...]
+
+
+ProbePath = Callable[[str, int, str], Sequence[str] | None]
+
+
+def outliers(
+    params: LatencyParams,
+    window: Period,
+    baseline: Period,
+    *,
+    fabric: Fabric,
+    ends: Mapping[str, tuple[End, End]],
+    probe_path: ProbePath,
+) -> list[LinkOutlier]:
+    """The cables to look at, ranked (see LinkOutlier). A bad ToR pair blames the paths of its
+    uplinks reported on their own (the agent merges healthy ones: port 0), as `probe_path`
+    predicts them, or their first hop, the uplink's cable, when it cannot."""
+    links = judge_all(params, window.links, baseline.links)
+    crossed: dict[str, list[Pair]] = {}
+    for (src, dst), ports in sorted(
+        bad_pairs(params, window.mesh, baseline.rails, fabric.rail_of_tor).items()
+    ):
+        blamed: set[str] = set()
+        for port in ports:
+            path = probe_path(src, port, dst)
+            if path is not None:
+                blamed.update(path)
+            elif port != 0 and (first := fabric.link_of.get((src, port))) is not None:
+                blamed.add(first)
+        for key in blamed:
+            if key in ends:
+                crossed.setdefault(key, []).append((src, dst))
+    rail_of = fabric.rail_of_tor
+    out: list[tuple[tuple[int, int, int, int, str], LinkOutlier]] = []
+    # Keys of cables or ToRs a reload removed are left out.
+    for key in set(crossed) | {k for k, j in links.items() if j.outlier and k in ends}:
+        j = links.get(key)
+        by = crossed.get(key, [])
+        if j is not None and j.outlier:
+            reason = (
+                Reason.LINK_LATENCY if j.excess_ns > params.outlier_margin_ns else Reason.LINK_LOSS
+            )
+            rank = (0, -j.excess_ns, -round(j.window.loss * 1e6), -len(by), key)
+        else:
+            reason = Reason.PATHS
+            rank = (1, -len(by), 0, 0, key)
+        a, b = ends[key]
+        rails = sorted({(rail_of[s], rail_of[d]) for s, d in by if s in rail_of and d in rail_of})
+        record = LinkOutlier(
+            key, a, b, reason, j, len(by), tuple(by[:MAX_LISTED]), tuple(rails[:MAX_LISTED])
+        )
+        out.append((rank, record))
+    out.sort(key=lambda r: r[0])
+    return [r for _, r in out]
+
+
+# -- the heat map's cells ------------------------------------------------------------------
+
+
+class By(Enum):
+    TOR = "tor"
+    RAIL = "rail"
+    LINK = "link"
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One cell of the heat map: a ToR pair (src -> dst), a rail pair, or a cable (its two
+    ends, `src` being the plan's first end). `key` orders the cells (pages go by it)."""
+
+    key: str
+    src: str
+    dst: str
+    src_rail: int
+    dst_rail: int
+    link: str
+    src_port: int
+    dst_port: int
+    judged: Judged
+
+
+@dataclass(frozen=True, slots=True)
+class Heat:
+    """The cells of a window, sorted by key, and what the window held."""
+
+    cells: Sequence[Cell]
+    reports: int
+    results: int
+    # Answered probes of the window, over every cell shown (link, or mesh probes).
+    samples: int
+
+
+def heat(
+    by: By,
+    params: LatencyParams,
+    window: Period,
+    baseline: Period,
+    *,
+    fabric: Fabric,
+    ends: Mapping[str, tuple[End, End]],
+    rail_of: Mapping[str, int],
+) -> Heat:
+    """The heat map `by` ToR pair, rail pair or cable (`rail_of`: every switch's rail). A ToR
+    pair is judged as bad_pairs does, a rail pair against its own baseline, a cable against
+    its own."""
+    cells: list[Cell] = []
+    if by is By.LINK:
+        for key, acc in window.links.items():
+            e = ends.get(key)
+            if e is None:
+                continue  # gone with a reload
+            (a, pa), (b, pb) = e
+            j = judge(params, acc, baseline.links.get(key))
+            cells.append(Cell(key, a, b, rail_of.get(a, -1), rail_of.get(b, -1), key, pa, pb, j))
+    elif by is By.RAIL:
+        for (sr, dr), acc in rail_sums(window.mesh, fabric.rail_of_tor).items():
+            j = judge(params, acc, baseline.rails.get((sr, dr)))
+            cells.append(Cell(f"{sr:09d}>{dr:09d}", "", "", sr, dr, "", 0, 0, j))
+    else:
+        tor_rail = fabric.rail_of_tor
+        bad = bad_pairs(params, window.mesh, baseline.rails, tor_rail)
+        base = {rails: Stats.of(acc) for rails, acc in baseline.rails.items()}
+        for (src, dst), acc in pair_sums(window.mesh).items():
+            if src not in tor_rail or dst not in tor_rail:
+                continue
+            sr, dr = tor_rail[src], tor_rail[dst]
+            j = judge(params, acc, base.get((sr, dr)))
+            if j.outlier != ((src, dst) in bad):
+                j = Judged(
+                    j.window, j.baseline_p99_ns, j.baseline_samples, not j.outlier, j.excess_ns
+                )
+            cells.append(Cell(f"{src}>{dst}", src, dst, sr, dr, "", 0, 0, j))
+    cells.sort(key=lambda c: c.key)
+    return Heat(cells, window.reports, window.results, sum(c.judged.window.samples for c in cells))

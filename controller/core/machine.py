@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from controller.core import drains, matrix, roce
+from controller.core import drains, latency, matrix, roce
 from controller.core import events as ev
 from controller.core.alarms import Alarms
 from controller.core.cabling import MISWIRE, SILENT, CablingCheck, CablingPlan, ServerLldp
@@ -40,7 +40,7 @@ from controller.core.drains import (
 )
 from controller.core.effects import CloseSession, Effect, Level, Log, Persist, Push, Schedule
 from controller.core.links import DampingParams, LinkState, LinkTracker, Transition
-from controller.core.planner import Isolation, PlannedLink, Planner
+from controller.core.planner import End, Isolation, PlannedLink, Planner
 from controller.core.records import (
     AlarmCleared,
     AlarmRecord,
@@ -185,6 +185,12 @@ class DecisionCore:
         # RoCE retransmission and congestion: rates, sampled NAKs, their alarms.
         self.roce = roce.RoceMonitor(planner.roce)
         self._roce_context = _RoceContext(self)
+        # Latency probe results (the heat map), and the plan as they need it (_load).
+        self.latency = latency.LatencyWindows(planner.latency)
+        self.latency_fabric = latency.Fabric({}, {})
+        self.link_ends: dict[str, tuple[End, End]] = {}
+        self.switch_rails: dict[str, int] = {}
+        self._outliers_cache: tuple[tuple[int, ...], list[latency.LinkOutlier]] | None = None
 
     # -- start-up and reload
     def start(self, restored: Restored, now: Now) -> list[Effect]:
@@ -363,6 +369,16 @@ class DecisionCore:
         )
         self.roce.params = planner.roce
         self.roce.keep_only(self.views)
+        self.link_ends = {k: (link.a, link.b) for k, link in self._links.items()}
+        self.switch_rails = {i.name: i.rail for i in planner.switches()}
+        self.latency_fabric = latency.Fabric.of(
+            ((k, link.a, link.b) for k, link in self._links.items()),
+            {i.name: i.rail for i in planner.switches() if i.role == admin_pb2.SWITCH_ROLE_TOR},
+        )
+        if self.latency.same_geometry(planner.latency):
+            self.latency.params = planner.latency
+        else:  # other slots: what was measured does not fit them
+            self.latency = latency.LatencyWindows(planner.latency)
 
     # -- agent sessions
     def hello(self, hello: control_pb2.Hello, now: Now) -> list[Effect]:
@@ -564,6 +580,14 @@ class DecisionCore:
                 matrix.record(v.matrix_reports, msg, self._class_rails())
             except ValueError as err:
                 bad_matrix = Log(Level.WARNING, f"counters from {name}: {err}")
+        if msg.probes:
+            problems = self.latency.ingest(name, msg.probes, now.mono_ns, self.latency_fabric)
+            if problems:
+                more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+                text = f"counters from {name}: ignored {'; '.join(problems[:3])}{more}"
+                bad_matrix = Log(
+                    Level.WARNING, text if bad_matrix is None else f"{bad_matrix.text}; {text}"
+                )
         alarms = self.alarms
         active = roce.Active(alarms.kind(roce.RETRANSMISSION), alarms.kind(roce.CONGESTION))
         verdict = self.roce.report(
@@ -582,6 +606,46 @@ class DecisionCore:
             )
             self._raise(alarm, out)
         return self._finish(out, now)
+
+    def latency_outliers(self, now: Now, window_ns: int | None = None) -> list[latency.LinkOutlier]:
+        """The cables the latency probes point at, ranked (controller/core/latency.py): read
+        only; `window_ns` (rounded up to whole slots, at most the intent's) or the intent's."""
+        w = self.latency
+        slots, _span = w.window_slots(now.mono_ns, window_ns)
+        # One computation per state (reports taken in, slot, plan): the admin API, the web
+        # view and Prometheus all ask.
+        key = (w.version, now.mono_ns // w.slot_ns, slots, id(w), id(self.planner))
+        cached = self._outliers_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        found = latency.outliers(
+            w.params,
+            w.window(now.mono_ns, slots),
+            w.baseline(now.mono_ns, self.latency_fabric.rail_of_tor),
+            fabric=self.latency_fabric,
+            ends=self.link_ends,
+            probe_path=self.planner.probe_path,
+        )
+        self._outliers_cache = (key, found)
+        return found
+
+    def latency_heat(
+        self, by: latency.By, now: Now, window_ns: int | None = None
+    ) -> tuple[latency.Heat, int]:
+        """The heat map's cells `by` ToR pair, rail pair or cable over `window_ns` (as
+        latency_outliers reads it), and the window's length in ns: read only."""
+        w = self.latency
+        slots, span_ns = w.window_slots(now.mono_ns, window_ns)
+        heat = latency.heat(
+            by,
+            w.params,
+            w.window(now.mono_ns, slots),
+            w.baseline(now.mono_ns, self.latency_fabric.rail_of_tor),
+            fabric=self.latency_fabric,
+            ends=self.link_ends,
+            rail_of=self.switch_rails,
+        )
+        return heat, span_ns
 
     def roce_answer(self, switch: str = "") -> admin_pb2.RoceResponse:
         """GetRoce's answer (controller/core/roce.py): read-only."""

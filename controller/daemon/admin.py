@@ -19,14 +19,14 @@ from typing import TypeVar, cast
 import grpc
 from google.protobuf.message import Message
 
-from controller.core import diagnosis, matrix
+from controller.core import diagnosis, latency, matrix
 from controller.core.clock import Now
 from controller.core.drains import DrainConflict, DrainError, DrainNotFound, DrainRefused
 from controller.core.machine import DecisionCore, link_state_message
 from controller.core.planner import PlannedLink
 from controller.core.records import AlarmRecord, DrainRecord
 from controller.core.switches import SwitchView, UnknownSwitch, lookup
-from controller.daemon import pages
+from controller.daemon import latency_view, pages
 from controller.daemon.interfaces import UnknownPort, interfaces
 from controller.daemon.lldp import lldp_ports
 from controller.daemon.pages import BadPage, Cursor, Section, SortedSection
@@ -50,6 +50,8 @@ INSECURE_WHO = "insecure"
 # The ToR x ToR cells one GetTrafficMatrix answer holds (each about 60 bytes: under gRPC's
 # default 4 MiB); more is refused, naming the rail view.
 MAX_MATRIX_CELLS = 50_000
+# How long GetLatency keeps a heat map for the pages after the first.
+LATENCY_PAGES_KEPT_S = 30
 # ListEvents' `limit` when the request leaves it 0.
 DEFAULT_EVENT_LIMIT = 100
 _DRAIN_STATUS = {
@@ -243,6 +245,10 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
         self.sessions = sessions if sessions is not None else Sessions()
         self._index_cache: PlanIndex | None = None
         self._diagnosis: _HeldDiagnosis | None = None
+        # GetLatency's last heat map: (query, when, (heat, window_ns, outliers)).
+        self._latency_cache: (
+            tuple[str, int, tuple[latency.Heat, int, list[latency.LinkOutlier]]] | None
+        ) = None
 
     # -- paging and filters
     def index(self) -> PlanIndex:
@@ -740,6 +746,81 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
                 grpc.StatusCode.DEADLINE_EXCEEDED,
                 f"{name}: its agent did not answer the table read within {timeout_s:.1f} s",
             )
+
+    async def GetLatency(
+        self, request: admin_pb2.GetLatencyRequest, context: _Ctx
+    ) -> admin_pb2.LatencyResponse:
+        by = latency_view.BY.get(request.by)
+        if by is None:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"by: {request.by} is not a LatencyBy"
+            )
+        if by is latency.By.RAIL and request.switch_name:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "switch_name: not with by RAIL (ask by TOR or LINK for one switch)",
+            )
+        rail = request.rail if request.HasField("rail") else None
+        scope = await self._scope(context, request.switch_name, rail)
+        size, cursor, method, query = await self._paging(context, request, 1)
+        core, at = self.fabric, now()
+        heat, window_ns, found = self._latency_heat(
+            by, at, request.window_ms, query, first=cursor is None
+        )
+        if by is latency.By.RAIL:
+            cells = [c for c in heat.cells if rail is None or rail in (c.src_rail, c.dst_rail)]
+        elif scope.everything:
+            cells = list(heat.cells)
+        else:
+            cells = [c for c in heat.cells if scope.link(c.src, c.dst)]
+        page = pages.read(
+            [
+                SortedSection(
+                    [c.key for c in cells], lambda pos: (latency_view.cell_message(cells[pos]),)
+                )
+            ],
+            cursor,
+            size,
+        )
+        params = core.latency.params
+        reply = admin_pb2.LatencyResponse(
+            by=request.by,
+            cells=_of(page.items[0], admin_pb2.LatencyCell),
+            window_ns=window_ns,
+            window_end_wall_ns=at.wall_ns,
+            reports=heat.reports,
+            results=heat.results,
+            samples=sum(c.judged.window.samples for c in cells),
+            baseline_ns=params.baseline_ns,
+            outlier_margin_ns=params.outlier_margin_ns,
+            loss_outlier=params.loss_outlier,
+            min_samples=params.min_samples,
+            rails=self._index().rails,
+        )
+        reply.outlier_count = len(found)
+        if cursor is None:  # the first page: the ranking, fabric-wide
+            reply.outliers.extend(latency_view.outlier_messages(found))
+        return _with_token(reply, page.last, method, query)
+
+    def _latency_heat(
+        self, by: latency.By, at: Now, window_ms: int, query: str, *, first: bool
+    ) -> tuple[latency.Heat, int, list[latency.LinkOutlier]]:
+        """The heat map a request asks for, its window and the outliers: computed for its first
+        page, and kept for the
+        pages after it (at 100k GPUs the ToR pairs of a window are ~130k: each page should
+        not compute them again), for LATENCY_PAGES_KEPT_S at most."""
+        cached = self._latency_cache
+        if (
+            not first
+            and cached is not None
+            and cached[0] == query
+            and at.mono_ns - cached[1] <= LATENCY_PAGES_KEPT_S * 1_000_000_000
+        ):
+            return cached[2]
+        heat, window_ns = self.fabric.latency_heat(by, at, window_ms * 1_000_000 or None)
+        answer = (heat, window_ns, self.fabric.latency_outliers(at, window_ns))
+        self._latency_cache = (query, at.mono_ns, answer)
+        return answer
 
 
 _LINK_STATES = frozenset(admin_pb2.LinkState.values()) - {admin_pb2.LINK_STATE_UNSPECIFIED}

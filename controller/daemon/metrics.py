@@ -18,9 +18,10 @@ from prometheus_client import Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from controller.core import matrix
+from controller.core import latency, matrix
 from controller.core.links import LinkState
 from controller.core.machine import DecisionCore
+from controller.daemon.runner import now
 from railfabric import metrics
 from railfabric.tls import TlsFiles
 from railfabric.v1 import admin_pb2, control_pb2
@@ -47,6 +48,15 @@ class Snapshot:
     roce_naks: dict[tuple[str, int, str], float] = field(default_factory=dict)
     roce_cnps: dict[tuple[str, int], float] = field(default_factory=dict)
     roce_suspects: int = 0
+    # The latency heat map by rail pair over the intent's window: (source rail, destination
+    # rail) -> (p50 s, p99 s, answered probes, loss ratio); only rail pairs with probes.
+    latency_rails: dict[tuple[int, int], tuple[float, float, int, float]] = field(
+        default_factory=dict
+    )
+    # The first MAX_OUTLIER_SERIES outlier cables, ranked: (link, reason, p50 s, bad pairs);
+    # and how many there are.
+    latency_outliers: list[tuple[str, str, float, int]] = field(default_factory=list)
+    latency_outlier_count: int = 0
 
 
 def snapshot(core: DecisionCore, sessions: int, store_available: bool) -> Snapshot:
@@ -66,7 +76,41 @@ def snapshot(core: DecisionCore, sessions: int, store_available: bool) -> Snapsh
         drained=len(core.drains),
         matrix_by_rail=_matrix_by_rail(core),
         **_roce(core),
+        **_latency(core),
     )
+
+
+# Outlier cables with a series of their own: the head of the ranking, a bounded series count.
+MAX_OUTLIER_SERIES = 100
+
+
+def _latency(core: DecisionCore) -> dict[str, Any]:
+    at = now()
+    heat, _window_ns = core.latency_heat(latency.By.RAIL, at)
+    rails = {
+        (c.src_rail, c.dst_rail): (
+            (c.judged.window.p50_ns or 0) / 1e9,
+            (c.judged.window.p99_ns or 0) / 1e9,
+            c.judged.window.samples,
+            c.judged.window.loss,
+        )
+        for c in heat.cells
+    }
+    found = core.latency_outliers(at)
+    outliers = [
+        (
+            o.link,
+            o.reason.value,
+            ((o.judged.window.p50_ns or 0) / 1e9) if o.judged is not None else 0.0,
+            o.bad_pairs,
+        )
+        for o in found[:MAX_OUTLIER_SERIES]
+    ]
+    return {
+        "latency_rails": rails,
+        "latency_outliers": outliers,
+        "latency_outlier_count": len(found),
+    }
 
 
 # The NAK kinds as the metric's `kind` label.
@@ -182,6 +226,65 @@ def render(snap: Snapshot) -> Iterator[Metric]:
         "roce_retransmission alarm while NAKs are above the threshold)",
         value=snap.roce_suspects,
     )
+    yield from _render_latency(snap)
+
+
+def _render_latency(snap: Snapshot) -> Iterator[Metric]:
+    p50 = GaugeMetricFamily(
+        "railfabric_latency_rail_p50_seconds",
+        "Median RTT of the mesh probes between ToRs of two rails over the heat map's window "
+        "(railctl latency --by rail)",
+        labels=["src_rail", "dst_rail"],
+    )
+    p99 = GaugeMetricFamily(
+        "railfabric_latency_rail_p99_seconds",
+        "99th percentile RTT of the mesh probes between ToRs of two rails over the window",
+        labels=["src_rail", "dst_rail"],
+    )
+    answered = GaugeMetricFamily(
+        "railfabric_latency_rail_samples",
+        "Answered mesh probes between ToRs of two rails over the window",
+        labels=["src_rail", "dst_rail"],
+    )
+    loss = GaugeMetricFamily(
+        "railfabric_latency_rail_loss_ratio",
+        "Mesh probes between ToRs of two rails lost over the window, of those sent",
+        labels=["src_rail", "dst_rail"],
+    )
+    for (src, dst), (q50, q99, n, lost) in sorted(snap.latency_rails.items()):
+        labels = [str(src), str(dst)]
+        p50.add_metric(labels, q50)
+        p99.add_metric(labels, q99)
+        answered.add_metric(labels, n)
+        loss.add_metric(labels, lost)
+    yield from (p50, p99, answered, loss)
+    yield GaugeMetricFamily(
+        "railfabric_latency_outlier_links",
+        "Cables the latency probes point at (railctl latency lists them, ranked)",
+        value=snap.latency_outlier_count,
+    )
+    rank = GaugeMetricFamily(
+        "railfabric_latency_outlier_rank",
+        f"Rank of an outlier cable (1: the most likely), the first {MAX_OUTLIER_SERIES} only; "
+        "reason: link_latency, link_loss (its own link probes) or paths (bad ToR pairs' "
+        "probes crossed it)",
+        labels=["link", "reason"],
+    )
+    slow = GaugeMetricFamily(
+        "railfabric_latency_outlier_p50_seconds",
+        "Median RTT of an outlier cable's own link probes over the window (0: none)",
+        labels=["link"],
+    )
+    pairs = GaugeMetricFamily(
+        "railfabric_latency_outlier_bad_pairs",
+        "Bad ToR pairs whose mesh probes crossed an outlier cable",
+        labels=["link"],
+    )
+    for i, (link, reason, q50, bad) in enumerate(snap.latency_outliers, start=1):
+        rank.add_metric([link, reason], i)
+        slow.add_metric([link], q50)
+        pairs.add_metric([link], bad)
+    yield from (rank, slow, pairs)
 
 
 class Metrics:

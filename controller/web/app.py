@@ -11,7 +11,7 @@ fabric), plaintext by default or HTTPS with a client certificate of the fabric's
                                switches they join on the first page
     GET /api/switches/NAME     a switch: status, interfaces and counters, links, alarms
     GET /api/alarms            active alarms
-    GET /api/telemetry         the traffic matrix by rail; the latency heat map: not measured yet
+    GET /api/telemetry         the traffic matrix and the latency heat map, by rail
     GET /api/live              Server-Sent Events: link, switch and alarm changes as the
                                controller's events happen (controller/web/live.py)
 

@@ -18,7 +18,7 @@ from operator import itemgetter
 from typing import Any
 
 from controller.cli.output import to_json
-from controller.core import matrix
+from controller.core import latency, matrix
 from controller.core.cabling import MISWIRE, alarm_id
 from controller.core.clock import Now
 from controller.core.links import LinkState
@@ -47,14 +47,56 @@ _STATE_NAME = {
     admin_pb2.LINK_STATE_DAMPED: "damped",
     admin_pb2.LINK_STATE_UNKNOWN: "unknown",
 }
-# Where telemetry nobody measured goes: the page says so rather than draw numbers. The latency
-# heat map is not measured yet at all; the traffic matrix until a ToR reported twice.
+# Where telemetry nobody measured goes: the page says so rather than draw numbers: the traffic
+# matrix until a ToR reported twice, the latency heat map while its window holds no mesh probe.
 NOT_MEASURED: dict[str, Any] = {"status": "not measured yet", "data": None}
+# Outlier cables the page lists (and marks on the drawing): the head of the ranking.
+WEB_OUTLIERS = 20
+
+
+def latency_heatmap(core: DecisionCore, at: Now) -> dict[str, Any]:
+    """The latency heat map by rail pair over the intent's window (railctl latency --by
+    rail), and the head of the outlier ranking."""
+    heat, window_ns = core.latency_heat(latency.By.RAIL, at)
+    if not heat.cells:
+        return NOT_MEASURED
+    found = core.latency_outliers(at)
+    return {
+        "status": "measured",
+        "data": {
+            "rails": sorted({s.rail for s in core.planner.switches() if s.rail >= 0}),
+            "cells": [
+                {
+                    "src_rail": c.src_rail,
+                    "dst_rail": c.dst_rail,
+                    "p50_ns": c.judged.window.p50_ns or 0,
+                    "p99_ns": c.judged.window.p99_ns or 0,
+                    "samples": c.judged.window.samples,
+                    "loss": c.judged.window.loss,
+                    "baseline_p99_ns": c.judged.baseline_p99_ns or 0,
+                    "outlier": c.judged.outlier,
+                }
+                for c in heat.cells
+            ],
+            "window_s": window_ns / 1e9,
+            "reports": heat.reports,
+            "outliers": [
+                {
+                    "link": o.link,
+                    "reason": o.reason.value,
+                    "p50_ns": (o.judged.window.p50_ns or 0) if o.judged is not None else 0,
+                    "bad_pairs": o.bad_pairs,
+                }
+                for o in found[:WEB_OUTLIERS]
+            ],
+            "outlier_count": len(found),
+        },
+    }
 
 
 def telemetry(core: DecisionCore) -> dict[str, Any]:
     """The traffic matrix by rail (bytes/s over each ToR's last report period, with how many
-    ToRs it sums), and the latency heat map (not measured yet)."""
+    ToRs it sums), and the latency heat map by rail pair."""
     rails = matrix.rail_matrix(core, 0)
     traffic: dict[str, Any] = NOT_MEASURED
     if rails.rows:
@@ -72,7 +114,7 @@ def telemetry(core: DecisionCore) -> dict[str, Any]:
                 "window_s": [min(spans), max(spans)],
             },
         }
-    return {"traffic_matrix": traffic, "latency_heatmap": NOT_MEASURED}
+    return {"traffic_matrix": traffic, "latency_heatmap": latency_heatmap(core, now())}
 
 
 class BadQuery(ValueError):

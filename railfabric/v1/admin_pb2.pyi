@@ -224,6 +224,48 @@ LLDP_STATUS_UNPLANNED: LldpStatus.ValueType  # 4
 """Heard a peer on a port the plan leaves empty."""
 Global___LldpStatus: _TypeAlias = LldpStatus  # noqa: Y015
 
+class _LatencyBy:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _LatencyByEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_LatencyBy.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    LATENCY_BY_TOR: _LatencyBy.ValueType  # 0
+    LATENCY_BY_RAIL: _LatencyBy.ValueType  # 1
+    LATENCY_BY_LINK: _LatencyBy.ValueType  # 2
+
+class LatencyBy(_LatencyBy, metaclass=_LatencyByEnumTypeWrapper): ...
+
+LATENCY_BY_TOR: LatencyBy.ValueType  # 0
+LATENCY_BY_RAIL: LatencyBy.ValueType  # 1
+LATENCY_BY_LINK: LatencyBy.ValueType  # 2
+Global___LatencyBy: _TypeAlias = LatencyBy  # noqa: Y015
+
+class _LatencyReason:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _LatencyReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_LatencyReason.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    LATENCY_REASON_UNSPECIFIED: _LatencyReason.ValueType  # 0
+    LATENCY_REASON_LINK_LATENCY: _LatencyReason.ValueType  # 1
+    """The cable's own link probes: p50 above its baseline's p99 by more than the margin."""
+    LATENCY_REASON_LINK_LOSS: _LatencyReason.ValueType  # 2
+    """The cable's own link probes: loss at or above the intent's loss_outlier."""
+    LATENCY_REASON_PATHS: _LatencyReason.ValueType  # 3
+    """Mesh probes of bad ToR pairs crossed it (their predicted paths, or first hops)."""
+
+class LatencyReason(_LatencyReason, metaclass=_LatencyReasonEnumTypeWrapper): ...
+
+LATENCY_REASON_UNSPECIFIED: LatencyReason.ValueType  # 0
+LATENCY_REASON_LINK_LATENCY: LatencyReason.ValueType  # 1
+"""The cable's own link probes: p50 above its baseline's p99 by more than the margin."""
+LATENCY_REASON_LINK_LOSS: LatencyReason.ValueType  # 2
+"""The cable's own link probes: loss at or above the intent's loss_outlier."""
+LATENCY_REASON_PATHS: LatencyReason.ValueType  # 3
+"""Mesh probes of bad ToR pairs crossed it (their predicted paths, or first hops)."""
+Global___LatencyReason: _TypeAlias = LatencyReason  # noqa: Y015
+
 @_typing.final
 class GetRoceRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -2403,3 +2445,313 @@ class ReloadIntentResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReloadIntentResponse: _TypeAlias = ReloadIntentResponse  # noqa: Y015
+
+@_typing.final
+class GetLatencyRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BY_FIELD_NUMBER: _builtins.int
+    WINDOW_MS_FIELD_NUMBER: _builtins.int
+    SWITCH_NAME_FIELD_NUMBER: _builtins.int
+    RAIL_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    by: Global___LatencyBy.ValueType
+    window_ms: _builtins.int
+    """The window, rounded up to whole slots (a fifth of the intent's window); 0, or more than
+    the intent's `latency.window_s`: the intent's. The answer says the window used.
+    """
+    switch_name: _builtins.str
+    """Only the cells about this switch (TOR: pairs with it at one end; LINK: its cables). Not
+    with LATENCY_BY_RAIL.
+    """
+    rail: _builtins.int
+    """Only the cells about this rail (TOR: a ToR of the rail at one end; RAIL: the rail at one
+    end; LINK: cables with an end on a switch of the rail).
+    """
+    page_size: _builtins.int
+    page_token: _builtins.str
+    def __init__(
+        self,
+        *,
+        by: Global___LatencyBy.ValueType = ...,
+        window_ms: _builtins.int = ...,
+        switch_name: _builtins.str = ...,
+        rail: _builtins.int | None = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_rail", b"_rail", "rail", b"rail"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_rail", b"_rail", "by", b"by", "page_size", b"page_size", "page_token", b"page_token", "rail", b"rail", "switch_name", b"switch_name", "window_ms", b"window_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__rail: _TypeAlias = _typing.Literal["rail"]  # noqa: Y015
+    _WhichOneofArgType__rail: _TypeAlias = _typing.Literal["_rail", b"_rail"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__rail) -> _WhichOneofReturnType__rail | None: ...
+
+Global___GetLatencyRequest: _TypeAlias = GetLatencyRequest  # noqa: Y015
+
+@_typing.final
+class LatencyCell(_message.Message):
+    """One cell: a ToR pair (src -> dst, with their rails), a rail pair (src_rail -> dst_rail;
+    src and dst empty) or a cable (`link`; src and dst its two ends, as the plan names them).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SRC_FIELD_NUMBER: _builtins.int
+    DST_FIELD_NUMBER: _builtins.int
+    SRC_RAIL_FIELD_NUMBER: _builtins.int
+    DST_RAIL_FIELD_NUMBER: _builtins.int
+    LINK_FIELD_NUMBER: _builtins.int
+    SRC_PORT_FIELD_NUMBER: _builtins.int
+    DST_PORT_FIELD_NUMBER: _builtins.int
+    SENT_FIELD_NUMBER: _builtins.int
+    RECEIVED_FIELD_NUMBER: _builtins.int
+    SAMPLES_FIELD_NUMBER: _builtins.int
+    P50_NS_FIELD_NUMBER: _builtins.int
+    P99_NS_FIELD_NUMBER: _builtins.int
+    BASELINE_P99_NS_FIELD_NUMBER: _builtins.int
+    BASELINE_SAMPLES_FIELD_NUMBER: _builtins.int
+    OUTLIER_FIELD_NUMBER: _builtins.int
+    src: _builtins.str
+    dst: _builtins.str
+    src_rail: _builtins.int
+    dst_rail: _builtins.int
+    link: _builtins.str
+    src_port: _builtins.int
+    dst_port: _builtins.int
+    sent: _builtins.int
+    """Probes over the window: sent, answered, and the answered ones in the RTT histogram."""
+    received: _builtins.int
+    samples: _builtins.int
+    p50_ns: _builtins.int
+    """RTT percentiles (railfabric/latency.py buckets: up to 9% high); 0 without samples."""
+    p99_ns: _builtins.int
+    baseline_p99_ns: _builtins.int
+    """The baseline, the period before the window (a ToR pair's is its rail pair's): its p99
+    (0: no sample) and its samples.
+    """
+    baseline_samples: _builtins.int
+    outlier: _builtins.bool
+    """The outlier rule (intent `latency`) holds for this cell."""
+    def __init__(
+        self,
+        *,
+        src: _builtins.str = ...,
+        dst: _builtins.str = ...,
+        src_rail: _builtins.int = ...,
+        dst_rail: _builtins.int = ...,
+        link: _builtins.str = ...,
+        src_port: _builtins.int = ...,
+        dst_port: _builtins.int = ...,
+        sent: _builtins.int = ...,
+        received: _builtins.int = ...,
+        samples: _builtins.int = ...,
+        p50_ns: _builtins.int = ...,
+        p99_ns: _builtins.int = ...,
+        baseline_p99_ns: _builtins.int = ...,
+        baseline_samples: _builtins.int = ...,
+        outlier: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["baseline_p99_ns", b"baseline_p99_ns", "baseline_samples", b"baseline_samples", "dst", b"dst", "dst_port", b"dst_port", "dst_rail", b"dst_rail", "link", b"link", "outlier", b"outlier", "p50_ns", b"p50_ns", "p99_ns", b"p99_ns", "received", b"received", "samples", b"samples", "sent", b"sent", "src", b"src", "src_port", b"src_port", "src_rail", b"src_rail"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LatencyCell: _TypeAlias = LatencyCell  # noqa: Y015
+
+@_typing.final
+class LatencyPair(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SRC_FIELD_NUMBER: _builtins.int
+    DST_FIELD_NUMBER: _builtins.int
+    src: _builtins.str
+    dst: _builtins.str
+    def __init__(
+        self,
+        *,
+        src: _builtins.str = ...,
+        dst: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dst", b"dst", "src", b"src"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LatencyPair: _TypeAlias = LatencyPair  # noqa: Y015
+
+@_typing.final
+class LatencyRailPair(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SRC_FIELD_NUMBER: _builtins.int
+    DST_FIELD_NUMBER: _builtins.int
+    src: _builtins.int
+    dst: _builtins.int
+    def __init__(
+        self,
+        *,
+        src: _builtins.int = ...,
+        dst: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dst", b"dst", "src", b"src"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LatencyRailPair: _TypeAlias = LatencyRailPair  # noqa: Y015
+
+@_typing.final
+class LatencyOutlier(_message.Message):
+    """A cable the probes point at. Its own link probes over the window and baseline (zeros when
+    none arrived), and the bad ToR pairs whose probes crossed it.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINK_FIELD_NUMBER: _builtins.int
+    A_SWITCH_FIELD_NUMBER: _builtins.int
+    A_PORT_FIELD_NUMBER: _builtins.int
+    B_SWITCH_FIELD_NUMBER: _builtins.int
+    B_PORT_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    SENT_FIELD_NUMBER: _builtins.int
+    RECEIVED_FIELD_NUMBER: _builtins.int
+    SAMPLES_FIELD_NUMBER: _builtins.int
+    P50_NS_FIELD_NUMBER: _builtins.int
+    P99_NS_FIELD_NUMBER: _builtins.int
+    BASELINE_P99_NS_FIELD_NUMBER: _builtins.int
+    BASELINE_SAMPLES_FIELD_NUMBER: _builtins.int
+    BAD_PAIRS_FIELD_NUMBER: _builtins.int
+    TOR_PAIRS_FIELD_NUMBER: _builtins.int
+    RAIL_PAIRS_FIELD_NUMBER: _builtins.int
+    link: _builtins.str
+    a_switch: _builtins.str
+    a_port: _builtins.int
+    b_switch: _builtins.str
+    b_port: _builtins.int
+    reason: Global___LatencyReason.ValueType
+    sent: _builtins.int
+    received: _builtins.int
+    samples: _builtins.int
+    p50_ns: _builtins.int
+    p99_ns: _builtins.int
+    baseline_p99_ns: _builtins.int
+    baseline_samples: _builtins.int
+    bad_pairs: _builtins.int
+    @_builtins.property
+    def tor_pairs(self) -> _containers.RepeatedCompositeFieldContainer[Global___LatencyPair]:
+        """The first 16 of those pairs, and their rail pairs."""
+
+    @_builtins.property
+    def rail_pairs(self) -> _containers.RepeatedCompositeFieldContainer[Global___LatencyRailPair]: ...
+    def __init__(
+        self,
+        *,
+        link: _builtins.str = ...,
+        a_switch: _builtins.str = ...,
+        a_port: _builtins.int = ...,
+        b_switch: _builtins.str = ...,
+        b_port: _builtins.int = ...,
+        reason: Global___LatencyReason.ValueType = ...,
+        sent: _builtins.int = ...,
+        received: _builtins.int = ...,
+        samples: _builtins.int = ...,
+        p50_ns: _builtins.int = ...,
+        p99_ns: _builtins.int = ...,
+        baseline_p99_ns: _builtins.int = ...,
+        baseline_samples: _builtins.int = ...,
+        bad_pairs: _builtins.int = ...,
+        tor_pairs: _abc.Iterable[Global___LatencyPair] | None = ...,
+        rail_pairs: _abc.Iterable[Global___LatencyRailPair] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["a_port", b"a_port", "a_switch", b"a_switch", "b_port", b"b_port", "b_switch", b"b_switch", "bad_pairs", b"bad_pairs", "baseline_p99_ns", b"baseline_p99_ns", "baseline_samples", b"baseline_samples", "link", b"link", "p50_ns", b"p50_ns", "p99_ns", b"p99_ns", "rail_pairs", b"rail_pairs", "reason", b"reason", "received", b"received", "samples", b"samples", "sent", b"sent", "tor_pairs", b"tor_pairs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LatencyOutlier: _TypeAlias = LatencyOutlier  # noqa: Y015
+
+@_typing.final
+class LatencyResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BY_FIELD_NUMBER: _builtins.int
+    CELLS_FIELD_NUMBER: _builtins.int
+    WINDOW_NS_FIELD_NUMBER: _builtins.int
+    WINDOW_END_WALL_NS_FIELD_NUMBER: _builtins.int
+    REPORTS_FIELD_NUMBER: _builtins.int
+    RESULTS_FIELD_NUMBER: _builtins.int
+    SAMPLES_FIELD_NUMBER: _builtins.int
+    BASELINE_NS_FIELD_NUMBER: _builtins.int
+    OUTLIER_MARGIN_NS_FIELD_NUMBER: _builtins.int
+    LOSS_OUTLIER_FIELD_NUMBER: _builtins.int
+    MIN_SAMPLES_FIELD_NUMBER: _builtins.int
+    OUTLIERS_FIELD_NUMBER: _builtins.int
+    OUTLIER_COUNT_FIELD_NUMBER: _builtins.int
+    RAILS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    by: Global___LatencyBy.ValueType
+    window_ns: _builtins.int
+    """The window used, ending now (the controller's clock), and what it holds: reports,
+    probe results, and answered probes in the cells asked for (every page: the whole answer).
+    """
+    window_end_wall_ns: _builtins.int
+    reports: _builtins.int
+    results: _builtins.int
+    samples: _builtins.int
+    baseline_ns: _builtins.int
+    """The baseline period's length and the intent's outlier rule."""
+    outlier_margin_ns: _builtins.int
+    loss_outlier: _builtins.float
+    min_samples: _builtins.int
+    outlier_count: _builtins.int
+    next_page_token: _builtins.str
+    @_builtins.property
+    def cells(self) -> _containers.RepeatedCompositeFieldContainer[Global___LatencyCell]:
+        """This page's cells, in order of src then dst (rails by number; cables by key): only cells
+        with probes in the window.
+        """
+
+    @_builtins.property
+    def outliers(self) -> _containers.RepeatedCompositeFieldContainer[Global___LatencyOutlier]:
+        """The cables the probes point at, ranked (fabric-wide, whatever the filters): on the first
+        page only, at most 100; outlier_count is how many there are.
+        """
+
+    @_builtins.property
+    def rails(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The rails of the fabric (the rail axis)."""
+
+    def __init__(
+        self,
+        *,
+        by: Global___LatencyBy.ValueType = ...,
+        cells: _abc.Iterable[Global___LatencyCell] | None = ...,
+        window_ns: _builtins.int = ...,
+        window_end_wall_ns: _builtins.int = ...,
+        reports: _builtins.int = ...,
+        results: _builtins.int = ...,
+        samples: _builtins.int = ...,
+        baseline_ns: _builtins.int = ...,
+        outlier_margin_ns: _builtins.int = ...,
+        loss_outlier: _builtins.float = ...,
+        min_samples: _builtins.int = ...,
+        outliers: _abc.Iterable[Global___LatencyOutlier] | None = ...,
+        outlier_count: _builtins.int = ...,
+        rails: _abc.Iterable[_builtins.int] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["baseline_ns", b"baseline_ns", "by", b"by", "cells", b"cells", "loss_outlier", b"loss_outlier", "min_samples", b"min_samples", "next_page_token", b"next_page_token", "outlier_count", b"outlier_count", "outlier_margin_ns", b"outlier_margin_ns", "outliers", b"outliers", "rails", b"rails", "reports", b"reports", "results", b"results", "samples", b"samples", "window_end_wall_ns", b"window_end_wall_ns", "window_ns", b"window_ns"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LatencyResponse: _TypeAlias = LatencyResponse  # noqa: Y015

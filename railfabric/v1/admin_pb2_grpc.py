@@ -145,6 +145,11 @@ class FabricAdminStub:
                 request_serializer=railfabric_dot_v1_dot_admin__pb2.GetRoceRequest.SerializeToString,
                 response_deserializer=railfabric_dot_v1_dot_admin__pb2.RoceResponse.FromString,
                 _registered_method=True)
+        self.GetLatency = channel.unary_unary(
+                '/railfabric.v1.FabricAdmin/GetLatency',
+                request_serializer=railfabric_dot_v1_dot_admin__pb2.GetLatencyRequest.SerializeToString,
+                response_deserializer=railfabric_dot_v1_dot_admin__pb2.LatencyResponse.FromString,
+                _registered_method=True)
 
 
 class FabricAdminServicer:
@@ -310,6 +315,16 @@ class FabricAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetLatency(self, request, context):
+        """The latency heat map (controller/core/latency.py): RTT percentiles, loss and sample sizes
+        of the agents' probes per ToR pair, rail pair or cable over a window, each against its
+        baseline, and the cables the outliers point at, ranked. Paged (cells). Leader only (it is
+        observed).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FabricAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -402,6 +417,11 @@ def add_FabricAdminServicer_to_server(servicer, server):
                     servicer.GetRoce,
                     request_deserializer=railfabric_dot_v1_dot_admin__pb2.GetRoceRequest.FromString,
                     response_serializer=railfabric_dot_v1_dot_admin__pb2.RoceResponse.SerializeToString,
+            ),
+            'GetLatency': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetLatency,
+                    request_deserializer=railfabric_dot_v1_dot_admin__pb2.GetLatencyRequest.FromString,
+                    response_serializer=railfabric_dot_v1_dot_admin__pb2.LatencyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -909,6 +929,33 @@ class FabricAdmin:
             '/railfabric.v1.FabricAdmin/GetRoce',
             railfabric_dot_v1_dot_admin__pb2.GetRoceRequest.SerializeToString,
             railfabric_dot_v1_dot_admin__pb2.RoceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetLatency(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/railfabric.v1.FabricAdmin/GetLatency',
+            railfabric_dot_v1_dot_admin__pb2.GetLatencyRequest.SerializeToString,
+            railfabric_dot_v1_dot_admin__pb2.LatencyResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -116,6 +116,12 @@ class FabricAdminStub:
     class the rates of RoCE packets by kind, the ports and ToR pairs above the NAK threshold,
     and where the sampled NAK-ing flows localise the loss. Leader only (it is observed).
     """
+    GetLatency: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetLatencyRequest, _admin_pb2.LatencyResponse]
+    """The latency heat map (controller/core/latency.py): RTT percentiles, loss and sample sizes
+    of the agents' probes per ToR pair, rail pair or cable over a window, each against its
+    baseline, and the cables the outliers point at, ranked. Paged (cells). Leader only (it is
+    observed).
+    """
 
 @_typing.type_check_only
 class FabricAdminAsyncStub(FabricAdminStub):
@@ -200,6 +206,12 @@ class FabricAdminAsyncStub(FabricAdminStub):
     """RoCEv2 retransmission and congestion (controller/core/roce.py): per port and traffic
     class the rates of RoCE packets by kind, the ports and ToR pairs above the NAK threshold,
     and where the sampled NAK-ing flows localise the loss. Leader only (it is observed).
+    """
+    GetLatency: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetLatencyRequest, _admin_pb2.LatencyResponse]  # type: ignore[assignment]
+    """The latency heat map (controller/core/latency.py): RTT percentiles, loss and sample sizes
+    of the agents' probes per ToR pair, rail pair or cable over a window, each against its
+    baseline, and the cables the outliers point at, ranked. Paged (cells). Leader only (it is
+    observed).
     """
 
 class FabricAdminServicer(metaclass=_abc_1.ABCMeta):
@@ -390,6 +402,18 @@ class FabricAdminServicer(metaclass=_abc_1.ABCMeta):
         """RoCEv2 retransmission and congestion (controller/core/roce.py): per port and traffic
         class the rates of RoCE packets by kind, the ports and ToR pairs above the NAK threshold,
         and where the sampled NAK-ing flows localise the loss. Leader only (it is observed).
+        """
+
+    @_abc_1.abstractmethod
+    def GetLatency(
+        self,
+        request: _admin_pb2.GetLatencyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.LatencyResponse, _abc.Awaitable[_admin_pb2.LatencyResponse]]:
+        """The latency heat map (controller/core/latency.py): RTT percentiles, loss and sample sizes
+        of the agents' probes per ToR pair, rail pair or cable over a window, each against its
+        baseline, and the cables the outliers point at, ranked. Paged (cells). Leader only (it is
+        observed).
         """
 
 def add_FabricAdminServicer_to_server(servicer: FabricAdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

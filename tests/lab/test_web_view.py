@@ -6,9 +6,10 @@ returns when the cable does; a switch's page lists its interfaces and counters; 
 has no error (a script error, or a load the page's Content-Security-Policy refused). Screenshots
 are kept as test artefacts: build/web-view.png (the cut), build/web-view-switch.png.
 
-The traffic matrix by rail appears once the ToRs reported it. The latency heat map has no data
-yet (other work measures it): the page says "not measured yet", and the part of the issue's
-test about a slowed link waits for that work."""
+The traffic matrix by rail appears once the ToRs reported it. The lab's agents send no probe
+results until the controller gives them a Probing configuration (other work), so the latency
+heat map says "not measured yet" here; the slowed link changing its rail pair's colour is
+tests/integration/controller/test_web_latency.py, with probe reports fed over the public API."""
 
 from __future__ import annotations
 

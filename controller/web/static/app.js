@@ -10,6 +10,7 @@ const RAIL_COLOURS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#e
 const STATES = [
   ["up", "up"], ["down", "down"], ["hold_down", "hold-down"], ["damped", "damped"],
   ["unknown", "unknown"], ["drained", "drained (operator)"], ["miswired", "miswired (LLDP)"],
+  ["latency_outlier", "latency outlier"],
 ];
 // Counters come in the agents' periodic reports, which are no events: an open switch page
 // reads them again this often (link and session changes still arrive by push).
@@ -23,6 +24,7 @@ const state = {
   switchName: null,     // the switch page shown, or null
   switchTimer: null,
   summaryTimer: null,
+  latencyOutliers: new Set(),  // cables the latency heat map points at
 };
 
 function railColour(rail) {
@@ -160,12 +162,66 @@ function renderTelemetry(telemetry) {
     const note = panel.querySelector(".not-measured");
     if (what.data === null) {
       if (note) { note.hidden = false; note.textContent = what.status; }
-      panel.querySelectorAll("table.matrix, p.matrix-sample").forEach((n) => n.remove());
+      panel.querySelectorAll("table.matrix, p.matrix-sample, ol.outliers").forEach((n) => n.remove());
+      if (name === "latency_heatmap") markOutlierLinks([]);
       continue;
     }
     if (note) note.hidden = true;
     if (name === "traffic_matrix") renderMatrix(panel, what.data);
+    if (name === "latency_heatmap") renderHeat(panel, what.data);
   }
+}
+
+// The heat map's colour scale: p99 RTT on a log scale, green at HEAT_LOW_NS and below, red at
+// HEAT_HIGH_NS and above (absolute, so a cell changes colour when it slows, whatever the rest).
+const HEAT_LOW_NS = 10e3;
+const HEAT_HIGH_NS = 10e6;
+
+function heatColour(ns) {
+  if (!ns) return "#f0f0f0";
+  const frac = Math.min(1, Math.max(0, Math.log(ns / HEAT_LOW_NS) / Math.log(HEAT_HIGH_NS / HEAT_LOW_NS)));
+  return `hsl(${Math.round(120 * (1 - frac))}, 70%, 72%)`;
+}
+
+const us = (ns) => (ns / 1e3).toFixed(1);
+
+// The latency heat map by rail pair: p99 RTT (µs) of the mesh probes, sources down (the tail:
+// one slow uplink of a rail's ToRs moves it, where the median moves only when most probes
+// are slow); outlier cells outlined; then the outlier cables, ranked, marked on the drawing.
+function renderHeat(panel, data) {
+  const cells = new Map(data.cells.map((c) => [`${c.src_rail}>${c.dst_rail}`, c]));
+  const head = el("tr", {}, el("th", {}, "p99 µs"), ...data.rails.map((r) => el("th", {}, `to rail ${r}`)));
+  const rows = data.rails.map((src) => el("tr", {},
+    el("th", {}, `rail ${src}`),
+    ...data.rails.map((dst) => {
+      const c = cells.get(`${src}>${dst}`);
+      if (!c) return el("td", { class: "idle", "data-heat": `${src}>${dst}` }, "–");
+      const td = el("td", {
+        class: c.outlier ? "heat outlier" : "heat", "data-heat": `${src}>${dst}`, "data-p99-ns": String(c.p99_ns),
+        title: `p50 ${us(c.p50_ns)} µs, p99 ${us(c.p99_ns)} µs, baseline p99 ${c.baseline_p99_ns ? us(c.baseline_p99_ns) : "–"} µs, ` +
+          `${c.samples} samples, ${(c.loss * 100).toFixed(1)}% lost`,
+      }, us(c.p99_ns));
+      td.style.background = heatColour(c.p99_ns);
+      return td;
+    })));
+  const table = el("table", { class: "matrix heat" }, el("thead", {}, head), el("tbody", {}, ...rows));
+  const sample = el("p", { class: "matrix-sample" },
+    `over the last ${data.window_s.toFixed(0)} s, ${data.reports} reports; colour: p99 from ` +
+    `${us(HEAT_LOW_NS)} µs (green) to ${us(HEAT_HIGH_NS)} µs (red); outlined: an outlier`);
+  const outliers = el("ol", { class: "outliers" }, ...data.outliers.map((o) =>
+    el("li", { "data-outlier": o.link }, `${o.link} — ${o.reason.replace("_", " ")}` +
+      (o.p50_ns ? `, p50 ${us(o.p50_ns)} µs` : "") + (o.bad_pairs ? `, ${o.bad_pairs} bad ToR pairs` : ""))));
+  if (data.outlier_count > data.outliers.length) outliers.append(el("li", {}, `… and ${data.outlier_count - data.outliers.length} more (railctl latency)`));
+  panel.querySelectorAll("table.matrix, p.matrix-sample, ol.outliers").forEach((n) => n.remove());
+  panel.append(table, sample, outliers);
+  markOutlierLinks(data.outliers.map((o) => o.link));
+}
+
+// The outlier cables on the drawing (and kept for lines drawn later).
+function markOutlierLinks(keys) {
+  state.latencyOutliers = new Set(keys);
+  document.querySelectorAll("line.link").forEach((line) =>
+    line.setAttribute("data-latency-outlier", String(state.latencyOutliers.has(line.dataset.key))));
 }
 
 // The traffic matrix by rail, Mb/s: sources down, destinations across.
@@ -283,6 +339,7 @@ function setLinkAttrs(line, link) {
   line.setAttribute("data-state", link.state);
   line.setAttribute("data-drained", String(link.drained));
   line.setAttribute("data-miswired", String(link.miswired));
+  line.setAttribute("data-latency-outlier", String(state.latencyOutliers.has(link.key)));
   let title = line.querySelector("title");
   if (!title) { title = svgEl("title"); line.append(title); }
   title.textContent = `${link.key}: ${link.state}${link.drained ? ", drained" : ""}${link.miswired ? ", miswired" : ""}` +

@@ -9,6 +9,7 @@ import pytest
 
 from bench import controller as controller_bench
 from bench import core as core_bench
+from bench import latency as latency_bench
 from bench import matrix as matrix_bench
 from bench import roce as roce_bench
 from bench import web as web_bench
@@ -107,3 +108,17 @@ def test_roce_bench_feeds_every_switch_and_says_its_sample(
     assert (data["switches"], data["storm_tors"], data["periods"]) == (6, 2, 1)
     assert data["nak_samples_per_period"] == 16 and data["roce_counts_per_period"] > 0
     assert 0 <= data["ingest_ms_p50"] <= data["ingest_ms_max"]
+
+
+def test_latency_bench_feeds_every_switch_and_finds_the_slowed_cable(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert latency_bench.main([LAB, "--json", "--periods", "64", "--slow", "1"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    # lab-2rail: 16 link results (8 cables, both ends) and 4 ToRs x 40 mesh targets a period,
+    # and the slowed ToR's 40 per-uplink results in the last one.
+    assert (data["switches"], data["cables"], data["tors"]) == (6, 8, 4)
+    assert data["results_per_period"] == 16 + 4 * 40 + 40
+    assert data["rail_pairs"] == 4 and data["tor_pairs_in_window"] == 12
+    assert data["slowed_cables"] == 1 and data["slowed_cables_ranked_first"] is True
+    assert 0 <= data["ingest_ms_per_report_p50"] <= data["ingest_ms_per_report_max"]

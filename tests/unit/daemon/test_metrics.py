@@ -17,7 +17,7 @@ from controller.daemon.core_planner import load_planner
 from controller.daemon.metrics import Metrics, snapshot
 from controller.daemon.runner import now
 from controller.daemon.store import SqliteStore
-from railfabric import __version__
+from railfabric import __version__, latency
 from railfabric.metrics import MetricsServer
 from railfabric.v1 import control_pb2
 from tests.metrics_checks import promtool_check, samples, scrape, value
@@ -106,3 +106,48 @@ async def test_roce_rates_are_series_only_where_nonzero(
     assert value(found, cnp_rate, switch="tor-r1-b1", port="1") == 5.0
     assert value(found, cnp_rate, switch="tor-r1-b1", port="2") is None
     assert value(found, "railfabric_roce_suspect_links") == 0
+
+
+async def test_latency_by_rail_pair_and_the_outlier_cables(
+    served: tuple[DecisionCore, MetricsServer],
+) -> None:
+    core, server = served
+    text = await _scrape(server)
+    promtool_check(text)
+    assert value(samples(text), "railfabric_latency_outlier_links") == 0
+    assert (
+        value(samples(text), "railfabric_latency_rail_p50_seconds", src_rail="1", dst_rail="2")
+        is None
+    )
+    t = now()
+    rtt = latency.bucket_of(30_000)
+    mesh = control_pb2.ProbeResult(
+        kind=control_pb2.PROBE_KIND_MESH,
+        target="tor-r2-b1",
+        sent=10,
+        received=10,
+        bucket_index=[rtt],
+        bucket_count=[10],
+    )
+    lossy = control_pb2.ProbeResult(
+        kind=control_pb2.PROBE_KIND_LINK,
+        port=3,
+        sent=10,
+        received=5,
+        bucket_index=[rtt],
+        bucket_count=[5],
+    )
+    core.counters("tor-r1-b1", control_pb2.Counters(probes=[mesh, lossy]), t)
+    text = await _scrape(server)
+    promtool_check(text)
+    found = samples(text)
+    rail_pair = {"src_rail": "1", "dst_rail": "2"}
+    assert value(found, "railfabric_latency_rail_p50_seconds", **rail_pair) == (
+        latency.bucket_bound_ns(rtt) / 1e9
+    )
+    assert value(found, "railfabric_latency_rail_samples", **rail_pair) == 10
+    assert value(found, "railfabric_latency_rail_loss_ratio", **rail_pair) == 0
+    assert value(found, "railfabric_latency_outlier_links") == 1
+    link = "tor-r1-b1:3--spine-p1-1:1"
+    assert value(found, "railfabric_latency_outlier_rank", link=link, reason="link_loss") == 1
+    assert value(found, "railfabric_latency_outlier_bad_pairs", link=link) == 0

@@ -1,7 +1,8 @@
 """The web view's JSON, from a real decision core on the lab fabric: what the page draws (links
 by observed state, drains apart from it), the summary's figures by rail and pod, pages of links,
 a switch's page from the admin API's own functions, the traffic matrix by rail once ToRs
-reported it, and the placeholder for the latency nobody measures yet. The live stream's
+reported it, and the latency heat map by rail pair once mesh probes arrived (a placeholder
+before). The live stream's
 reduction of the core's events is checked on the same core."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from controller.daemon.runner import now
 from controller.web import fabric_json
 from controller.web.fabric_json import BadQuery, Scope
 from controller.web.live import Hub
+from railfabric import latency
 from railfabric.v1 import admin_pb2, control_pb2
 from tests.unit.core.harness import Harness
 
@@ -97,8 +99,7 @@ def test_the_summary_counts_links_by_state_per_rail_and_pod(h: Watched) -> None:
     assert [p["pod"] for p in s["pods"]] == [1]
     assert s["draw_whole"] is True
     assert s["sessions"] == 6
-    # No ToR reported its traffic matrix, nothing measures latency: the page says so, with no
-    # number.
+    # No ToR reported its traffic matrix or probes: the page says so, with no number.
     assert s["telemetry"] == {
         "traffic_matrix": {"status": "not measured yet", "data": None},
         "latency_heatmap": {"status": "not measured yet", "data": None},
@@ -224,4 +225,49 @@ def test_the_traffic_matrix_by_rail_once_tors_reported_twice(h: Watched) -> None
             "tors_unmeasured": 0,
             "window_s": [5.0, 5.0],
         },
+    }
+
+
+def test_the_latency_heat_map_by_rail_pair_and_the_outlier_cables(h: Watched) -> None:
+    """tor-r1-b1 (rail 1) probes tor-r2-b2 (rail 2) at 30 us, and loses half its link probes
+    on uplink 3."""
+    rtt = latency.bucket_of(30_000)
+    mesh = control_pb2.ProbeResult(
+        kind=control_pb2.PROBE_KIND_MESH,
+        target="tor-r2-b2",
+        sent=10,
+        received=10,
+        bucket_index=[rtt],
+        bucket_count=[10],
+    )
+    lossy = control_pb2.ProbeResult(
+        kind=control_pb2.PROBE_KIND_LINK,
+        port=3,
+        sent=10,
+        received=5,
+        bucket_index=[rtt],
+        bucket_count=[5],
+    )
+    h.core.counters("tor-r1-b1", control_pb2.Counters(probes=[mesh, lossy]), now())
+    heat = fabric_json.telemetry(h.core)["latency_heatmap"]
+    bound = latency.bucket_bound_ns(rtt)
+    assert heat["status"] == "measured"
+    assert heat["data"] == {
+        "rails": [1, 2],
+        "cells": [
+            {
+                "src_rail": 1,
+                "dst_rail": 2,
+                "p50_ns": bound,
+                "p99_ns": bound,
+                "samples": 10,
+                "loss": 0.0,
+                "baseline_p99_ns": 0,
+                "outlier": False,
+            },
+        ],
+        "window_s": 10.0,
+        "reports": 1,
+        "outliers": [{"link": CUT, "reason": "link_loss", "p50_ns": bound, "bad_pairs": 0}],
+        "outlier_count": 1,
     }
