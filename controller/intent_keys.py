@@ -509,7 +509,8 @@ LATENCY = Group(
         ),
         "baseline_s": Key(
             Kind.INT,
-            "What a cell's normal is: its p99 over the last `baseline_s` before the window. "
+            "What a cell's normal is: its p50 (and p99) over the last `baseline_s` before the "
+            "window. "
             "At least the window; at most an hour (the controller keeps per-interval "
             "histograms for it).",
             LatencyIntent.baseline_s,
@@ -520,7 +521,9 @@ LATENCY = Group(
         "outlier_margin_us": Key(
             Kind.INT,
             "A link or cell is a latency outlier when its p50 over the window exceeds its "
-            "baseline p99 by more than this: jitter of the CPU paths at both ends is normal.",
+            "baseline p50 by more than this: jitter of the CPU paths at both ends is normal. "
+            "Median against median, so a slowdown stays an outlier until it fills half of "
+            "the baseline period.",
             LatencyIntent.outlier_margin_us,
             0,
             10_000_000,

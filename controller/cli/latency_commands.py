@@ -123,13 +123,13 @@ def render(r: admin_pb2.LatencyResponse) -> list[str]:
         top = sorted(r.cells, key=lambda c: (not c.outlier, -c.p50_ns))[:LIST_MAX]
         name = (lambda c: c.link) if by_link else (lambda c: f"{c.src} -> {c.dst}")
         out += table(
-            [what, "p50 us", "p99 us", "baseline p99 us", "loss", "samples", "outlier"],
+            [what, "p50 us", "p99 us", "baseline p50 us", "loss", "samples", "outlier"],
             [
                 [
                     name(c),
                     us(c.p50_ns),
                     us(c.p99_ns),
-                    us(c.baseline_p99_ns),
+                    us(c.baseline_p50_ns),
                     _loss(c),
                     c.samples,
                     "yes" if c.outlier else "",
@@ -140,19 +140,19 @@ def render(r: admin_pb2.LatencyResponse) -> list[str]:
     out.append(
         f"window: {r.window_ns / 1e9:.0f} s, {r.reports} reports, {r.results} probe results, "
         f"{r.samples} answered probes; baseline {r.baseline_ns / 1e9:.0f} s before it; "
-        f"outlier: p50 > baseline p99 + {us(r.outlier_margin_ns)} us or loss >= "
+        f"outlier: p50 > baseline p50 + {us(r.outlier_margin_ns)} us or loss >= "
         f"{r.loss_outlier:.0%}, with >= {r.min_samples} samples"
     )
     if r.outlier_count:
         out.append(f"outliers: {r.outlier_count} cables, most likely first")
         out += table(
-            ["cable", "why", "p50 us", "baseline p99 us", "loss", "bad pairs", "e.g."],
+            ["cable", "why", "p50 us", "baseline p50 us", "loss", "bad pairs", "e.g."],
             [
                 [
                     o.link,
                     REASONS.get(o.reason, str(o.reason)),
                     us(o.p50_ns),
-                    us(o.baseline_p99_ns),
+                    us(o.baseline_p50_ns),
                     _loss(o),
                     o.bad_pairs,
                     ", ".join(f"{p.src}->{p.dst}" for p in o.tor_pairs[:2]),

@@ -4,6 +4,7 @@ section."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -412,20 +413,25 @@ def rail_sums(mesh: Mapping[MeshKey, Acc], rail_of: Mapping[str, int]) -> dict[R
 
 @dataclass(frozen=True, slots=True)
 class Judged:
-    """One cable, ToR pair or rail pair: its window, its baseline's p99, and the verdict."""
+    """One cable, ToR pair or rail pair: its window, its baseline's p50 and p99, and the
+    verdict."""
 
     window: Stats
     baseline_p99_ns: int | None
     baseline_samples: int
     outlier: bool
-    # How far the window's p50 is above the baseline's p99 (0 when not, or not known).
+    # How far the window's p50 is above the baseline's p50 (0 when not, or not known).
     excess_ns: int
+    baseline_p50_ns: int | None = None
 
 
 def judge(params: LatencyParams, window: Acc, baseline: Acc | Stats | None) -> Judged:
     """The outlier rule: with at least min_samples answered in the window, loss of at least
     loss_outlier, or (with min_samples in the baseline too) a p50 more than outlier_margin
-    above the baseline's p99. A baseline many cells share comes read already (Stats)."""
+    above the baseline's p50. Median against median: a slowdown that lasts becomes the
+    baseline's p99 once it fills 1% of the baseline period (3 s of 300) and would stop being
+    an outlier seconds after it began; it moves the baseline's median only when it fills half
+    of it. A baseline many cells share comes read already (Stats)."""
     w = Stats.of(window)
     b = (
         EMPTY
@@ -435,12 +441,12 @@ def judge(params: LatencyParams, window: Acc, baseline: Acc | Stats | None) -> J
         else Stats.of(baseline)
     )
     excess = 0
-    if w.p50_ns is not None and b.p99_ns is not None and b.samples >= params.min_samples:
-        excess = max(0, w.p50_ns - b.p99_ns)
+    if w.p50_ns is not None and b.p50_ns is not None and b.samples >= params.min_samples:
+        excess = max(0, w.p50_ns - b.p50_ns)
     outlier = w.samples >= params.min_samples and (
         (w.sent > 0 and w.loss >= params.loss_outlier) or excess > params.outlier_margin_ns
     )
-    return Judged(w, b.p99_ns, b.samples, outlier, excess)
+    return Judged(w, b.p99_ns, b.samples, outlier, excess, b.p50_ns)
 
 
 def judge_all(
@@ -633,9 +639,7 @@ def heat(
             sr, dr = tor_rail[src], tor_rail[dst]
             j = judge(params, acc, base.get((sr, dr)))
             if j.outlier != ((src, dst) in bad):
-                j = Judged(
-                    j.window, j.baseline_p99_ns, j.baseline_samples, not j.outlier, j.excess_ns
-                )
+                j = dataclasses.replace(j, outlier=not j.outlier)
             cells.append(Cell(f"{src}>{dst}", src, dst, sr, dr, "", 0, 0, j))
     cells.sort(key=lambda c: c.key)
     return Heat(cells, window.reports, window.results, sum(c.judged.window.samples for c in cells))

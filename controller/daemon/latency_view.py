@@ -40,6 +40,7 @@ def cell_message(c: latency.Cell) -> admin_pb2.LatencyCell:
         p50_ns=w.p50_ns or 0,
         p99_ns=w.p99_ns or 0,
         baseline_p99_ns=j.baseline_p99_ns or 0,
+        baseline_p50_ns=j.baseline_p50_ns or 0,
         baseline_samples=j.baseline_samples,
         outlier=j.outlier,
     )
@@ -62,6 +63,7 @@ def outlier_message(o: latency.LinkOutlier) -> admin_pb2.LatencyOutlier:
         msg.sent, msg.received, msg.samples = w.sent, w.received, w.samples
         msg.p50_ns, msg.p99_ns = w.p50_ns or 0, w.p99_ns or 0
         msg.baseline_p99_ns = o.judged.baseline_p99_ns or 0
+        msg.baseline_p50_ns = o.judged.baseline_p50_ns or 0
         msg.baseline_samples = o.judged.baseline_samples
     return msg
 

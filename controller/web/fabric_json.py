@@ -74,6 +74,7 @@ def latency_heatmap(core: DecisionCore, at: Now) -> dict[str, Any]:
                     "samples": c.judged.window.samples,
                     "loss": c.judged.window.loss,
                     "baseline_p99_ns": c.judged.baseline_p99_ns or 0,
+                    "baseline_p50_ns": c.judged.baseline_p50_ns or 0,
                     "outlier": c.judged.outlier,
                 }
                 for c in heat.cells

@@ -2514,6 +2514,7 @@ class LatencyCell(_message.Message):
     BASELINE_P99_NS_FIELD_NUMBER: _builtins.int
     BASELINE_SAMPLES_FIELD_NUMBER: _builtins.int
     OUTLIER_FIELD_NUMBER: _builtins.int
+    BASELINE_P50_NS_FIELD_NUMBER: _builtins.int
     src: _builtins.str
     dst: _builtins.str
     src_rail: _builtins.int
@@ -2534,7 +2535,11 @@ class LatencyCell(_message.Message):
     """
     baseline_samples: _builtins.int
     outlier: _builtins.bool
-    """The outlier rule (intent `latency`) holds for this cell."""
+    """The outlier rule (intent `latency`: p50 above the baseline's p50 by more than the
+    margin, or loss) holds for this cell.
+    """
+    baseline_p50_ns: _builtins.int
+    """The baseline's p50 (0: no sample), what the rule compares the window's p50 with."""
     def __init__(
         self,
         *,
@@ -2553,10 +2558,11 @@ class LatencyCell(_message.Message):
         baseline_p99_ns: _builtins.int = ...,
         baseline_samples: _builtins.int = ...,
         outlier: _builtins.bool = ...,
+        baseline_p50_ns: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["baseline_p99_ns", b"baseline_p99_ns", "baseline_samples", b"baseline_samples", "dst", b"dst", "dst_port", b"dst_port", "dst_rail", b"dst_rail", "link", b"link", "outlier", b"outlier", "p50_ns", b"p50_ns", "p99_ns", b"p99_ns", "received", b"received", "samples", b"samples", "sent", b"sent", "src", b"src", "src_port", b"src_port", "src_rail", b"src_rail"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["baseline_p50_ns", b"baseline_p50_ns", "baseline_p99_ns", b"baseline_p99_ns", "baseline_samples", b"baseline_samples", "dst", b"dst", "dst_port", b"dst_port", "dst_rail", b"dst_rail", "link", b"link", "outlier", b"outlier", "p50_ns", b"p50_ns", "p99_ns", b"p99_ns", "received", b"received", "samples", b"samples", "sent", b"sent", "src", b"src", "src_port", b"src_port", "src_rail", b"src_rail"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2630,6 +2636,7 @@ class LatencyOutlier(_message.Message):
     BAD_PAIRS_FIELD_NUMBER: _builtins.int
     TOR_PAIRS_FIELD_NUMBER: _builtins.int
     RAIL_PAIRS_FIELD_NUMBER: _builtins.int
+    BASELINE_P50_NS_FIELD_NUMBER: _builtins.int
     link: _builtins.str
     a_switch: _builtins.str
     a_port: _builtins.int
@@ -2644,6 +2651,8 @@ class LatencyOutlier(_message.Message):
     baseline_p99_ns: _builtins.int
     baseline_samples: _builtins.int
     bad_pairs: _builtins.int
+    baseline_p50_ns: _builtins.int
+    """The baseline's p50, what the rule compares the window's p50 with (0: no sample)."""
     @_builtins.property
     def tor_pairs(self) -> _containers.RepeatedCompositeFieldContainer[Global___LatencyPair]:
         """The first 16 of those pairs, and their rail pairs."""
@@ -2669,10 +2678,11 @@ class LatencyOutlier(_message.Message):
         bad_pairs: _builtins.int = ...,
         tor_pairs: _abc.Iterable[Global___LatencyPair] | None = ...,
         rail_pairs: _abc.Iterable[Global___LatencyRailPair] | None = ...,
+        baseline_p50_ns: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["a_port", b"a_port", "a_switch", b"a_switch", "b_port", b"b_port", "b_switch", b"b_switch", "bad_pairs", b"bad_pairs", "baseline_p99_ns", b"baseline_p99_ns", "baseline_samples", b"baseline_samples", "link", b"link", "p50_ns", b"p50_ns", "p99_ns", b"p99_ns", "rail_pairs", b"rail_pairs", "reason", b"reason", "received", b"received", "samples", b"samples", "sent", b"sent", "tor_pairs", b"tor_pairs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["a_port", b"a_port", "a_switch", b"a_switch", "b_port", b"b_port", "b_switch", b"b_switch", "bad_pairs", b"bad_pairs", "baseline_p50_ns", b"baseline_p50_ns", "baseline_p99_ns", b"baseline_p99_ns", "baseline_samples", b"baseline_samples", "link", b"link", "p50_ns", b"p50_ns", "p99_ns", b"p99_ns", "rail_pairs", b"rail_pairs", "reason", b"reason", "received", b"received", "samples", b"samples", "sent", b"sent", "tor_pairs", b"tor_pairs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -264,9 +264,18 @@ def test_the_core_takes_probes_from_counters_and_ranks_the_slowed_cable() -> Non
     found = h.core.latency_outliers(h.now)
     assert [o.link for o in found] == [link.key]
     assert found[0].judged is not None and found[0].judged.window.samples == 20
-    # The baseline is the period before the window: a slowdown that lasts becomes its p99
-    # once it holds more than 1% of it (3 s of 300), and the cable is no outlier any more.
+    # The baseline is the period before the window. A slowdown that lasts is its p99 once it
+    # holds 1% of it (3 s of 300), but the rule compares medians: the cable stays an outlier
+    # until the slowdown is half the baseline, then it is the new normal.
     for _ in range(3):
+        report(5_000 * US)
+        h.advance(5 * S)
+    assert [o.link for o in h.core.latency_outliers(h.now)] == [link.key]
+    for _ in range(24):  # 2 min more: the baseline is still mostly fast
+        report(5_000 * US)
+        h.advance(5 * S)
+    assert [o.link for o in h.core.latency_outliers(h.now)] == [link.key]
+    for _ in range(12):  # past half of it: the new normal
         report(5_000 * US)
         h.advance(5 * S)
     assert h.core.latency_outliers(h.now) == []

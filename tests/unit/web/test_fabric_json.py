@@ -263,6 +263,7 @@ def test_the_latency_heat_map_by_rail_pair_and_the_outlier_cables(h: Watched) ->
                 "samples": 10,
                 "loss": 0.0,
                 "baseline_p99_ns": 0,
+                "baseline_p50_ns": 0,
                 "outlier": False,
             },
         ],
