@@ -41,7 +41,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from controller.core import cabling, roce
+from controller.core import cabling, latency, roce
 from controller.core.clock import Now
 from controller.core.machine import DecisionCore, link_state_message
 from controller.core.planner import Planner
@@ -768,10 +768,60 @@ def insecure_cause() -> Cause:
     )
 
 
+_LATENCY_WHY: Mapping[latency.Reason, str] = {
+    latency.Reason.LINK_LATENCY: "its own probes are slower than its baseline",
+    latency.Reason.LINK_LOSS: "its own probes are lost",
+    latency.Reason.PATHS: "the probes of slow or lossy ToR pairs crossed it",
+}
+
+
+def latency_severity(outliers: Sequence[latency.LinkOutlier], o: latency.LinkOutlier) -> int:
+    """A cable whose own link probes break the rule is a WARNING; one only crossed by bad ToR
+    pairs is one too, unless some cable has link evidence: then those pairs are most likely
+    its, and the crossing alone is INFO (shown, not unhealthy)."""
+    if o.reason is not latency.Reason.PATHS:
+        return WARNING
+    return INFO if any(x.reason is not latency.Reason.PATHS for x in outliers) else WARNING
+
+
+def latency_causes(core: DecisionCore, now: Now) -> Iterable[Cause]:
+    """The cables the latency probes point at (controller/core/latency.py ranks them: link
+    evidence first, then the bad ToR pairs crossing them), with the probes as evidence."""
+    found = core.latency_outliers(now)
+    window_ns = core.planner.latency.window_ns
+    for o in found:
+        evidence = [Evidence("bad_tor_pairs", float(o.bad_pairs), "count")]
+        j = o.judged
+        if j is not None:
+            w = j.window
+            evidence += [
+                Evidence("probes_sent", float(w.sent), "count"),
+                Evidence("probes_answered", float(w.received), "count"),
+                Evidence("loss", w.loss, "ratio"),
+            ]
+            for name, ns in (
+                ("rtt_p50", w.p50_ns),
+                ("rtt_p99", w.p99_ns),
+                ("baseline_rtt_p50", j.baseline_p50_ns),
+                ("baseline_rtt_p99", j.baseline_p99_ns),
+            ):
+                if ns is not None:
+                    evidence.append(Evidence(name, ns / 1e9, "s"))
+        (a, ap), (b, bp) = o.a, o.b
+        yield link_cause(
+            core,
+            o.link,
+            kind="latency_outlier",
+            severity=latency_severity(found, o),
+            message=f"link {a}:{ap} - {b}:{bp}: {_LATENCY_WHY[o.reason]}",
+            evidence=evidence,
+            window_ns=window_ns,
+            named_pairs=o.tor_pairs,
+        )
+
+
 # The sources diagnose reads, in no particular order (the ranking does not depend on it).
-# Latency outliers join as one more: a function (core, now) -> causes that maps
-# `core.latency_outliers(now.mono_ns)` to `link_cause(core, key, kind="latency_outlier", ...)`.
-SOURCES: tuple[CauseSource, ...] = (link_causes, alarm_causes, switch_causes)
+SOURCES: tuple[CauseSource, ...] = (link_causes, alarm_causes, switch_causes, latency_causes)
 
 
 def diagnose(

@@ -981,4 +981,8 @@ def healthy(core: DecisionCore, scope: _Scope, at: Now, *, insecure: bool) -> bo
             return False  # not connected (critical), not converged (warning)
         if any(kind != "ecn_marks" for _port, kind, _n in diagnosis.counter_growth(v)):
             return False  # ECN marks alone are INFO
+    outliers = core.latency_outliers(at)
+    for o in outliers:
+        if diagnosis.latency_severity(outliers, o) > info and scope.link(o.a[0], o.b[0]):
+            return False
     return True

@@ -19,6 +19,7 @@ from controller.core.machine import DecisionCore
 from controller.daemon import admin, pages
 from railfabric.v1 import admin_pb2, control_pb2
 from tests.unit.core.harness import Harness
+from tests.unit.core.test_latency_outliers import LINK, US, result
 
 pytestmark = pytest.mark.unit
 
@@ -378,3 +379,36 @@ def test_a_miswire_names_who_the_port_hears_and_who_the_plan_puts_there() -> Non
     )
     texts = {e.name: e.text for e in miswire.cause.evidence if e.text}
     assert texts == {"planned": "spine-p1-1 port 1", "hears": "spine-p1-2 port 1"}
+
+
+def test_a_cable_slowed_in_the_probes_is_the_first_latency_finding_with_its_evidence() -> None:
+    """The real source: both ends' link probes through DecisionCore.counters, a baseline of
+    20 µs, then 5 ms: diagnose names that cable, says why and with what numbers, and the
+    fabric is no longer healthy for it."""
+    h = Harness()
+    h.connect_all()
+    h.settle()
+    link = next(iter(h.core.links()))
+    (a, pa), (b, pb) = link.a, link.b
+
+    def report(rtt: int) -> None:
+        for name, port in ((a, pa), (b, pb)):
+            msg = control_pb2.Counters(
+                wall_ns=h.now.wall_ns, probes=[result(LINK, port, [rtt] * 5)]
+            )
+            h.run(h.core.counters(name, msg, h.now))
+
+    for _ in range(60):
+        report(20 * US)
+        h.advance(5 * S)
+    assert not [r for r in diagnosis.diagnose(h.core, h.now) if r.cause.kind == "latency_outlier"]
+    for _ in range(3):
+        report(5_000 * US)
+        h.advance(5 * S)
+    found = [r for r in diagnosis.diagnose(h.core, h.now) if r.cause.kind == "latency_outlier"]
+    assert [r.cause.link for r in found] == [link.key]
+    cause = found[0].cause
+    assert cause.severity == diagnosis.WARNING and "slower than its baseline" in cause.message
+    evidence = {e.name: e.value for e in cause.evidence}
+    assert evidence["rtt_p50"] > 4e-3 and evidence["baseline_rtt_p50"] < 1e-4
+    assert evidence["probes_answered"] == evidence["probes_sent"] > 0
