@@ -11,6 +11,7 @@ from mininet_labs.scenarios import (
     controller_failover,
     ecmp,
     failover,
+    latency,
     matrix,
     miswire,
     miswire_nic,
@@ -60,6 +61,11 @@ SCENARIOS: dict[str, Scenario] = {
         "crafted RoCEv2: clean SENDs and ACKs raise no alarm; NAKs on flows sharing one link "
         "raise roce_retransmission naming that link",
         retransmit.run,
+    ),
+    "latency": Scenario(
+        "one ToR-spine cable slowed by a delay line: its heat map cells rise beyond their "
+        "normal p99, the latency outliers and diagnose rank it first",
+        latency.run,
     ),
     "miswire": Scenario(
         "two cables swapped: the controller's alarms name both ends; diagnose shows it",

@@ -183,3 +183,16 @@ def test_naks_on_flows_sharing_one_link_raise_the_alarm_there_and_clean_traffic_
     assert float(m["naks_per_s_at_responders_min"]) > 0, r.reason
     assert float(m["alarm_cleared_after_s"]) >= 0, r.reason  # NaN when it never cleared
     assert r.passed, r.reason
+
+
+def test_a_slowed_cable_shows_in_the_heat_map_and_is_ranked_first(lab: Lab) -> None:
+    r = SCENARIOS["latency"].run(lab, BUDGET)
+    m = r.metrics
+    # The sample: probes over the cable before and while slowed, the ToR pairs from its ToR.
+    assert int(m["normal_samples"]) > 0 and int(m["slowed_samples"]) > 0, r.reason
+    assert float(m["slowed_p50_ms"]) > float(m["normal_p99_ms"]), r.reason
+    assert int(m["tor_pairs"]) > 0, r.reason
+    assert m["tor_pairs_above_normal_p99"] == m["tor_pairs"], r.reason
+    assert m["outlier_rank_of_cable"] == 1, r.reason
+    assert int(m["latency_findings"]) >= 1, r.reason
+    assert r.passed, r.reason
