@@ -7,7 +7,6 @@ and the table shows the ranks."""
 
 from __future__ import annotations
 
-import ipaddress
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +19,7 @@ from tests import pki
 from tests.conftest import Processes
 from tests.integration.controller.test_controller_daemon import connect_every_switch, start
 from tests.integration.controller.test_railctl_ports import arailctl, until
-from tests.integration.controller.test_railctl_roce import FLOWS, TOR, K, report, via_spine
+from tests.integration.controller.test_railctl_roce import TOR, K, nak_samples, report
 
 pytestmark = pytest.mark.integration
 
@@ -38,18 +37,7 @@ async def test_diagnose_ranks_a_cut_cable_first_and_lists_naks_and_a_storm_with_
     processes: Processes, free_port: Callable[[], int], tmp_path: Path
 ) -> None:
     addr = await start(processes, free_port(), tmp_path / "state")
-    samples = [
-        control_pb2.NakSample(
-            port=port,
-            src_ipv4=int(ipaddress.IPv4Address(responder)),
-            dst_ipv4=int(ipaddress.IPv4Address(requester)),
-            udp_sport=via_spine(requester, responder),
-            dst_qp=0x12,
-            kind=control_pb2.ROCE_KIND_NAK_PSN_SEQUENCE,
-            syndrome=0x60,
-        )
-        for requester, responder, port in FLOWS
-    ]
+    samples = nak_samples()
     async with pki.channel(addr) as channel:
         admin = admin_pb2_grpc.FabricAdminStub(channel)
         agents = await connect_every_switch(addr, admin)

@@ -59,11 +59,9 @@ def report(
     return msg
 
 
-async def test_naks_on_flows_sharing_one_link_raise_the_alarm_on_it_and_clean_traffic_none(
-    processes: Processes, free_port: Callable[[], int], tmp_path: Path
-) -> None:
-    addr = await start(processes, free_port(), tmp_path / "state")
-    samples = [
+def nak_samples() -> list[control_pb2.NakSample]:
+    """A sampled PSN-sequence NAK of each of FLOWS, as the ToR's agent reports them."""
+    return [
         control_pb2.NakSample(
             port=port,
             src_ipv4=int(ipaddress.IPv4Address(responder)),
@@ -75,6 +73,13 @@ async def test_naks_on_flows_sharing_one_link_raise_the_alarm_on_it_and_clean_tr
         )
         for requester, responder, port in FLOWS
     ]
+
+
+async def test_naks_on_flows_sharing_one_link_raise_the_alarm_on_it_and_clean_traffic_none(
+    processes: Processes, free_port: Callable[[], int], tmp_path: Path
+) -> None:
+    addr = await start(processes, free_port(), tmp_path / "state")
+    samples = nak_samples()
     async with pki.channel(addr) as channel:
         admin = admin_pb2_grpc.FabricAdminStub(channel)
         agents = await connect_every_switch(addr, admin)
