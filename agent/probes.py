@@ -2,7 +2,8 @@
 neighbours' and other ToRs' probes, and the RTT histograms it reports (control.proto
 ProbeResult). Pure: the caller passes the clock and does the packet I/O.
 
-Each round sends a link probe out of every up port with a switch neighbour and, on a ToR with
+Each round sends a link probe out of every up port with a switch neighbour whose cable this
+end probes (latency.probes_link: one end of each cable; the other answers) and, on a ToR with
 a probe address, mesh probes to the next `targets_per_round` targets, each out of every up
 uplink: a packet-out leaves the port the agent names, so naming each uplink is what covers
 them all. Per target, the uplinks that lost nothing and were not slow (Probing.slow_rtt_us)
@@ -98,6 +99,8 @@ class Prober:
         # Ports with a switch neighbour -> the neighbour's MAC; ports of servers.
         self._switch_peers: dict[int, int] = {}
         self._servers: frozenset[int] = frozenset()
+        # Ports whose cable this end link-probes (the far end answers: probes_link).
+        self._link_ports: frozenset[int] = frozenset()
         self._next_target = 0
         self._seq = 0
         self._pending: dict[tuple[int, int, int], _Pending] = {}
@@ -113,14 +116,18 @@ class Prober:
             self._next_target = 0
         self.probing = probing
         self._switch_peers = {}
+        link_ports = set()
         servers = set()
         if state is not None:
             for n in state.neighbors:
                 if n.kind == state_pb2.PEER_KIND_SWITCH:
                     self._switch_peers[n.port] = n.peer_mac or BROADCAST
+                    if latency.probes_link(state.switch_name, n.port, n.peer_name, n.peer_port):
+                        link_ports.add(n.port)
                 elif n.kind == state_pb2.PEER_KIND_HOST:
                     servers.add(n.port)
         self._servers = frozenset(servers)
+        self._link_ports = frozenset(link_ports)
 
     @property
     def interval_s(self) -> float | None:
@@ -137,7 +144,8 @@ class Prober:
         if p is None:
             return []
         uplinks = [port for port in sorted(self._switch_peers) if up(port)]
-        planned = [Planned(LINK, port) for port in uplinks] if p.links else []
+        links = [port for port in uplinks if port in self._link_ports] if p.links else []
+        planned = [Planned(LINK, port) for port in links]
         if p.address and p.targets and p.targets_per_round:
             for _ in range(min(p.targets_per_round, len(p.targets))):
                 target = p.targets[self._next_target % len(p.targets)]

@@ -5,7 +5,8 @@ definition both sides use.
 Two frames carry the same 40-byte probe payload:
 
 - a link probe: Ethernet, ethertype PROBE_ETH_TYPE (IEEE 802 local experimental ethertype 1),
-  punted by every switch's ACL; it crosses one cable and comes back over it;
+  punted by every switch's ACL; it crosses one cable and comes back over it (one end of each
+  cable sends them: probes_link);
 - a mesh probe: Ethernet, IPv4 without options, protocol PROBE_IP_PROTO (RFC 3692's
   experimental 253), from one ToR's probe address to another's. Spines and cores route it like
   any packet; only ToRs' ACL punts it.
@@ -153,6 +154,16 @@ def mesh_reply(frame: MeshFrame, src_mac: int, dscp: int, far_rx_ns: int, far_tx
         dscp=dscp,
         probe=frame.probe.reply(far_rx_ns, far_tx_ns),
     )
+
+
+def probes_link(switch: str, port: int, peer: str, peer_port: int) -> bool:
+    """Whether `switch` sends the link probes of its cable on `port` to `peer`:`peer_port`.
+
+    One end of each cable probes it, the one whose (name, port) sorts first; the other only
+    answers. Both would measure the same round trip, and at 100k GPUs the second end doubles
+    the 135,168 cables' results the controller takes in. A peer not named (a plan that does
+    not say) is probed."""
+    return not peer or (switch, port) < (peer, peer_port)
 
 
 # -- RTT buckets --------------------------------------------------------------------------

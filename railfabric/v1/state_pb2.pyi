@@ -480,7 +480,9 @@ Global___NakSampling: _TypeAlias = NakSampling  # noqa: Y015
 class Probing(_message.Message):
     """Latency probing through the data plane (railfabric/latency.py holds the frame formats and the
     RTT buckets). Every `interval_ms` the agent sends one round: a link probe (ethertype 0x88B5,
-    punted by every switch's ACL) out of every port with a switch neighbour, and on a ToR with an
+    punted by every switch's ACL) out of every port with a switch neighbour whose cable this end
+    probes (railfabric.latency.probes_link: the end whose (name, port) sorts first of the two in
+    `neighbors`; the other answers), and on a ToR with an
     `address`, mesh probes (IPv4 protocol 253, punted by ToRs' ACL) from `address` to the next
     `targets_per_round` of `targets`, each out of every uplink in turn, so every uplink is covered
     (a packet-out leaves the port the agent names; no table sees it). The far agent answers on

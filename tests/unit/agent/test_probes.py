@@ -54,6 +54,31 @@ def report(p: Prober, now: int) -> dict[tuple[int, int, str], control_pb2.ProbeR
     return {(r.kind, r.port, r.target): r for r in msg.probes}
 
 
+def test_of_a_cable_s_two_ends_one_sends_its_link_probes() -> None:
+    """Both ends would measure the same round trip: the end whose (name, port) sorts first
+    probes, the other only answers (and still probes the mesh)."""
+
+    def end(me: str, port: int, peer: str, peer_port: int) -> Prober:
+        s = state_pb2.DesiredState(switch_name=me)
+        s.neighbors.add(
+            port=port, kind=state_pb2.PEER_KIND_SWITCH, peer_name=peer, peer_port=peer_port
+        )
+        s.probing.interval_ms, s.probing.links = 1000, True
+        p = Prober(lambda port: 0x020000000A00 + port)
+        p.configure(s)
+        return p
+
+    cables = [("spine-p1-1", 1, "tor-r1-b1", 3), ("tor-a", 4, "tor-a", 2), ("x", 2, "x", 9)]
+    for a, pa, b, pb in cables:
+        links = [
+            [x.port for x in end(*ends).plan(lambda port: True) if x.kind == LINK]
+            for ends in ((a, pa, b, pb), (b, pb, a, pa))
+        ]
+        assert sorted(map(len, links)) == [0, 1], (a, pa, b, pb, links)
+    # The spine end of tor-r1-b1:3 -- spine-p1-1:1 probes it.
+    assert [x.port for x in end("spine-p1-1", 1, "tor-r1-b1", 3).plan(lambda port: True)] == [1]
+
+
 def test_a_round_probes_every_up_link_and_the_next_targets_on_every_up_uplink() -> None:
     p = prober(per_round=1)
     first = p.plan(lambda port: True)
