@@ -3,7 +3,8 @@
     python -m bench.latency examples/ref-100k.yaml [--periods 62] [--slow 4] [--json]
 
 Every switch reports every report period (5 s, the agents' default) the probe results of the
-default intent (`latency`: a round a second): a LINK result per cable end (5 probes), and each
+default intent (`latency`: a round a second): a LINK result per cable from the end that probes
+it (railfabric.latency.probes_link; 5 probes), and each
 ToR a MESH result per target probed (8 targets a round, so 40 a period; the healthy uplinks
 merged into one result, one probe per uplink each round). `--slow` ToRs have one slow uplink
 (3 ms instead of ~20 us): the agent reports that uplink's mesh probes on their own, and both
@@ -34,7 +35,7 @@ from controller.core.latency import By, Fabric, LatencyParams, LatencyWindows
 from controller.daemon import latency_view
 from controller.fabric import Role
 from controller.intent import load_fabric
-from railfabric.latency import bucket_of
+from railfabric.latency import bucket_of, probes_link
 from railfabric.v1 import admin_pb2, control_pb2
 
 REPORT_PERIOD_S = 5.0
@@ -66,7 +67,7 @@ def _walk_bytes(windows: LatencyWindows) -> int:
         seen.add(id(obj))
         return sys.getsizeof(obj)
 
-    for slot in [*windows.fine, *windows.coarse]:
+    for slot in [*windows.fine, *windows.epochs]:
         total += size(slot)
         for d in (slot.links, slot.mesh, slot.rails):
             total += size(d)
@@ -86,12 +87,15 @@ def run(fabric_path: Path, periods: int, slow: int, seed: int) -> dict[str, obje
         s.name: s.rail for s in fabric.switches if s.role == Role.TOR and s.rail is not None
     }
     rail_of = {s.name: (s.rail if s.rail is not None else -1) for s in fabric.switches}
+    # The ports each switch link-probes (one end of each cable).
     ends: dict[str, list[int]] = {s.name: [] for s in fabric.switches}
     uplinks: dict[str, list[int]] = {t: [] for t in tors}
     cable_of: dict[tuple[str, int], str] = {}
     for link in fabric.links:
-        ends[link.a].append(link.a_port)
-        ends[link.b].append(link.b_port)
+        if probes_link(link.a, link.a_port, link.b, link.b_port):
+            ends[link.a].append(link.a_port)
+        else:
+            ends[link.b].append(link.b_port)
         cable_of[(link.a, link.a_port)] = cable_of[(link.b, link.b_port)] = link.key
         if link.a in uplinks:
             uplinks[link.a].append(link.a_port)

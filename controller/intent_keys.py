@@ -509,10 +509,9 @@ LATENCY = Group(
         ),
         "baseline_s": Key(
             Kind.INT,
-            "What a cell's normal is: its p50 (and p99) over the last `baseline_s` before the "
-            "window. "
-            "At least the window; at most an hour (the controller keeps per-interval "
-            "histograms for it).",
+            "What a cell's normal is: its p50 (and p99) over the last complete period of "
+            "`baseline_s` before the window (periods aligned on multiples of it; until one "
+            "completes, what there is of the first). At least the window; at most an hour.",
             LatencyIntent.baseline_s,
             1,
             3600,
@@ -522,8 +521,8 @@ LATENCY = Group(
             Kind.INT,
             "A link or cell is a latency outlier when its p50 over the window exceeds its "
             "baseline p50 by more than this: jitter of the CPU paths at both ends is normal. "
-            "Median against median, so a slowdown stays an outlier until it fills half of "
-            "the baseline period.",
+            "Median against median, so a slowdown stays an outlier until it fills most of "
+            "a baseline period: between half of `baseline_s` and twice it.",
             LatencyIntent.outlier_margin_us,
             0,
             10_000_000,

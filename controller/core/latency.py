@@ -32,17 +32,21 @@ class LatencyParams:
 #
 # Reports are kept in slots by the controller's monotonic time of arrival (agents' clocks
 # play no part, and a report is never out of order): SLOTS_PER_WINDOW fine slots cover the
-# window; a fine slot that leaves it is merged into a coarse slot (COARSE_SLOTS of them cover
-# the baseline), so what is kept per cable is a dozen small histograms, whatever the rates.
+# window, each holding its reports' results as they came. A fine slot that leaves the window
+# is added to its epoch: baseline_ns of fine slots, aligned on multiples of it. The baseline
+# is the last complete epoch (until one holds a report: what there is of the next), read as
+# it is kept; older epochs go. So each result is added twice in all (to its slot when it
+# arrives, to its epoch when it leaves the window) and nothing is ever taken out: at 100k GPUs
+# the ~135,000 cables' sums are the cost, and a running sum of the baseline, added to and
+# taken from as slots come and go, cost three passes over them every slot.
 #
-# At `now`, with n = now // slot_ns and W = SLOTS_PER_WINDOW:
+# At `now`, with n = now // slot_ns, W = SLOTS_PER_WINDOW and P fine slots an epoch:
 # - the window (of w <= W slots) is the fine slots n - w < f <= n;
-# - the baseline is every fine slot f <= n - W whose coarse slot c = f // k (k fine slots a
-#   coarse one) is at least (n - W) // k - COARSE_SLOTS: the baseline period before the window,
-#   in whole coarse slots (between baseline_ns and baseline_ns plus one coarse slot).
+# - with edge = n - W (the newest slot out of the window), the latest complete epoch is
+#   L = (edge + 1) // P - 1: the baseline is epoch L (fine slots f <= edge with f // P == L)
+#   when it holds a report, else epoch L + 1's slots f <= edge.
 
 SLOTS_PER_WINDOW: Final = 5
-COARSE_SLOTS: Final = 4
 # ToR pairs and rail pairs listed in an outlier record (the count says how many there were).
 MAX_LISTED: Final = 16
 
@@ -103,15 +107,16 @@ class Stats:
     def of(acc: Mapping[int, int]) -> Stats:
         """One pass over the sorted buckets (railfabric.latency.percentile_ns's nearest rank,
         for p50 and p99 at once: 135,168 cables are judged per answer at 100k GPUs)."""
-        buckets = sorted(i for i in acc if i >= 0)
-        total = sum(acc[i] for i in buckets)
         sent, received = acc.get(SENT, 0), acc.get(RECEIVED, 0)
+        total = samples(acc)
         if total <= 0:
             return Stats(sent, received, 0, None, None)
         r50, r99 = math.ceil(0.5 * total), math.ceil(0.99 * total)
         p50 = p99 = None
         seen = 0
-        for i in buckets:
+        for i in sorted(acc):
+            if i < 0:
+                continue
             seen += acc[i]
             if p50 is None and seen >= r50:
                 p50 = _BOUNDS[i]
@@ -124,12 +129,17 @@ class Stats:
 EMPTY: Final = Stats(0, 0, 0, None, None)
 
 
-class Slot:
-    """The reports that arrived in one slot, summed by cable and by mesh key (a fine slot)
-    or rail pair (a coarse one: ToR pairs are too many to keep over the baseline, 2.56 M at
-    100k GPUs, and too rarely probed to have a baseline of their own)."""
+def samples(acc: Mapping[int, int]) -> int:
+    """The answered probes `acc`'s histogram holds."""
+    return sum(acc.values()) - acc.get(SENT, 0) - acc.get(RECEIVED, 0)
 
-    __slots__ = ("index", "links", "mesh", "rails", "reports", "results")
+
+class Slot:
+    """The reports that arrived in one fine slot, summed by cable and by mesh key; or those
+    of one epoch, by cable and by rail pair (ToR pairs are too many to keep over the
+    baseline, 2.56 M at 100k GPUs, and too rarely probed to have a baseline of their own)."""
+
+    __slots__ = ("index", "link_stats", "links", "mesh", "rails", "reports", "results")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -138,11 +148,16 @@ class Slot:
         self.rails: dict[RailPair, Acc] = {}
         self.reports = 0
         self.results = 0
+        # An epoch's cables read as Stats so far (a baseline is read by every answer, and
+        # is the same until the next epoch completes: it is computed once).
+        self.link_stats: dict[str, Stats] = {}
 
-    def absorb(self, other: Slot) -> None:
-        """Take `other`'s sums (its histograms are reused: it is dropped)."""
+    def absorb(self, other: Slot, rail_of: Mapping[str, int]) -> None:
+        """Take fine slot `other`'s sums, its mesh results by rail pair (its histograms are
+        reused: it is dropped)."""
         _absorb(self.links, other.links)
-        _absorb(self.rails, other.rails)
+        _absorb(self.rails, rail_sums(other.mesh, rail_of))
+        self.link_stats.clear()
         self.reports += other.reports
         self.results += other.results
 
@@ -154,22 +169,6 @@ def _absorb(into: dict[K, Acc], src: Mapping[K, Acc], *, copy: bool = False) -> 
             into[key] = dict(acc) if copy else acc
         else:
             add(have, acc)
-
-
-def _subtract(into: dict[K, Acc], gone: Mapping[K, Acc]) -> None:
-    """Take `gone`'s sums (added before) out of `into`; sums left at zero go."""
-    for key, acc in gone.items():
-        have = into.get(key)
-        if have is None:  # it summed to nothing: a result of 0 probes
-            continue
-        for i, c in acc.items():
-            left = have.get(i, 0) - c
-            if left:
-                have[i] = left
-            else:
-                have.pop(i, None)
-        if not have:
-            del into[key]
 
 
 def _check(p: control_pb2.ProbeResult) -> str | None:
@@ -222,6 +221,18 @@ class Period:
     rails: Mapping[RailPair, Acc]
     reports: int
     results: int
+    # Cables' Stats read so far, kept with the period (a baseline's epoch keeps them).
+    link_stats: dict[str, Stats] = dataclasses.field(default_factory=dict)
+
+    def link(self, key: str) -> Stats | None:
+        """Cable `key`'s Stats (None: no probes)."""
+        s = self.link_stats.get(key)
+        if s is None:
+            acc = self.links.get(key)
+            if acc is None:
+                return None
+            s = self.link_stats[key] = Stats.of(acc)
+        return s
 
 
 class LatencyWindows:
@@ -231,15 +242,12 @@ class LatencyWindows:
     def __init__(self, params: LatencyParams) -> None:
         self.params = params
         self.slot_ns = max(1, params.window_ns // SLOTS_PER_WINDOW)
-        # Fine slots a coarse one: the baseline in COARSE_SLOTS of them.
-        self.per_coarse = max(1, -(-params.baseline_ns // (COARSE_SLOTS * self.slot_ns)))
+        # Fine slots an epoch: the baseline, rounded up to whole slots.
+        self.per_epoch = max(1, -(-params.baseline_ns // self.slot_ns))
         self.fine: deque[Slot] = deque()
-        self.coarse: deque[Slot] = deque()
-        self._last = -(2**62)  # the latest slot a report went to
-        self._baseline_cache: tuple[int, Period] | None = None
-        # The coarse slots' sums, kept as slots come and go: at 100k GPUs summing them again
-        # for an answer is 8 M additions.
-        self._running = Slot(0)
+        # The latest complete epoch and the one being filled (at most these two).
+        self.epochs: deque[Slot] = deque()
+        self._last = -(2**62)  # the latest slot a report went to, or a baseline was read at
         # Reports taken in so far: what a window read is cached under, with its slot.
         self.version = 0
         self._window_cache: tuple[tuple[int, int, int], Period] | None = None
@@ -292,33 +300,23 @@ class LatencyWindows:
         return problems
 
     def _advance(self, n: int, rail_of: Mapping[str, int]) -> None:
-        """Slot `n` is the newest: fine slots out of the window go to their coarse slot, coarse
-        slots older than the baseline go."""
+        """Slot `n` is the newest: fine slots out of the window go to their epoch, epochs
+        older than the latest complete one go."""
+        if n <= self._last:
+            return
         self._last = n
         edge = n - SLOTS_PER_WINDOW
-        k = self.per_coarse
-        fine, coarse = self.fine, self.coarse
-        running = self._running
+        per = self.per_epoch
+        fine, epochs = self.fine, self.epochs
         while fine and fine[0].index <= edge:
             old = fine.popleft()
-            old.rails, old.mesh = rail_sums(old.mesh, rail_of), {}
-            _absorb(running.links, old.links, copy=True)
-            _absorb(running.rails, old.rails, copy=True)
-            running.reports += old.reports
-            running.results += old.results
-            c = old.index // k
-            if coarse and coarse[-1].index == c:
-                coarse[-1].absorb(old)
-            else:
-                old.index = c
-                coarse.append(old)
-        oldest = edge // k - COARSE_SLOTS
-        while coarse and coarse[0].index < oldest:
-            gone = coarse.popleft()
-            _subtract(running.links, gone.links)
-            _subtract(running.rails, gone.rails)
-            running.reports -= gone.reports
-            running.results -= gone.results
+            e = old.index // per
+            if not epochs or epochs[-1].index != e:
+                epochs.append(Slot(e))
+            epochs[-1].absorb(old, rail_of)
+        latest = (edge + 1) // per - 1
+        while epochs and epochs[0].index < latest:
+            epochs.popleft()
 
     def window_slots(self, now_mono_ns: int, window_ns: int | None = None) -> tuple[int, int]:
         """(slots, their span in ns) of a window of `window_ns` (the intent's when None),
@@ -329,9 +327,10 @@ class LatencyWindows:
         return w, w * self.slot_ns
 
     def window(self, now_mono_ns: int, slots: int = SLOTS_PER_WINDOW) -> Period:
-        """The last `slots` slots at `now_mono_ns` (cached until a report or the next slot:
-        the heat map and the outliers of one answer read it once)."""
-        n = now_mono_ns // self.slot_ns
+        """The last `slots` slots at `now_mono_ns` (never before the latest report's slot),
+        cached until a report or the next slot: the heat map and the outliers of one answer
+        read it once."""
+        n = max(now_mono_ns // self.slot_ns, self._last)
         key = (n, slots, self.version)
         cached = self._window_cache
         if cached is not None and cached[0] == key:
@@ -341,39 +340,26 @@ class LatencyWindows:
         return period
 
     def baseline(self, now_mono_ns: int, rail_of: Mapping[str, int]) -> Period:
-        """The baseline period at `now_mono_ns`: per cable and rail pair (cached: it changes
-        once a slot)."""
-        n = now_mono_ns // self.slot_ns
-        if n == self._last:  # the coarse slots kept are the baseline: their running sums
-            r = self._running
-            return Period(r.links, {}, r.rails, r.reports, r.results)
-        cached = self._baseline_cache
-        if cached is not None and cached[0] == n and n <= self._last:
-            return cached[1]
-        edge = n - SLOTS_PER_WINDOW
-        k = self.per_coarse
-        oldest = edge // k - COARSE_SLOTS
-        slots = [s for s in self.coarse if s.index >= oldest]
-        for s in self.fine:
-            if s.index <= edge and s.index // k >= oldest:  # not rolled yet
-                rolled = Slot(s.index)
-                rolled.links, rolled.rails = s.links, rail_sums(s.mesh, rail_of)
-                rolled.reports, rolled.results = s.reports, s.results
-                slots.append(rolled)
-        period = _sum(slots)
-        if n <= self._last:  # no slot older than `edge` can change any more
-            self._baseline_cache = (n, period)
-        return period
+        """The baseline at `now_mono_ns` (never before the latest report's slot): per cable
+        and rail pair, an epoch as it is kept. Fine slots that have left the window by now go
+        to their epochs first (`rail_of`: each ToR's rail, for their mesh results)."""
+        n = max(now_mono_ns // self.slot_ns, self._last)
+        self._advance(n, rail_of)
+        latest = (n - SLOTS_PER_WINDOW + 1) // self.per_epoch - 1
+        for e in self.epochs:
+            if e.index == latest or e.index == latest + 1:
+                return Period(e.links, {}, e.rails, e.reports, e.results, e.link_stats)
+        return Period({}, {}, {}, 0, 0)
 
     def memory_items(self) -> tuple[int, int]:
         """(slots, histograms) kept: what the windows' memory grows with."""
-        slots = list(self.fine) + list(self.coarse)
+        slots = list(self.fine) + list(self.epochs)
         return len(slots), sum(len(s.links) + len(s.mesh) + len(s.rails) for s in slots)
 
 
-def _sum(slots: Sequence[Slot], *, copy: bool = False) -> Period:
-    """The slots summed, by key (a slot alone is read as is, unless `copy`)."""
-    if len(slots) == 1 and not copy:
+def _sum(slots: Sequence[Slot]) -> Period:
+    """The slots summed, by key (a slot alone is read as is)."""
+    if len(slots) == 1:
         s = slots[0]
         return Period(s.links, s.mesh, s.rails, s.reports, s.results)
     links: dict[str, Acc] = {}
@@ -449,10 +435,23 @@ def judge(params: LatencyParams, window: Acc, baseline: Acc | Stats | None) -> J
     return Judged(w, b.p99_ns, b.samples, outlier, excess, b.p50_ns)
 
 
-def judge_all(
-    params: LatencyParams, window: Mapping[K, Acc], baseline: Mapping[K, Acc]
-) -> dict[K, Judged]:
-    return {key: judge(params, acc, baseline.get(key)) for key, acc in window.items()}
+def could_be_outlier(params: LatencyParams, window: Acc, baseline: Stats | None) -> bool:
+    """False when `window` cannot be an outlier against `baseline`, whatever judge reads
+    from it: its loss is below loss_outlier and its slowest bucket (a bound of its p50) within
+    the margin of the baseline's p50. One max() instead of a sort: at 100k GPUs nearly all of
+    the ~135,000 cables and ~128,000 ToR pairs a window holds are fine, and every answer
+    reads them all."""
+    sent = window.get(SENT, 0)
+    if sent > 0 and (sent - window.get(RECEIVED, 0)) / sent >= params.loss_outlier:
+        return True
+    if baseline is None or baseline.p50_ns is None or baseline.samples < params.min_samples:
+        return False
+    top = max(window)
+    return top >= 0 and _BOUNDS[top] - baseline.p50_ns > params.outlier_margin_ns
+
+
+def _outlier(params: LatencyParams, window: Acc, baseline: Stats | None) -> bool:
+    return could_be_outlier(params, window, baseline) and judge(params, window, baseline).outlier
 
 
 def bad_pairs(
@@ -476,8 +475,11 @@ def bad_pairs(
         if src not in rail_of or dst not in rail_of:
             continue  # gone with a reload
         b = base.get((rail_of[src], rail_of[dst]))
-        ports = sorted(port for port, acc in results if judge(params, acc, b).outlier)
-        if not ports and len(results) > 1:
+        maybe = [(port, acc) for port, acc in results if could_be_outlier(params, acc, b)]
+        ports = sorted(port for port, acc in maybe if judge(params, acc, b).outlier)
+        # The whole's loss and slowest bucket are within its parts': with none of them a
+        # possible outlier, neither is it.
+        if not ports and len(results) > 1 and maybe:
             whole: Acc = {}
             for _port, acc in results:
                 add(whole, acc)
@@ -528,7 +530,11 @@ def outliers(
     """The cables to look at, ranked (see LinkOutlier). A bad ToR pair blames the paths of its
     uplinks reported on their own (the agent merges healthy ones: port 0), as `probe_path`
     predicts them, or their first hop, the uplink's cable, when it cannot."""
-    links = judge_all(params, window.links, baseline.links)
+    links = {
+        key: judge(params, acc, base)
+        for key, acc in window.links.items()
+        if _outlier(params, acc, base := baseline.link(key))
+    }
     crossed: dict[str, list[Pair]] = {}
     for (src, dst), ports in sorted(
         bad_pairs(params, window.mesh, baseline.rails, fabric.rail_of_tor).items()
@@ -546,8 +552,10 @@ def outliers(
     rail_of = fabric.rail_of_tor
     out: list[tuple[tuple[int, int, int, int, str], LinkOutlier]] = []
     # Keys of cables or ToRs a reload removed are left out.
-    for key in set(crossed) | {k for k, j in links.items() if j.outlier and k in ends}:
+    for key in set(crossed) | {k for k in links if k in ends}:
         j = links.get(key)
+        if j is None and key in window.links:  # crossed by bad pairs: what its probes say
+            j = judge(params, window.links[key], baseline.link(key))
         by = crossed.get(key, [])
         if j is not None and j.outlier:
             reason = (
@@ -576,6 +584,40 @@ class By(Enum):
     LINK = "link"
 
 
+class Verdict:
+    """A heat map cell's window judged against its baseline when first read: at 100k GPUs a
+    window holds ~128,000 ToR pairs and an answer shows a page of them. A ToR pair's verdict
+    is bad_pairs' (`bad`), which also reads its uplinks one by one."""
+
+    __slots__ = ("_judged", "bad", "baseline", "params", "parts")
+
+    def __init__(
+        self,
+        params: LatencyParams,
+        parts: Sequence[Acc],
+        baseline: Stats | None,
+        bad: bool | None = None,
+    ) -> None:
+        self.params, self.parts, self.baseline, self.bad = params, parts, baseline, bad
+        self._judged: Judged | None = None
+
+    @property
+    def samples(self) -> int:
+        """Answered probes of the window (without judging it)."""
+        return sum(samples(acc) for acc in self.parts)
+
+    @property
+    def judged(self) -> Judged:
+        j = self._judged
+        if j is None:
+            parts = self.parts
+            j = judge(self.params, parts[0] if len(parts) == 1 else _merged(parts), self.baseline)
+            if self.bad is not None and j.outlier != self.bad:
+                j = dataclasses.replace(j, outlier=self.bad)
+            self._judged = j
+        return j
+
+
 @dataclass(frozen=True, slots=True)
 class Cell:
     """One cell of the heat map: a ToR pair (src -> dst), a rail pair, or a cable (its two
@@ -589,7 +631,18 @@ class Cell:
     link: str
     src_port: int
     dst_port: int
-    judged: Judged
+    verdict: Verdict
+
+    @property
+    def judged(self) -> Judged:
+        return self.verdict.judged
+
+
+def _merged(parts: Iterable[Acc]) -> Acc:
+    out: Acc = {}
+    for acc in parts:
+        add(out, acc)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -623,23 +676,25 @@ def heat(
             if e is None:
                 continue  # gone with a reload
             (a, pa), (b, pb) = e
-            j = judge(params, acc, baseline.links.get(key))
-            cells.append(Cell(key, a, b, rail_of.get(a, -1), rail_of.get(b, -1), key, pa, pb, j))
+            v = Verdict(params, (acc,), baseline.link(key))
+            cells.append(Cell(key, a, b, rail_of.get(a, -1), rail_of.get(b, -1), key, pa, pb, v))
     elif by is By.RAIL:
         for (sr, dr), acc in rail_sums(window.mesh, fabric.rail_of_tor).items():
-            j = judge(params, acc, baseline.rails.get((sr, dr)))
-            cells.append(Cell(f"{sr:09d}>{dr:09d}", "", "", sr, dr, "", 0, 0, j))
+            rails = baseline.rails.get((sr, dr))
+            v = Verdict(params, (acc,), None if rails is None else Stats.of(rails))
+            cells.append(Cell(f"{sr:09d}>{dr:09d}", "", "", sr, dr, "", 0, 0, v))
     else:
         tor_rail = fabric.rail_of_tor
         bad = bad_pairs(params, window.mesh, baseline.rails, tor_rail)
         base = {rails: Stats.of(acc) for rails, acc in baseline.rails.items()}
-        for (src, dst), acc in pair_sums(window.mesh).items():
+        by_pair: dict[Pair, list[Acc]] = {}
+        for (src, dst, _port), acc in window.mesh.items():
+            by_pair.setdefault((src, dst), []).append(acc)
+        for (src, dst), parts in by_pair.items():
             if src not in tor_rail or dst not in tor_rail:
                 continue
             sr, dr = tor_rail[src], tor_rail[dst]
-            j = judge(params, acc, base.get((sr, dr)))
-            if j.outlier != ((src, dst) in bad):
-                j = dataclasses.replace(j, outlier=not j.outlier)
-            cells.append(Cell(f"{src}>{dst}", src, dst, sr, dr, "", 0, 0, j))
+            v = Verdict(params, parts, base.get((sr, dr)), (src, dst) in bad)
+            cells.append(Cell(f"{src}>{dst}", src, dst, sr, dr, "", 0, 0, v))
     cells.sort(key=lambda c: c.key)
-    return Heat(cells, window.reports, window.results, sum(c.judged.window.samples for c in cells))
+    return Heat(cells, window.reports, window.results, sum(c.verdict.samples for c in cells))

@@ -790,7 +790,7 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
             window_end_wall_ns=at.wall_ns,
             reports=heat.reports,
             results=heat.results,
-            samples=sum(c.judged.window.samples for c in cells),
+            samples=sum(c.verdict.samples for c in cells),
             baseline_ns=params.baseline_ns,
             outlier_margin_ns=params.outlier_margin_ns,
             loss_outlier=params.loss_outlier,

@@ -1,10 +1,11 @@
 """The latency windows against a from-scratch computation (controller/core/latency.py).
 
 A model keeps every report ever fed (when it arrived, its probe results) and sums, from that
-log alone, what the windows keep in slots: per cable and per mesh key, the window's and the
-baseline's probes. Random interleavings of reports from several switches (link and mesh
-results, merged and per-uplink), time passing by small steps and long gaps must never make
-them differ, nor the outliers read from them."""
+log alone, what the windows keep in slots and epochs: per cable and per mesh key, the
+window's and the baseline's probes (the latest complete epoch, or what there is of the
+next). Random interleavings of reports from several switches (link and mesh results, merged
+and per-uplink), time passing by small steps and long gaps must never make them differ, nor
+the outliers read from them."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from controller.core.latency import (
-    COARSE_SLOTS,
     SLOTS_PER_WINDOW,
     Acc,
     Fabric,
@@ -137,15 +137,14 @@ class LatencyModel(RuleBasedStateMachine):
 
     def expected(self, slots: int) -> tuple[Period, Period]:
         slot_ns = self.windows.slot_ns
-        k = self.windows.per_coarse
+        per = self.windows.per_epoch
         n = self.now // slot_ns
         edge = n - SLOTS_PER_WINDOW
         window = [r for r in self.log if n - slots < r.mono_ns // slot_ns <= n]
-        baseline = [
-            r
-            for r in self.log
-            if r.mono_ns // slot_ns <= edge
-            and (r.mono_ns // slot_ns) // k >= edge // k - COARSE_SLOTS
+        latest = (edge + 1) // per - 1
+        gone = [r for r in self.log if r.mono_ns // slot_ns <= edge]
+        baseline = [r for r in gone if (r.mono_ns // slot_ns) // per == latest] or [
+            r for r in gone if (r.mono_ns // slot_ns) // per == latest + 1
         ]
         return self._period(window), self._period(baseline)
 
@@ -179,7 +178,7 @@ class LatencyModel(RuleBasedStateMachine):
     @invariant()
     def memory_is_bounded(self) -> None:
         slots, _ = self.windows.memory_items()
-        assert slots <= SLOTS_PER_WINDOW + COARSE_SLOTS + 2
+        assert slots <= SLOTS_PER_WINDOW + 1 + 2
 
 
 TestLatencyModel = LatencyModel.TestCase
