@@ -208,9 +208,9 @@ def run(fabric_path: Path, periods: int, slow: int, seed: int) -> dict[str, obje
     )
     slots, histograms = windows.memory_items()
     found_keys = [o.link for o in found]
-    samples_rail = sorted(c.judged.window.samples for c in rail_cells.cells)
-    samples_tor = sorted(c.judged.window.samples for c in tor_cells.cells)
-    samples_link = sorted(c.judged.window.samples for c in links_heat.cells)
+    samples_rail = sorted(c.verdict.samples for c in rail_cells.cells)
+    samples_tor = sorted(c.verdict.samples for c in tor_cells.cells)
+    samples_link = sorted(c.verdict.samples for c in links_heat.cells)
     measured = per_period[-min(len(per_period), 3) :]
     return {
         "fabric": fabric.name,

@@ -47,6 +47,9 @@ class LatencyParams:
 #   when it holds a report, else epoch L + 1's slots f <= edge.
 
 SLOTS_PER_WINDOW: Final = 5
+# Keys of a slot leaving the window added to its epoch per report taken in (_Roll): at 100k
+# GPUs ~900 reports a second and ~40,000 keys a second leave; a read finishes what is left.
+ROLL_BUDGET: Final = 512
 # ToR pairs and rail pairs listed in an outlier record (the count says how many there were).
 MAX_LISTED: Final = 16
 
@@ -152,14 +155,46 @@ class Slot:
         # is the same until the next epoch completes: it is computed once).
         self.link_stats: dict[str, Stats] = {}
 
-    def absorb(self, other: Slot, rail_of: Mapping[str, int]) -> None:
-        """Take fine slot `other`'s sums, its mesh results by rail pair (its histograms are
-        reused: it is dropped)."""
-        _absorb(self.links, other.links)
-        _absorb(self.rails, rail_sums(other.mesh, rail_of))
-        self.link_stats.clear()
-        self.reports += other.reports
-        self.results += other.results
+
+class _Roll:
+    """A fine slot on its way into its epoch, a few keys a report (ROLL_BUDGET): added at
+    once, the ~80,000 cables and mesh keys of a slot at 100k GPUs held the controller's loop
+    ~150 ms every slot. Its histograms are reused: the slot is dropped."""
+
+    __slots__ = ("epoch", "links", "mesh", "rail_of")
+
+    def __init__(self, epoch: Slot, slot: Slot, rail_of: Mapping[str, int]) -> None:
+        self.epoch, self.rail_of = epoch, rail_of
+        self.links = iter(slot.links.items())
+        self.mesh = iter(slot.mesh.items())
+        epoch.reports += slot.reports
+        epoch.results += slot.results
+        epoch.link_stats.clear()
+
+    def step(self, budget: int) -> bool:
+        """Add up to `budget` keys to the epoch; True when all are in."""
+        links, rails, rail_of = self.epoch.links, self.epoch.rails, self.rail_of
+        for key, acc in self.links:
+            have = links.get(key)
+            if have is None:
+                links[key] = acc
+            else:
+                add(have, acc)
+            budget -= 1
+            if budget <= 0:
+                return False
+        for (src, dst, _port), acc in self.mesh:
+            if src in rail_of and dst in rail_of:
+                pair = (rail_of[src], rail_of[dst])
+                have = rails.get(pair)
+                if have is None:
+                    rails[pair] = dict(acc)
+                else:
+                    add(have, acc)
+            budget -= 1
+            if budget <= 0:
+                return False
+        return True
 
 
 def _absorb(into: dict[K, Acc], src: Mapping[K, Acc], *, copy: bool = False) -> None:
@@ -239,8 +274,9 @@ class LatencyWindows:
     """The probe results of the last window and baseline (see above). Pure: reports and the
     monotonic time they arrived in, figures out."""
 
-    def __init__(self, params: LatencyParams) -> None:
+    def __init__(self, params: LatencyParams, *, roll_budget: int = ROLL_BUDGET) -> None:
         self.params = params
+        self.roll_budget = roll_budget
         self.slot_ns = max(1, params.window_ns // SLOTS_PER_WINDOW)
         # Fine slots an epoch: the baseline, rounded up to whole slots.
         self.per_epoch = max(1, -(-params.baseline_ns // self.slot_ns))
@@ -248,6 +284,7 @@ class LatencyWindows:
         # The latest complete epoch and the one being filled (at most these two).
         self.epochs: deque[Slot] = deque()
         self._last = -(2**62)  # the latest slot a report went to, or a baseline was read at
+        self._rolling: _Roll | None = None
         # Reports taken in so far: what a window read is cached under, with its slot.
         self.version = 0
         self._window_cache: tuple[tuple[int, int, int], Period] | None = None
@@ -266,6 +303,8 @@ class LatencyWindows:
         together is left out and said in the list returned."""
         n = max(mono_ns // self.slot_ns, self._last)
         self._advance(n, fabric.rail_of_tor)
+        if self._rolling is not None and self._rolling.step(self.roll_budget):
+            self._rolling = None
         fine = self.fine
         if not fine or fine[-1].index != n:
             fine.append(Slot(n))
@@ -309,14 +348,22 @@ class LatencyWindows:
         per = self.per_epoch
         fine, epochs = self.fine, self.epochs
         while fine and fine[0].index <= edge:
+            self._finish_roll()  # one slot at a time on its way
             old = fine.popleft()
             e = old.index // per
             if not epochs or epochs[-1].index != e:
                 epochs.append(Slot(e))
-            epochs[-1].absorb(old, rail_of)
+            self._rolling = _Roll(epochs[-1], old, rail_of)
         latest = (edge + 1) // per - 1
         while epochs and epochs[0].index < latest:
-            epochs.popleft()
+            gone = epochs.popleft()
+            if self._rolling is not None and self._rolling.epoch is gone:
+                self._rolling = None  # a slot of long ago, after a gap: its epoch is gone too
+
+    def _finish_roll(self) -> None:
+        if self._rolling is not None:
+            self._rolling.step(2**62)
+            self._rolling = None
 
     def window_slots(self, now_mono_ns: int, window_ns: int | None = None) -> tuple[int, int]:
         """(slots, their span in ns) of a window of `window_ns` (the intent's when None),
@@ -345,6 +392,7 @@ class LatencyWindows:
         to their epochs first (`rail_of`: each ToR's rail, for their mesh results)."""
         n = max(now_mono_ns // self.slot_ns, self._last)
         self._advance(n, rail_of)
+        self._finish_roll()
         latest = (n - SLOTS_PER_WINDOW + 1) // self.per_epoch - 1
         for e in self.epochs:
             if e.index == latest or e.index == latest + 1:
@@ -354,14 +402,14 @@ class LatencyWindows:
     def memory_items(self) -> tuple[int, int]:
         """(slots, histograms) kept: what the windows' memory grows with."""
         slots = list(self.fine) + list(self.epochs)
-        return len(slots), sum(len(s.links) + len(s.mesh) + len(s.rails) for s in slots)
+        # A slot on its way to its epoch: its keys not added yet.
+        rolling = 0 if self._rolling is None else 1
+        return len(slots) + rolling, sum(len(s.links) + len(s.mesh) + len(s.rails) for s in slots)
 
 
 def _sum(slots: Sequence[Slot]) -> Period:
-    """The slots summed, by key (a slot alone is read as is)."""
-    if len(slots) == 1:
-        s = slots[0]
-        return Period(s.links, s.mesh, s.rails, s.reports, s.results)
+    """The slots summed, by key, in histograms of its own: the slots' change with reports to
+    come and go on into their epochs, while heat map cells read the window later."""
     links: dict[str, Acc] = {}
     mesh: dict[MeshKey, Acc] = {}
     rails: dict[RailPair, Acc] = {}
