@@ -14,7 +14,8 @@ timers spread them.
 
 Figures, each with its sample: probe results the controller receives per second; ingest per
 report (decoding it from the wire, then the core's `LatencyWindows.ingest`) p50 / max; the
-share of a core at the 5 s period; the windows' memory (a walk of what they keep) and what
+share of a core at the 5 s period (ingest in CPU time: on a busy machine the time waiting
+for a core is not the ingest's); the windows' memory (a walk of what they keep) and what
 they hold; the time of a GetLatency answer's work by rail and by ToR pair (the cells,
 outliers and first page's messages); the sample sizes per cell; and the outliers found.
 """
@@ -33,6 +34,7 @@ from bench.output import print_figures
 from controller.core import latency as core_latency
 from controller.core.latency import By, Fabric, LatencyParams, LatencyWindows
 from controller.daemon import latency_view
+from controller.fabric import Fabric as FabricIntent
 from controller.fabric import Role
 from controller.intent import load_fabric
 from railfabric.latency import bucket_of, probes_link
@@ -78,51 +80,55 @@ def _walk_bytes(windows: LatencyWindows) -> int:
     return total
 
 
-def run(fabric_path: Path, periods: int, slow: int, seed: int) -> dict[str, object]:
-    fabric = load_fabric(fabric_path)
-    rng = random.Random(seed)
-    tors = [s.name for s in fabric.switches if s.role == Role.TOR]
-    position = {t: i for i, t in enumerate(tors)}
-    tor_rails = {
-        s.name: s.rail for s in fabric.switches if s.role == Role.TOR and s.rail is not None
-    }
-    rail_of = {s.name: (s.rail if s.rail is not None else -1) for s in fabric.switches}
-    # The ports each switch link-probes (one end of each cable).
-    ends: dict[str, list[int]] = {s.name: [] for s in fabric.switches}
-    uplinks: dict[str, list[int]] = {t: [] for t in tors}
-    cable_of: dict[tuple[str, int], str] = {}
-    for link in fabric.links:
-        if probes_link(link.a, link.a_port, link.b, link.b_port):
-            ends[link.a].append(link.a_port)
-        else:
-            ends[link.b].append(link.b_port)
-        cable_of[(link.a, link.a_port)] = cable_of[(link.b, link.b_port)] = link.key
-        if link.a in uplinks:
-            uplinks[link.a].append(link.a_port)
-    core_fabric = Fabric.of(
-        ((k.key, (k.a, k.a_port), (k.b, k.b_port)) for k in fabric.links), tor_rails
-    )
-    link_ends = {k.key: ((k.a, k.a_port), (k.b, k.b_port)) for k in fabric.links}
-    slowed = {t: rng.choice(uplinks[t]) for t in rng.sample(tors, slow)}
-    slowed_cables = {cable_of[(t, p)] for t, p in slowed.items()}
-    slow_peer_ends = {end for key in slowed_cables for end in link_ends[key]}
+class ProbeReports:
+    """The probe results each switch of `fabric` reports a period under the default intent
+    (see the module's docstring), `slow` ToRs with one slow uplink when asked."""
 
-    def report(name: str, period: int, bad: bool) -> bytes:
-        msg = control_pb2.Counters(wall_ns=period * int(REPORT_PERIOD_S * S))
-        for port in ends[name]:
-            base = 3_000 * US if bad and (name, port) in slow_peer_ends else 10 * US
+    def __init__(self, fabric: FabricIntent, slow: int, rng: random.Random) -> None:
+        self.rng = rng
+        self.tors = tors = [s.name for s in fabric.switches if s.role == Role.TOR]
+        self.position = {t: i for i, t in enumerate(tors)}
+        self.tor_rails = {
+            s.name: s.rail for s in fabric.switches if s.role == Role.TOR and s.rail is not None
+        }
+        self.rail_of = {s.name: (s.rail if s.rail is not None else -1) for s in fabric.switches}
+        # The ports each switch link-probes (one end of each cable).
+        self.ends: dict[str, list[int]] = {s.name: [] for s in fabric.switches}
+        self.uplinks: dict[str, list[int]] = {t: [] for t in tors}
+        cable_of: dict[tuple[str, int], str] = {}
+        for link in fabric.links:
+            if probes_link(link.a, link.a_port, link.b, link.b_port):
+                self.ends[link.a].append(link.a_port)
+            else:
+                self.ends[link.b].append(link.b_port)
+            cable_of[(link.a, link.a_port)] = cable_of[(link.b, link.b_port)] = link.key
+            if link.a in self.uplinks:
+                self.uplinks[link.a].append(link.a_port)
+        self.core_fabric = Fabric.of(
+            ((k.key, (k.a, k.a_port), (k.b, k.b_port)) for k in fabric.links), self.tor_rails
+        )
+        self.link_ends = {k.key: ((k.a, k.a_port), (k.b, k.b_port)) for k in fabric.links}
+        self.slowed = {t: rng.choice(self.uplinks[t]) for t in rng.sample(tors, slow)}
+        self.slowed_cables = {cable_of[(t, p)] for t, p in self.slowed.items()}
+        self.slow_peer_ends = {end for key in self.slowed_cables for end in self.link_ends[key]}
+
+    def add(self, msg: control_pb2.Counters, name: str, period: int, bad: bool) -> None:
+        """Switch `name`'s results of report period `period` into `msg` (`bad`: slowed)."""
+        rng, tors = self.rng, self.tors
+        for port in self.ends[name]:
+            base = 3_000 * US if bad and (name, port) in self.slow_peer_ends else 10 * US
             idx, cnt = _hist(rng, ROUNDS_PER_PERIOD, base)
             msg.probes.add(
                 kind=control_pb2.PROBE_KIND_LINK, port=port, sent=ROUNDS_PER_PERIOD,
                 received=ROUNDS_PER_PERIOD, bucket_index=idx, bucket_count=cnt,
             )  # fmt: skip
-        if name in uplinks:
-            ups = len(uplinks[name])
+        if name in self.uplinks:
+            ups = len(self.uplinks[name])
             start = (period * ROUNDS_PER_PERIOD * TARGETS_PER_ROUND) % len(tors)
-            me = position[name]
+            me = self.position[name]
             for i in range(ROUNDS_PER_PERIOD * TARGETS_PER_ROUND):
                 target = tors[(me + 1 + (start + i) % (len(tors) - 1)) % len(tors)]
-                slow_up = slowed.get(name) if bad else None
+                slow_up = self.slowed.get(name) if bad else None
                 healthy = ups - (1 if slow_up is not None else 0)
                 idx, cnt = _hist(rng, healthy, 25 * US)
                 msg.probes.add(
@@ -135,6 +141,19 @@ def run(fabric_path: Path, periods: int, slow: int, seed: int) -> dict[str, obje
                         kind=control_pb2.PROBE_KIND_MESH, port=slow_up, target=target, sent=1,
                         received=1, bucket_index=idx, bucket_count=cnt,
                     )  # fmt: skip
+
+
+def run(fabric_path: Path, periods: int, slow: int, seed: int) -> dict[str, object]:
+    fabric = load_fabric(fabric_path)
+    rng = random.Random(seed)
+    probes = ProbeReports(fabric, slow, rng)
+    tors, tor_rails, rail_of = probes.tors, probes.tor_rails, probes.rail_of
+    core_fabric, link_ends = probes.core_fabric, probes.link_ends
+    slowed_cables = probes.slowed_cables
+
+    def report(name: str, period: int, bad: bool) -> bytes:
+        msg = control_pb2.Counters(wall_ns=period * int(REPORT_PERIOD_S * S))
+        probes.add(msg, name, period, bad)
         return msg.SerializeToString()
 
     names = [s.name for s in fabric.switches]
@@ -156,11 +175,11 @@ def run(fabric_path: Path, periods: int, slow: int, seed: int) -> dict[str, obje
         spent = 0.0
         for i, name in enumerate(order):
             data = wire[name]
-            started = time.perf_counter()
+            started = time.process_time()
             msg = control_pb2.Counters()
             msg.ParseFromString(data)
             windows.ingest(name, msg.probes, now_ns + i * spacing, core_fabric)
-            took = time.perf_counter() - started
+            took = time.process_time() - started
             per_report.append(took)
             spent += took
             if period == periods - 1:
@@ -169,9 +188,10 @@ def run(fabric_path: Path, periods: int, slow: int, seed: int) -> dict[str, obje
         now_ns += int(REPORT_PERIOD_S * S)
     at = now_ns - spacing
     answers: dict[str, float] = {}
+    answers_cpu: dict[str, float] = {}
     first_page: dict[str, int] = {}
     for by in (By.RAIL, By.TOR):
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         window = windows.window(at)
         baseline = windows.baseline(at, tor_rails)
         heat = core_latency.heat(
@@ -193,6 +213,7 @@ def run(fabric_path: Path, periods: int, slow: int, seed: int) -> dict[str, obje
         )
         first_page[by.value] = reply.ByteSize()
         answers[by.value] = time.perf_counter() - started
+        answers_cpu[by.value] = time.process_time() - cpu
         if by is By.TOR:
             tor_cells = heat
         else:
@@ -228,7 +249,9 @@ def run(fabric_path: Path, periods: int, slow: int, seed: int) -> dict[str, obje
         "window_histograms": histograms,
         "window_mb": round(_walk_bytes(windows) / 1e6, 1),
         "answer_by_rail_ms": round(answers["rail"] * 1e3, 1),
+        "answer_by_rail_cpu_ms": round(answers_cpu["rail"] * 1e3, 1),
         "answer_by_tor_ms": round(answers["tor"] * 1e3, 1),
+        "answer_by_tor_cpu_ms": round(answers_cpu["tor"] * 1e3, 1),
         "first_page_bytes_by_rail": first_page["rail"],
         "first_page_bytes_by_tor": first_page["tor"],
         "rail_pairs": len(rail_cells.cells),
