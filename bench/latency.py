@@ -191,9 +191,18 @@ def run(fabric_path: Path, periods: int, slow: int, seed: int) -> dict[str, obje
     answers_cpu: dict[str, float] = {}
     first_page: dict[str, int] = {}
     for by in (By.RAIL, By.TOR):
+        # A report between answers, as at scale (~900 a second): an answer reads afresh.
+        name = names[len(first_page)]
+        msg = control_pb2.Counters()
+        msg.ParseFromString(normal[0][name])
+        windows.ingest(name, msg.probes, at, core_fabric)
+        # What the daemon's answer does (DecisionCore.latency_heat and latency_outliers).
         started, cpu = time.perf_counter(), time.process_time()
         window = windows.window(at)
         baseline = windows.baseline(at, tor_rails)
+        bad_tor_pairs = core_latency.bad_pairs(
+            windows.params, window.mesh, baseline.rails, tor_rails
+        )
         heat = core_latency.heat(
             by,
             windows.params,
@@ -202,10 +211,11 @@ def run(fabric_path: Path, periods: int, slow: int, seed: int) -> dict[str, obje
             fabric=core_fabric,
             ends=link_ends,
             rail_of=rail_of,
+            bad=bad_tor_pairs,
         )
         found = core_latency.outliers(
             windows.params, window, baseline, fabric=core_fabric, ends=link_ends,
-            probe_path=lambda _s, _p, _d: None,
+            probe_path=lambda _s, _p, _d: None, bad=bad_tor_pairs,
         )  # fmt: skip
         reply = admin_pb2.LatencyResponse(
             cells=[latency_view.cell_message(c) for c in heat.cells[:PAGE]],

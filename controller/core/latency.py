@@ -574,10 +574,12 @@ def outliers(
     fabric: Fabric,
     ends: Mapping[str, tuple[End, End]],
     probe_path: ProbePath,
+    bad: Mapping[Pair, Sequence[int]] | None = None,
 ) -> list[LinkOutlier]:
     """The cables to look at, ranked (see LinkOutlier). A bad ToR pair blames the paths of its
     uplinks reported on their own (the agent merges healthy ones: port 0), as `probe_path`
-    predicts them, or their first hop, the uplink's cable, when it cannot."""
+    predicts them, or their first hop, the uplink's cable, when it cannot. `bad`: bad_pairs
+    of the same window and baseline, when the caller has them."""
     links = {
         key: judge(params, acc, base)
         for key, acc in window.links.items()
@@ -585,7 +587,11 @@ def outliers(
     }
     crossed: dict[str, list[Pair]] = {}
     for (src, dst), ports in sorted(
-        bad_pairs(params, window.mesh, baseline.rails, fabric.rail_of_tor).items()
+        (
+            bad
+            if bad is not None
+            else bad_pairs(params, window.mesh, baseline.rails, fabric.rail_of_tor)
+        ).items()
     ):
         blamed: set[str] = set()
         for port in ports:
@@ -713,10 +719,11 @@ def heat(
     fabric: Fabric,
     ends: Mapping[str, tuple[End, End]],
     rail_of: Mapping[str, int],
+    bad: Mapping[Pair, Sequence[int]] | None = None,
 ) -> Heat:
     """The heat map `by` ToR pair, rail pair or cable (`rail_of`: every switch's rail). A ToR
     pair is judged as bad_pairs does, a rail pair against its own baseline, a cable against
-    its own."""
+    its own. `bad`: bad_pairs of the same window and baseline, when the caller has them."""
     cells: list[Cell] = []
     if by is By.LINK:
         for key, acc in window.links.items():
@@ -733,7 +740,8 @@ def heat(
             cells.append(Cell(f"{sr:09d}>{dr:09d}", "", "", sr, dr, "", 0, 0, v))
     else:
         tor_rail = fabric.rail_of_tor
-        bad = bad_pairs(params, window.mesh, baseline.rails, tor_rail)
+        if bad is None:
+            bad = bad_pairs(params, window.mesh, baseline.rails, tor_rail)
         base = {rails: Stats.of(acc) for rails, acc in baseline.rails.items()}
         by_pair: dict[Pair, list[Acc]] = {}
         for (src, dst, _port), acc in window.mesh.items():

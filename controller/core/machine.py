@@ -144,6 +144,17 @@ class _Out:
         self.effects.append(Log(level, text))
 
 
+@dataclass(slots=True)
+class _LatencyRead:
+    """DecisionCore._latency_read's reading, and the outliers once read from it."""
+
+    key: tuple[int, ...]
+    window: latency.Period
+    baseline: latency.Period
+    bad: dict[latency.Pair, list[int]]
+    outliers: list[latency.LinkOutlier] | None = None
+
+
 class DecisionCore:
     """The controller's decisions. Build it, call `start` once, then feed it inputs."""
 
@@ -190,7 +201,7 @@ class DecisionCore:
         self.latency_fabric = latency.Fabric({}, {})
         self.link_ends: dict[str, tuple[End, End]] = {}
         self.switch_rails: dict[str, int] = {}
-        self._outliers_cache: tuple[tuple[int, ...], list[latency.LinkOutlier]] | None = None
+        self._latency_reads: _LatencyRead | None = None
 
     # -- start-up and reload
     def start(self, restored: Restored, now: Now) -> list[Effect]:
@@ -607,27 +618,39 @@ class DecisionCore:
             self._raise(alarm, out)
         return self._finish(out, now)
 
+    def _latency_read(self, now: Now, slots: int) -> _LatencyRead:
+        """The window of `slots` slots, the baseline and the bad ToR pairs at `now`: one
+        reading per state (reports taken in, slot, plan) for the admin API, the web view and
+        Prometheus, and for the heat map and the outliers of one answer."""
+        w = self.latency
+        key = (w.version, now.mono_ns // w.slot_ns, slots, id(w), id(self.planner))
+        cached = self._latency_reads
+        if cached is not None and cached.key == key:
+            return cached
+        fabric = self.latency_fabric
+        window = w.window(now.mono_ns, slots)
+        baseline = w.baseline(now.mono_ns, fabric.rail_of_tor)
+        bad = latency.bad_pairs(w.params, window.mesh, baseline.rails, fabric.rail_of_tor)
+        read = self._latency_reads = _LatencyRead(key, window, baseline, bad)
+        return read
+
     def latency_outliers(self, now: Now, window_ns: int | None = None) -> list[latency.LinkOutlier]:
         """The cables the latency probes point at, ranked (controller/core/latency.py): read
         only; `window_ns` (rounded up to whole slots, at most the intent's) or the intent's."""
         w = self.latency
         slots, _span = w.window_slots(now.mono_ns, window_ns)
-        # One computation per state (reports taken in, slot, plan): the admin API, the web
-        # view and Prometheus all ask.
-        key = (w.version, now.mono_ns // w.slot_ns, slots, id(w), id(self.planner))
-        cached = self._outliers_cache
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        found = latency.outliers(
-            w.params,
-            w.window(now.mono_ns, slots),
-            w.baseline(now.mono_ns, self.latency_fabric.rail_of_tor),
-            fabric=self.latency_fabric,
-            ends=self.link_ends,
-            probe_path=self.planner.probe_path,
-        )
-        self._outliers_cache = (key, found)
-        return found
+        read = self._latency_read(now, slots)
+        if read.outliers is None:
+            read.outliers = latency.outliers(
+                w.params,
+                read.window,
+                read.baseline,
+                fabric=self.latency_fabric,
+                ends=self.link_ends,
+                probe_path=self.planner.probe_path,
+                bad=read.bad,
+            )
+        return read.outliers
 
     def latency_heat(
         self, by: latency.By, now: Now, window_ns: int | None = None
@@ -636,14 +659,16 @@ class DecisionCore:
         latency_outliers reads it), and the window's length in ns: read only."""
         w = self.latency
         slots, span_ns = w.window_slots(now.mono_ns, window_ns)
+        read = self._latency_read(now, slots)
         heat = latency.heat(
             by,
             w.params,
-            w.window(now.mono_ns, slots),
-            w.baseline(now.mono_ns, self.latency_fabric.rail_of_tor),
+            read.window,
+            read.baseline,
             fabric=self.latency_fabric,
             ends=self.link_ends,
             rail_of=self.switch_rails,
+            bad=read.bad,
         )
         return heat, span_ns
 
