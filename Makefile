@@ -15,9 +15,11 @@ $(STAMP): pyproject.toml scripts/setup.sh
 	./scripts/setup.sh
 	touch $@
 
-# The main job: the most complete real thing railfabric runs today.
+# The main job: the most complete real thing railfabric runs today. `make demo
+# FABRIC=examples/lab-8rail.yaml` runs it on the StarPulse shape (8 rails, 18 switches).
+FABRIC ?= examples/lab-2rail.yaml
 demo: setup
-	mkdir -p build && $(PY) -m mininet_labs run examples/lab-2rail.yaml --scenario all --json build/lab-report.json
+	mkdir -p build && $(PY) -m mininet_labs run $(FABRIC) --scenario all --json build/lab-report.json
 
 test: setup proto-check p4-constants-check lint typecheck pytest
 

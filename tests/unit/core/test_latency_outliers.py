@@ -242,6 +242,18 @@ def test_what_does_not_fit_the_plan_is_left_out_and_said() -> None:
     assert list(w.window(5 * S).links) == [cable("t0", 1)]
 
 
+def test_a_bucket_listed_twice_counts_twice() -> None:
+    """A result's buckets are summed, whether the cable is new in the slot or not."""
+    w = LatencyWindows(PARAMS)
+    twice = control_pb2.ProbeResult(
+        kind=LINK, port=1, sent=3, received=3, bucket_index=[40, 40], bucket_count=[1, 2]
+    )
+    for n in (1, 2):
+        assert w.ingest("t0", [twice], 5 * S, FABRIC) == []
+        acc = w.window(5 * S).links[cable("t0", 1)]
+        assert (acc[40], acc[SENT]) == (3 * n, 3 * n)
+
+
 def test_the_core_takes_probes_from_counters_and_ranks_the_slowed_cable() -> None:
     """Both ends' link probes of a lab cable through DecisionCore.counters."""
     h = Harness()
