@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import contextlib
 import errno
-import gc
 import io
 import logging
 import signal
@@ -27,6 +26,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry
 
 from railfabric import cli, metrics, tls
+from railfabric.collector import freeze_start_up
 from softswitch.dataplane import DataPlane, PortError
 from softswitch.egress import TmEgress
 from softswitch.metrics import collector as metrics_collector
@@ -203,12 +203,10 @@ async def run(options: Options, registry: CollectorRegistry | None = None) -> No
     loop.add_signal_handler(signal.SIGHUP, _reload, server_tls)
     await server.start()
     dataplane.start(loop)
-    # What start-up built (modules, descriptors, gRPC) lives until exit: frozen, it is out of
-    # the collector's full scans, which table writes set off every few tens of thousands of
-    # updates and which otherwise walk those ~35,000 objects too (15-25 ms each, on 2 cores:
-    # one inside the bench's 10,000-entry batched write).
-    gc.collect()
-    gc.freeze()
+    # Table writes set off a full collection every few tens of thousands of updates: one
+    # inside the bench's 10,000-entry batched write before start-up's ~35,000 objects were
+    # frozen.
+    freeze_start_up()
     if server_tls is None:
         tls.warn_insecure("softswitch")
     LOG.info(
