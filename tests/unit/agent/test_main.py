@@ -3,10 +3,13 @@ builds an agent whose first Hello describes the switch."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
+
 import pytest
 
 from agent.lldp import build_lldp
-from agent.main import Agent, build_parser, main
+from agent.main import Agent, _serve, build_parser, main
 from railfabric import __version__
 from railfabric.p4info import DEFAULT_P4INFO
 from railfabric.v1 import control_pb2, state_pb2
@@ -93,3 +96,24 @@ def test_only_a_switch_neighbours_silence_is_a_one_way_failure() -> None:
     agent.carrier[3] = False
     agent.lldp_down.add(2)
     assert agent.one_way_failures(10 * s) == []
+
+
+def test_start_up_objects_are_frozen_out_of_the_collectors_full_scans() -> None:
+    """Before its tasks run, the agent freezes what start-up built: a full collection then
+    walks only what came after, not ~110,000 objects (40-55 ms of CPU), which made every
+    agent stall at once inside a cable cut's failover (bench.telemetry's tail)."""
+    agent = Agent(build_parser().parse_args([*BASE, "--port-map", "1=eth1"]))
+    seen: dict[str, int] = {}
+
+    async def run() -> None:
+        seen["frozen"] = gc.get_freeze_count()
+        seen["codec_scanned"] = any(o is agent.codec for o in gc.get_objects())
+
+    agent.run = run  # type: ignore[method-assign]
+    gc.unfreeze()
+    try:
+        asyncio.run(_serve(agent))
+    finally:
+        gc.unfreeze()
+    assert seen["frozen"] > 10_000
+    assert not seen["codec_scanned"]
