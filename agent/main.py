@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gc
 import logging
 import math
 import signal
@@ -33,6 +32,7 @@ from agent.tables import report as tables_report
 from agent.translate import MatrixDestEntry, Pipeline, QosEntry, repair
 from agent.writer import TARGET_LOST, Writer, server_ports
 from railfabric import __version__, cli, latency, tls
+from railfabric.collector import freeze_start_up
 from railfabric.metrics import MetricsError
 from railfabric.p4format import EntityFormatter
 from railfabric.p4info import DEFAULT_P4INFO, load_p4info
@@ -534,21 +534,6 @@ class Agent:
             await asyncio.sleep(max(0.0, RESTART_THROTTLE_S - (loop.time() - started)))
 
 
-def freeze_start_up() -> None:
-    """Take what start-up built out of the cyclic collector's full scans: modules, protobuf
-    descriptors, gRPC, finsy, pyroute2, the P4Info and its codec (about 110,000 objects) live
-    until exit. Unfrozen, every full collection walks them all: 40-55 ms of CPU per agent, and
-    the collection is set off by allocation, so the burst of a cable cut (netlink messages
-    decoded, the controller's states, the writes) sets it off in every agent of a switch host
-    at once, inside that cut's failover. On the lab's 2 cores, six agents collecting together
-    held carrier detection for 140 ms (bench.telemetry: the remote-loss tail, with telemetry
-    on or off, whichever cut the collections met). Frozen, a full collection scans only what
-    was allocated since (the softswitch does the same, softswitch/main.py). Garbage left
-    from start-up is collected first, so nothing unreachable is frozen."""
-    gc.collect()
-    gc.freeze()
-
-
 async def _serve(agent: Agent) -> None:
     main = asyncio.current_task()
     assert main is not None
@@ -564,6 +549,9 @@ async def _serve(agent: Agent) -> None:
     if agent.metrics_address:
         agent.metrics.watch(loop, agent)
         served = agent.metrics.serve(agent.metrics_address, agent.metrics_tls)
+    # A cut's burst set off a full collection in every agent at once, each walking start-up's
+    # ~110,000 objects (40-55 ms): on 2 cores, carrier detection waited 140 ms behind them
+    # (bench.telemetry's failover tail). Frozen, they are out of those scans.
     freeze_start_up()
     # After everything that can refuse the start: a refused start is one line.
     LOG.info("running, P4Info from %s", agent.codec.origin)
