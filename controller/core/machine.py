@@ -19,7 +19,6 @@ links taken out.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 from array import array
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -60,7 +59,6 @@ from controller.core.records import (
 from controller.core.switches import SwitchView, UnknownSwitch, lookup
 from railfabric.delta import DeltaError, apply_delta, delta_size, route_keys
 from railfabric.digest import state_digest
-from railfabric.ecmp import ROCEV2_UDP_PORT
 from railfabric.v1 import admin_pb2, control_pb2, state_pb2
 
 __all__ = [
@@ -1412,22 +1410,10 @@ class _RoceContext:
 
     def predict(self, flow: roce.Flow, qp: int | None) -> roce.Placed | None:
         src, dst, sport = flow
-        request = admin_pb2.PredictPathRequest(
-            src_ip=str(ipaddress.IPv4Address(src)),
-            dst_ip=str(ipaddress.IPv4Address(dst)),
-            protocol=17,
-            sport=sport,
-            dport=ROCEV2_UDP_PORT,
-            dst_qp=qp or 0,
-        )
-        try:
-            reply = self._core.planner.predict_path(request)
-        except ValueError:
-            return None  # not a NIC of the fabric (a sample from outside it)
-        if not reply.delivered_to or not reply.hops:
+        hops = self._core.planner.roce_hops(src, dst, sport, qp)
+        if not hops:
             return None
-        links = tuple((h.switch_name, h.egress_port) for h in reply.hops if h.egress_port)
-        return roce.Placed((reply.hops[0].switch_name, reply.hops[-1].switch_name), links)
+        return roce.Placed((hops[0][0], hops[-1][0]), tuple(h for h in hops if h[1]))
 
     def host_ports(self, switch: str) -> frozenset[int]:
         v = self._core.views.get(switch)

@@ -107,6 +107,14 @@ class Planner(Protocol):
         """The hop-by-hop path of a flow under the current link set."""
         ...
 
+    def roce_hops(
+        self, src_ip: int, dst_ip: int, sport: int, dst_qp: int | None
+    ) -> Sequence[tuple[str, int]] | None:
+        """The (switch, egress port) of each hop a RoCEv2 flow (UDP to 4791, `dst_qp` when the
+        fabric hashes it) takes under the current link set, the last the ToR's port to the
+        destination NIC; None when it is not delivered or an address is no NIC of the fabric."""
+        ...
+
     def probe_path(self, src_tor: str, port: int, dst_tor: str) -> Sequence[str] | None:
         """The link keys, in order, a mesh probe from `src_tor` to `dst_tor` crosses when it
         leaves on uplink `port` (ProbeResult.port; 0: the uplinks merged, None) and comes

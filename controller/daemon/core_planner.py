@@ -189,6 +189,18 @@ class CorePlanner:
     def matrix_destinations(self) -> Sequence[str]:
         return export.matrix_destinations(self.routing)
 
+    def roce_hops(
+        self, src_ip: int, dst_ip: int, sport: int, dst_qp: int | None
+    ) -> Sequence[tuple[str, int]] | None:
+        try:
+            flow = Flow(src_ip, dst_ip, 17, sport, ecmp.ROCEV2_UDP_PORT, dst_qp=dst_qp)
+            path = predict_path(self.routing, flow)
+        except (PathError, ValueError):
+            return None  # not a NIC of the fabric (a sample from outside it), or no flow
+        if path.delivered_to is None or not path.hops:
+            return None
+        return tuple((h.switch, h.egress_port) for h in path.hops)
+
     def predict_path(self, request: admin_pb2.PredictPathRequest) -> admin_pb2.PredictPathResponse:
         try:
             flow = Flow(

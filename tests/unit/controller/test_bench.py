@@ -9,6 +9,7 @@ import pytest
 
 from bench import controller as controller_bench
 from bench import core as core_bench
+from bench import ingest as ingest_bench
 from bench import latency as latency_bench
 from bench import matrix as matrix_bench
 from bench import roce as roce_bench
@@ -115,10 +116,30 @@ def test_latency_bench_feeds_every_switch_and_finds_the_slowed_cable(
 ) -> None:
     assert latency_bench.main([LAB, "--json", "--periods", "64", "--slow", "1"]) == 0
     data = json.loads(capsys.readouterr().out)
-    # lab-2rail: 16 link results (8 cables, both ends) and 4 ToRs x 40 mesh targets a period,
-    # and the slowed ToR's 40 per-uplink results in the last one.
+    # lab-2rail: 8 link results (8 cables, from the end that probes each) and 4 ToRs x 40 mesh
+    # targets a period, and the slowed ToR's 40 per-uplink results in the last one.
     assert (data["switches"], data["cables"], data["tors"]) == (6, 8, 4)
-    assert data["results_per_period"] == 16 + 4 * 40 + 40
+    assert data["results_per_period"] == 8 + 4 * 40 + 40
     assert data["rail_pairs"] == 4 and data["tor_pairs_in_window"] == 12
     assert data["slowed_cables"] == 1 and data["slowed_cables_ranked_first"] is True
     assert 0 <= data["ingest_ms_per_report_p50"] <= data["ingest_ms_per_report_max"]
+
+
+def test_ingest_bench_sends_every_part_of_every_report_through_the_core(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert ingest_bench.main([LAB, "--json", "--periods", "1"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    # lab-2rail: 6 switches; 3 RoCE counts a port; 4 ToRs x 4 matrix classes; one link result
+    # a cable (8) and 4 ToRs x 40 mesh targets.
+    assert (data["switches"], data["parts"]) == (6, "ports,roce,matrix,probes")
+    assert data["ports_per_period"] > 0
+    assert data["roce_counts_per_period"] == 3 * data["ports_per_period"]
+    assert data["matrix_cells_per_period"] == 4 * 4
+    assert data["probe_results_per_period"] == 8 + 4 * 40
+    assert 0 < data["ingest_s_per_period_p50"] <= data["ingest_s_per_period_max"]
+    assert ingest_bench.main([LAB, "--json", "--periods", "1", "--parts", "probes"]) == 0
+    only = json.loads(capsys.readouterr().out)
+    assert (only["ports_per_period"], only["matrix_cells_per_period"]) == (0, 0)
+    with pytest.raises(SystemExit):
+        ingest_bench.main([LAB, "--parts", "roce"])  # carried by ports
