@@ -13,6 +13,8 @@ Pure: reports in, rates out; the core keeps the last MATRIX_REPORTS reports of e
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import operator
 from array import array
 from collections import deque
@@ -38,13 +40,22 @@ class ClassRails:
 
     of_class: Sequence[int]
     classes: Mapping[int, tuple[int, ...]]
+    # A rail's classes as a slice, when they are evenly spaced (ToRs listed block by block,
+    # rail by rail in a block: every rails-th class): a report's sums by rail are then C
+    # loops over its arrays, not a lookup per class (2.56 M per period at 100k GPUs).
+    slices: Mapping[int, slice] = dataclasses.field(default_factory=dict)
 
     @staticmethod
     def of(rail_of_class: Sequence[int]) -> ClassRails:
         classes: dict[int, list[int]] = {}
         for c, rail in enumerate(rail_of_class):
             classes.setdefault(rail, []).append(c)
-        return ClassRails(tuple(rail_of_class), {r: tuple(cs) for r, cs in classes.items()})
+        slices = {}
+        for rail, cs in classes.items():
+            step = cs[1] - cs[0] if len(cs) > 1 else 1
+            if all(b - a == step for a, b in itertools.pairwise(cs)):
+                slices[rail] = slice(cs[0], cs[-1] + 1, step)
+        return ClassRails(tuple(rail_of_class), {r: tuple(cs) for r, cs in classes.items()}, slices)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +82,11 @@ class MatrixReport:
             )
         n = len(packets)
         sums: dict[int, tuple[int, int]] = {}
+        slices = rails.slices
         for rail, all_classes in rails.classes.items():
+            if all_classes[-1] < n and (cut := slices.get(rail)) is not None:
+                sums[rail] = (sum(packets[cut]), sum(octets[cut]))
+                continue
             classes = all_classes if all_classes[-1] < n else [c for c in all_classes if c < n]
             if classes:
                 sums[rail] = (

@@ -169,3 +169,34 @@ def test_a_row_is_the_growth_between_the_reports_a_fresh_reading_picks(
     }
     assert got is not None
     assert (got.rates, got.span_ns) == (want, span)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rails=st.one_of(
+        # ToRs listed block by block, rail by rail: every rail's classes evenly spaced.
+        st.tuples(st.integers(1, 8), st.integers(1, 6)).map(
+            lambda rb: [r for _ in range(rb[1]) for r in range(1, rb[0] + 1)]
+        ),
+        st.lists(st.integers(0, 4), min_size=1, max_size=30),  # any order at all
+    ),
+    data=st.data(),
+)
+def test_sums_by_rail_are_the_sums_of_each_rails_classes(
+    rails: list[int], data: st.DataObject
+) -> None:
+    """Summed by slices where a rail's classes are evenly spaced, by lookups where not, and
+    over a report with fewer classes than the intent (an agent behind a reload) too."""
+    size = data.draw(st.integers(0, len(rails)))
+    cells = {
+        c: (data.draw(st.integers(0, 10**12)), data.draw(st.integers(0, 10**15)))
+        for c in range(size)
+    }
+    report = MatrixReport.of(
+        counters(1, cells) if cells else control_pb2.Counters(), ClassRails.of(rails)
+    )
+    want: dict[int, tuple[int, int]] = {}
+    for c, (p, b) in cells.items():
+        have = want.get(rails[c], (0, 0))
+        want[rails[c]] = (have[0] + p, have[1] + b)
+    assert report.rails == want
