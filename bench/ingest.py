@@ -34,6 +34,7 @@ from controller.core.links import DampingParams
 from controller.core.machine import DecisionCore
 from controller.daemon.core_planner import load_planner
 from controller.daemon.store import SqliteStore
+from railfabric.collector import freeze_start_up
 from railfabric.fabric_counters import PIPELINE_REASONS
 from railfabric.v1 import control_pb2
 
@@ -62,6 +63,7 @@ def run(fabric_path: Path, periods: int, parts: frozenset[str], seed: int) -> di
     core = DecisionCore(planner, DampingParams())
     now = Now(1_000 * S, 1_700_000_000 * S)
     core.start(SqliteStore.open(":memory:").load(), now)
+    freeze_start_up()  # as the daemon does before the fabric's calls
     names = sorted(core.views)
     ports = {n: [p.port for p in core.views[n].state.ports] for n in names}
     classes = len(planner.matrix_destinations())

@@ -33,6 +33,7 @@ from controller.core.roce import PREDICTIONS_PER_S
 from controller.daemon.core_planner import load_planner
 from controller.daemon.store import SqliteStore
 from controller.fabric import ipv4_str
+from railfabric.collector import freeze_start_up
 from railfabric.v1 import admin_pb2, control_pb2
 
 REPORT_PERIOD_S = 5.0  # the agent's --counters-interval default
@@ -63,6 +64,7 @@ def run(
     core = DecisionCore(planner, DampingParams())
     now = Now(1_000 * S, 1_700_000_000 * S)
     core.start(SqliteStore.open(":memory:").load(), now)
+    freeze_start_up()  # as the daemon does before the fabric's calls
     names = sorted(core.views)
     ports = {n: [p.port for p in core.views[n].state.ports] for n in names}
     tors = [n for n in names if core.views[n].state.HasField("matrix")]
