@@ -34,11 +34,10 @@ from railfabric.fabric_counters import (
     DROP_REASONS_PER_PORT,
     PIPELINE_REASONS,
     QUEUE_DEPTH_LEVELS,
-    ROCE_CELLS_PER_PORT,
-    ROCE_KINDS,
     DropReason,
     RoceKind,
     drop_reason_index,
+    roce_cell,
     roce_index,
 )
 from railfabric.p4bytes import decode_unchecked, encode
@@ -261,28 +260,25 @@ def roce_requests(
     ]
 
 
-def roce_counts(
-    codec: Codec, entities: Iterable[p4r.Entity]
-) -> dict[int, list[control_pb2.RoceCount]]:
-    """port -> the (class, kind) cells read back that counted something."""
-    out: dict[int, list[control_pb2.RoceCount]] = {}
+@dataclass(frozen=True, slots=True)
+class RoceCounts:
+    """Counters.roce_cells / roce_packets: the roce_counter cells that counted, in order."""
+
+    cells: list[int]
+    packets: list[int]
+
+
+def roce_counts(codec: Codec, entities: Iterable[p4r.Entity]) -> RoceCounts:
+    """The (class, kind) cells read back that counted something, by cell."""
+    found: dict[int, int] = {}
     for e in entities:
         if not e.HasField("counter_entry"):
             continue
         entry = e.counter_entry
         if entry.counter_id != codec.roce_counter_id or not entry.data.packet_count:
             continue
-        port, cell = divmod(entry.index.index, ROCE_CELLS_PER_PORT)
-        tc, kind = divmod(cell, ROCE_KINDS)
-        if kind not in RoceKind.__members__.values():
+        if roce_cell(entry.index.index)[2] not in RoceKind.__members__.values():
             continue  # a cell the program never counts into
-        out.setdefault(port, []).append(
-            control_pb2.RoceCount(
-                traffic_class=tc,
-                kind=control_pb2.RoceKind.ValueType(kind),
-                packets=entry.data.packet_count,
-            )
-        )
-    for counts in out.values():
-        counts.sort(key=lambda c: (c.traffic_class, c.kind))
-    return out
+        found[entry.index.index] = entry.data.packet_count
+    cells = sorted(found)
+    return RoceCounts(cells, [found[c] for c in cells])

@@ -477,8 +477,8 @@ class Agent:
             if telemetry is not None:
                 msg.matrix_packets.extend(telemetry.matrix.packets)
                 msg.matrix_bytes.extend(telemetry.matrix.octets)
-                for ports in msg.ports:
-                    ports.roce.extend(telemetry.roce.get(ports.port, ()))
+                msg.roce_cells.extend(telemetry.roce.cells)
+                msg.roce_packets.extend(telemetry.roce.packets)
             self.nak_samples.take(msg)
             self.prober.take(msg, time.monotonic_ns())
             self.last_counters = msg

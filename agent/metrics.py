@@ -25,6 +25,7 @@ from prometheus_client.metrics_core import Metric
 from agent.probes import ProbeStats
 from agent.writer import RepairRecord
 from railfabric import metrics
+from railfabric.fabric_counters import roce_cell
 from railfabric.tls import TlsFiles
 from railfabric.v1 import control_pb2, state_pb2
 
@@ -245,13 +246,14 @@ def _ports(snap: Snapshot) -> Iterator[Metric]:
                 counter.add_metric(labels, getattr(port, field))
             for drop in port.drops_by_reason:
                 by_reason.add_metric([*labels, drop_reason_label(drop.reason)], drop.packets)
-            for count in port.roce:
-                roce.add_metric(
-                    [*labels, str(count.traffic_class), roce_kind_label(count.kind)], count.packets
-                )
             for queue_field, gauge in gauges.items():
                 if port.HasField(queue_field):
                     gauge.add_metric(labels, getattr(port, queue_field))
+        c = snap.counters
+        for cell, packets in zip(c.roce_cells, c.roce_packets, strict=True):
+            port_number, tc, kind = roce_cell(cell)
+            labels = [snap.switch, str(port_number), snap.peers.get(port_number, "")]
+            roce.add_metric([*labels, str(tc), roce_kind_label(kind)], packets)
     yield read_at
     yield from counters.values()
     yield by_reason

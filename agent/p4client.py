@@ -30,6 +30,7 @@ from agent.codec import Codec, Encoded
 from agent.counters import (
     MatrixRow,
     PortCounterReader,
+    RoceCounts,
     matrix_counts,
     matrix_requests,
     roce_counts,
@@ -39,7 +40,6 @@ from agent.session import Backoff
 from agent.translate import Pipeline
 from railfabric.p4bytes import decode_unchecked, encode
 from railfabric.tls import TlsError, TlsFiles
-from railfabric.v1 import control_pb2
 
 LOG = logging.getLogger("railfabric.agent.p4")
 
@@ -423,7 +423,7 @@ class P4Target:
             codec, roce_ports, roce_classes
         )
         if not entities:
-            return Telemetry(MatrixRow([], []), {})
+            return Telemetry(MatrixRow([], []), RoceCounts([], []))
         try:
             found = await self.read(entities)
         except P4ClientError as err:
@@ -443,7 +443,7 @@ class Telemetry(NamedTuple):
     """What `read_telemetry` read: matrix cells, and RoCE counts by port."""
 
     matrix: MatrixRow
-    roce: dict[int, list[control_pb2.RoceCount]]
+    roce: RoceCounts
 
 
 def _same_tables(a: p4i.P4Info, b: p4i.P4Info) -> bool:

@@ -35,7 +35,7 @@ from controller.core.machine import DecisionCore
 from controller.daemon.core_planner import load_planner
 from controller.daemon.store import SqliteStore
 from railfabric.collector import freeze_start_up
-from railfabric.fabric_counters import PIPELINE_REASONS
+from railfabric.fabric_counters import PIPELINE_REASONS, roce_index
 from railfabric.v1 import control_pb2
 
 REPORT_PERIOD_S = 5.0  # the agent's --counters-interval default
@@ -53,9 +53,13 @@ def _ports(msg: control_pb2.Counters, ports: Sequence[int], n: int, roce: bool) 
         for reason in PIPELINE_REASONS:
             pc.drops_by_reason.add(reason=reason.value, packets=0)
         if roce:
-            pc.roce.add(traffic_class=3, kind=K.ROCE_KIND_DATA, packets=n * 1_000_000)
-            pc.roce.add(traffic_class=3, kind=K.ROCE_KIND_ACK, packets=n * 100_000)
-            pc.roce.add(traffic_class=6, kind=K.ROCE_KIND_CNP, packets=n * 50)
+            for tc, kind, packets in (
+                (3, K.ROCE_KIND_DATA, n * 1_000_000),
+                (3, K.ROCE_KIND_ACK, n * 100_000),
+                (6, K.ROCE_KIND_CNP, n * 50),
+            ):
+                msg.roce_cells.append(roce_index(port, tc, kind))
+                msg.roce_packets.append(packets)
 
 
 def run(fabric_path: Path, periods: int, parts: frozenset[str], seed: int) -> dict[str, object]:
@@ -88,7 +92,7 @@ def run(fabric_path: Path, periods: int, parts: frozenset[str], seed: int) -> di
             wire[n] = msg.SerializeToString()
             if period == periods:
                 sample["ports"] += len(msg.ports)
-                sample["roce_counts"] += sum(len(p.roce) for p in msg.ports)
+                sample["roce_counts"] += len(msg.roce_cells)
                 sample["matrix_cells"] += len(msg.matrix_packets)
                 sample["probe_results"] += len(msg.probes)
                 sample["bytes"] += len(wire[n])

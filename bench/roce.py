@@ -34,6 +34,7 @@ from controller.daemon.core_planner import load_planner
 from controller.daemon.store import SqliteStore
 from controller.fabric import ipv4_str
 from railfabric.collector import freeze_start_up
+from railfabric.fabric_counters import roce_index
 from railfabric.v1 import admin_pb2, control_pb2
 
 REPORT_PERIOD_S = 5.0  # the agent's --counters-interval default
@@ -46,12 +47,17 @@ def _report(
 ) -> bytes:
     msg = control_pb2.Counters(wall_ns=wall_ns)
     for port in ports:
-        pc = msg.ports.add(port=port, rx_packets=period * 1_000, tx_packets=period * 1_000)
-        pc.roce.add(traffic_class=3, kind=K.ROCE_KIND_DATA, packets=period * 1_000_000)
-        pc.roce.add(traffic_class=3, kind=K.ROCE_KIND_ACK, packets=period * 100_000)
-        pc.roce.add(traffic_class=6, kind=K.ROCE_KIND_CNP, packets=period * 50)
+        msg.ports.add(port=port, rx_packets=period * 1_000, tx_packets=period * 1_000)
+        counts = [
+            (3, K.ROCE_KIND_DATA, period * 1_000_000),
+            (3, K.ROCE_KIND_ACK, period * 100_000),
+            (6, K.ROCE_KIND_CNP, period * 50),
+        ]
         if naks and port <= 64:
-            pc.roce.add(traffic_class=3, kind=K.ROCE_KIND_NAK_PSN_SEQUENCE, packets=period * 500)
+            counts.append((3, K.ROCE_KIND_NAK_PSN_SEQUENCE, period * 500))
+        for tc, kind, packets in sorted(counts):
+            msg.roce_cells.append(roce_index(port, tc, kind))
+            msg.roce_packets.append(packets)
     for data in samples:
         msg.nak_samples.add().MergeFromString(data)
     return msg.SerializeToString()
@@ -109,7 +115,7 @@ def run(
             for data in wire.values():
                 msg = control_pb2.Counters()
                 msg.ParseFromString(data)
-                counts += sum(len(p.roce) for p in msg.ports)
+                counts += len(msg.roce_cells)
                 sampled += len(msg.nak_samples)
     ingest = ingest_s[1:]
     if not ingest or counts == 0:

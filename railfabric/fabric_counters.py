@@ -93,8 +93,16 @@ def roce_kind(opcode: int, syndrome: int) -> RoceKind:
     return RoceKind.NAK_OTHER
 
 
-def roce_index(port: int, traffic_class: int, kind: RoceKind) -> int:
+def roce_index(port: int, traffic_class: int, kind: int) -> int:
+    """The roce_counter cell of (port, traffic class, kind): also Counters.roce_cells'."""
     return port * ROCE_CELLS_PER_PORT + traffic_class * ROCE_KINDS + kind
+
+
+def roce_cell(index: int) -> tuple[int, int, int]:
+    """(port, traffic class, kind) of roce_counter cell `index`."""
+    port, cell = divmod(index, ROCE_CELLS_PER_PORT)
+    traffic_class, kind = divmod(cell, ROCE_KINDS)
+    return port, traffic_class, kind
 
 
 def drop_reason_index(port: int, reason: DropReason) -> int:

@@ -589,6 +589,14 @@ class DecisionCore:
                 matrix.record(v.matrix_reports, msg, self._class_rails())
             except ValueError as err:
                 bad_matrix = Log(Level.WARNING, f"counters from {name}: {err}")
+        if len(msg.roce_cells) != len(msg.roce_packets):  # roce.counts_of counts none of them
+            text = (
+                f"counters from {name}: Counters.roce_cells has {len(msg.roce_cells)} cells and "
+                f"roce_packets {len(msg.roce_packets)}: the RoCE counts of this report are ignored"
+            )
+            bad_matrix = Log(
+                Level.WARNING, text if bad_matrix is None else f"{bad_matrix.text}; {text}"
+            )
         if msg.probes:
             problems = self.latency.ingest(name, msg.probes, now.mono_ns, self.latency_fabric)
             if problems:

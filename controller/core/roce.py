@@ -2,7 +2,7 @@
 on their flows' paths, and the `roce_retransmission` and `roce_congestion` alarms (pure).
 
 What agents send (control.proto): in every Counters report, per port the cumulative RoCEv2
-packets that arrived by (traffic class, kind) (`PortCounters.roce`), and the NAKs their ToR
+packets that arrived by (traffic class, kind) (`Counters.roce_cells`), and the NAKs their ToR
 sampled at its host ports since the previous report (`Counters.nak_samples`: at most one per
 port per `roce.nak_sample_interval_us`, so each NAK is sampled once, at the ToR of the
 responder that sent it).
@@ -79,8 +79,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar, cast
+from typing import Final, Protocol, TypeVar, cast
 
+from railfabric.fabric_counters import ROCE_CELLS_PER_PORT, ROCE_KINDS, roce_cell
 from railfabric.v1 import admin_pb2, control_pb2
 
 T = TypeVar("T")
@@ -110,6 +111,9 @@ Pair = tuple[str, str]  # (requester's ToR, responder's ToR)
 # The data flow a NAK accuses: (src ipv4, dst ipv4, UDP source port); UDP to 4791.
 Flow = tuple[int, int, int]
 Key = tuple[int, int, int]  # (port, traffic class, kind)
+# A count's key is its roce_counter cell: port * 64 + class * 8 + kind (powers of two).
+_KIND_MASK: Final = ROCE_KINDS - 1
+_PORT_SHIFT: Final = ROCE_CELLS_PER_PORT.bit_length() - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,29 +161,36 @@ def flow_of(s: control_pb2.NakSample) -> Flow:
 
 
 def counts_of(msg: control_pb2.Counters, kinds: frozenset[int] | None = None) -> dict[int, int]:
-    """`msg`'s RoCE counts (every kind, or `kinds`) by packed key (`pack`)."""
-    counts: dict[int, int] = {}
+    """`msg`'s RoCE counts (every kind, or `kinds`) by cell (railfabric.fabric_counters
+    roce_index, as Counters.roce_cells has them). Arrays of different lengths count nothing
+    (DecisionCore.counters says so); a cell listed twice is summed."""
+    cells, packets = msg.roce_cells, msg.roce_packets
+    if len(cells) != len(packets):
+        return {}
+    if kinds is None:
+        counts = dict(zip(cells, packets, strict=True))
+        if len(counts) == len(cells):
+            return counts
+    counts = {}
     get = counts.get
-    for p in msg.ports:
-        roce = p.roce
-        if not roce:
-            continue
-        base = p.port << 16
-        for r in roce:
-            kind = r.kind
-            if kinds is None or kind in kinds:
-                key = base | (r.traffic_class << 8) | kind
-                counts[key] = get(key, 0) + r.packets
+    for cell, n in zip(cells, packets, strict=True):
+        if kinds is None or cell & _KIND_MASK in kinds:
+            counts[cell] = get(cell, 0) + n
     return counts
 
 
-def pack(port: int, traffic_class: int, kind: int) -> int:
-    """A count's key: one int (a tuple per count cost a third of the ingest at ref-100k)."""
-    return (port << 16) | (traffic_class << 8) | kind
+def port_totals(msg: control_pb2.Counters, kind: int) -> dict[int, int]:
+    """Port -> `msg`'s cumulative count of `kind`, every traffic class (ports without: none)."""
+    out: dict[int, int] = {}
+    for cell, n in counts_of(msg, frozenset({kind})).items():
+        port = cell >> _PORT_SHIFT
+        out[port] = out.get(port, 0) + n
+    return out
 
 
 def unpack(key: int) -> Key:
-    return key >> 16, (key >> 8) & 0xFF, key & 0xFF
+    """(port, traffic class, kind) of a count's key (a roce_counter cell)."""
+    return roce_cell(key)
 
 
 def rates_between(
@@ -225,7 +236,7 @@ class RoceSwitch:
 
     wall_ns: int | None = None
     counts: dict[int, int] = field(default_factory=dict)
-    # pack(port, class, kind) -> packets/s between the last two reports, over `span_ns`;
+    # roce_counter cell -> packets/s between the last two reports, over `span_ns`;
     # empty when the last report gave none (the first, or the target's counters restarted).
     rates: dict[int, float] = field(default_factory=dict)
     span_ns: int = 0
@@ -272,8 +283,8 @@ class RoceSwitch:
         wanted = frozenset(kinds)
         out: dict[int, float] = {}
         for key, rate in self.rates.items():
-            if key & 0xFF in wanted:
-                port = key >> 16
+            if key & _KIND_MASK in wanted:
+                port = key >> _PORT_SHIFT
                 out[port] = out.get(port, 0.0) + rate
         return out
 
@@ -284,12 +295,12 @@ class RoceSwitch:
         network = NETWORK_NAKS
         cnp = K.ROCE_KIND_CNP
         for key, rate in self.rates.items():
-            kind = key & 0xFF
+            kind = key & _KIND_MASK
             if kind == cnp:
-                port = key >> 16
+                port = key >> _PORT_SHIFT
                 cnps[port] = cnps.get(port, 0.0) + rate
             elif kind in network:
-                port = key >> 16
+                port = key >> _PORT_SHIFT
                 naks[port] = naks.get(port, 0.0) + rate
         return naks, cnps
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 
+from controller.core import roce
 from controller.core.cabling import CablingPlan, lldp_peer, plan_peer
 from controller.core.machine import DecisionCore
 from controller.core.switches import SwitchView
@@ -60,6 +61,17 @@ class _Switch:
         self.neighbor = {n.port: n for n in v.state.neighbors}
         self.last = {c.port: c for c in v.last_counters.ports} if v.last_counters else {}
         self.prev = {c.port: c for c in v.prev_counters.ports} if v.prev_counters else {}
+        cnp = control_pb2.ROCE_KIND_CNP
+        self.last_cnps = roce.port_totals(v.last_counters, cnp) if v.last_counters else {}
+        self.prev_cnps = roce.port_totals(v.prev_counters, cnp) if v.prev_counters else {}
+        self.roce: dict[int, list[control_pb2.RoceCount]] = {}
+        counts = roce.counts_of(v.last_counters) if v.last_counters else {}
+        for cell in sorted(counts):
+            port, tc, kind = roce.unpack(cell)
+            kind_value = control_pb2.RoceKind.ValueType(kind)
+            self.roce.setdefault(port, []).append(
+                control_pb2.RoceCount(traffic_class=tc, kind=kind_value, packets=counts[cell])
+            )
 
     def interface(self, port: int) -> admin_pb2.Interface:
         v = self.v
@@ -82,6 +94,7 @@ class _Switch:
             return out
         out.counters.CopyFrom(last)
         out.counters_wall_ns = v.last_counters.wall_ns
+        out.roce.extend(self.roce.get(port, ()))
         prev = self.prev.get(port)
         if prev is None or v.prev_counters is None:
             return out
@@ -100,12 +113,7 @@ class _Switch:
         out.tx_packets_per_s = grew[1] / seconds
         out.rx_bits_per_s = grew[2] * 8 / seconds
         out.tx_bits_per_s = grew[3] * 8 / seconds
-        cnps = _cnps(last) - _cnps(prev)
+        cnps = self.last_cnps.get(port, 0) - self.prev_cnps.get(port, 0)
         if cnps >= 0:  # fewer: the target's counters restarted
             out.cnp_per_s = cnps / seconds
         return out
-
-
-def _cnps(c: control_pb2.PortCounters) -> int:
-    """CNPs that arrived on the port, every traffic class (cumulative)."""
-    return sum(r.packets for r in c.roce if r.kind == control_pb2.ROCE_KIND_CNP)

@@ -1878,6 +1878,7 @@ class Interface(_message.Message):
     TX_BITS_PER_S_FIELD_NUMBER: _builtins.int
     RATE_WINDOW_NS_FIELD_NUMBER: _builtins.int
     CNP_PER_S_FIELD_NUMBER: _builtins.int
+    ROCE_FIELD_NUMBER: _builtins.int
     switch_name: _builtins.str
     port: _builtins.int
     ifname: _builtins.str
@@ -1894,8 +1895,8 @@ class Interface(_message.Message):
     rate_window_ns: _builtins.int
     """The window those rates cover."""
     cnp_per_s: _builtins.float
-    """RoCEv2 CNPs that arrived on the port per second (PortCounters.roce, every traffic class),
-    between the same two reports; absent with them.
+    """RoCEv2 CNPs that arrived on the port per second (`roce`, every traffic class), between
+    the same two reports; absent with them.
     """
     @_builtins.property
     def plan_peer(self) -> Global___Peer:
@@ -1906,6 +1907,12 @@ class Interface(_message.Message):
     @_builtins.property
     def counters(self) -> _control_pb2.PortCounters:
         """Cumulative counters from the agent's last report (absent before the first report)."""
+
+    @_builtins.property
+    def roce(self) -> _containers.RepeatedCompositeFieldContainer[_control_pb2.RoceCount]:
+        """RoCEv2 packets that arrived on the port by traffic class and kind, cumulative, from the
+        agent's last report (Counters.roce_cells); a (class, kind) not listed counted nothing.
+        """
 
     def __init__(
         self,
@@ -1925,10 +1932,11 @@ class Interface(_message.Message):
         tx_bits_per_s: _builtins.float | None = ...,
         rate_window_ns: _builtins.int = ...,
         cnp_per_s: _builtins.float | None = ...,
+        roce: _abc.Iterable[_control_pb2.RoceCount] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_cnp_per_s", b"_cnp_per_s", "_rx_bits_per_s", b"_rx_bits_per_s", "_rx_packets_per_s", b"_rx_packets_per_s", "_tx_bits_per_s", b"_tx_bits_per_s", "_tx_packets_per_s", b"_tx_packets_per_s", "cnp_per_s", b"cnp_per_s", "counters", b"counters", "lldp_peer", b"lldp_peer", "plan_peer", b"plan_peer", "rx_bits_per_s", b"rx_bits_per_s", "rx_packets_per_s", b"rx_packets_per_s", "tx_bits_per_s", b"tx_bits_per_s", "tx_packets_per_s", b"tx_packets_per_s"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cnp_per_s", b"_cnp_per_s", "_rx_bits_per_s", b"_rx_bits_per_s", "_rx_packets_per_s", b"_rx_packets_per_s", "_tx_bits_per_s", b"_tx_bits_per_s", "_tx_packets_per_s", b"_tx_packets_per_s", "cnp_per_s", b"cnp_per_s", "counters", b"counters", "counters_wall_ns", b"counters_wall_ns", "ifname", b"ifname", "lldp_peer", b"lldp_peer", "oper", b"oper", "plan_peer", b"plan_peer", "port", b"port", "rate_window_ns", b"rate_window_ns", "rx_bits_per_s", b"rx_bits_per_s", "rx_packets_per_s", b"rx_packets_per_s", "speed_mbps", b"speed_mbps", "switch_name", b"switch_name", "tx_bits_per_s", b"tx_bits_per_s", "tx_packets_per_s", b"tx_packets_per_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cnp_per_s", b"_cnp_per_s", "_rx_bits_per_s", b"_rx_bits_per_s", "_rx_packets_per_s", b"_rx_packets_per_s", "_tx_bits_per_s", b"_tx_bits_per_s", "_tx_packets_per_s", b"_tx_packets_per_s", "cnp_per_s", b"cnp_per_s", "counters", b"counters", "counters_wall_ns", b"counters_wall_ns", "ifname", b"ifname", "lldp_peer", b"lldp_peer", "oper", b"oper", "plan_peer", b"plan_peer", "port", b"port", "rate_window_ns", b"rate_window_ns", "roce", b"roce", "rx_bits_per_s", b"rx_bits_per_s", "rx_packets_per_s", b"rx_packets_per_s", "speed_mbps", b"speed_mbps", "switch_name", b"switch_name", "tx_bits_per_s", b"tx_bits_per_s", "tx_packets_per_s", b"tx_packets_per_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__cnp_per_s: _TypeAlias = _typing.Literal["cnp_per_s"]  # noqa: Y015
     _WhichOneofArgType__cnp_per_s: _TypeAlias = _typing.Literal["_cnp_per_s", b"_cnp_per_s"]  # noqa: Y015

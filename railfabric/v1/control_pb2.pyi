@@ -537,7 +537,9 @@ Global___Neighbors: _TypeAlias = Neighbors  # noqa: Y015
 
 @_typing.final
 class RoceCount(_message.Message):
-    """RoCEv2 packets of one kind and traffic class that arrived on a port, cumulative."""
+    """RoCEv2 packets of one kind and traffic class that arrived on a port, cumulative (the admin
+    API's Interface.roce; agents report them as Counters.roce_cells / roce_packets).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -661,7 +663,6 @@ class PortCounters(_message.Message):
     QUEUE_WATERMARK_BYTES_FIELD_NUMBER: _builtins.int
     QUEUE_DEPTH_PACKETS_FIELD_NUMBER: _builtins.int
     QUEUE_WATERMARK_PACKETS_FIELD_NUMBER: _builtins.int
-    ROCE_FIELD_NUMBER: _builtins.int
     port: _builtins.int
     rx_packets: _builtins.int
     rx_bytes: _builtins.int
@@ -686,12 +687,6 @@ class PortCounters(_message.Message):
         dropped for it; a reason it cannot count is absent ("not available on this target").
         """
 
-    @_builtins.property
-    def roce(self) -> _containers.RepeatedCompositeFieldContainer[Global___RoceCount]:
-        """RoCEv2 packets that arrived on the port by traffic class and kind; a (class, kind) not
-        listed counted nothing. Only the traffic classes the switch's QoS map uses are read.
-        """
-
     def __init__(
         self,
         *,
@@ -710,11 +705,10 @@ class PortCounters(_message.Message):
         queue_watermark_bytes: _builtins.int | None = ...,
         queue_depth_packets: _builtins.int | None = ...,
         queue_watermark_packets: _builtins.int | None = ...,
-        roce: _abc.Iterable[Global___RoceCount] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_queue_depth_bytes", b"_queue_depth_bytes", "_queue_depth_packets", b"_queue_depth_packets", "_queue_watermark_bytes", b"_queue_watermark_bytes", "_queue_watermark_packets", b"_queue_watermark_packets", "queue_depth_bytes", b"queue_depth_bytes", "queue_depth_packets", b"queue_depth_packets", "queue_watermark_bytes", b"queue_watermark_bytes", "queue_watermark_packets", b"queue_watermark_packets"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_queue_depth_bytes", b"_queue_depth_bytes", "_queue_depth_packets", b"_queue_depth_packets", "_queue_watermark_bytes", b"_queue_watermark_bytes", "_queue_watermark_packets", b"_queue_watermark_packets", "drops", b"drops", "drops_by_reason", b"drops_by_reason", "ecn_marks", b"ecn_marks", "pfc_pause_rx", b"pfc_pause_rx", "pfc_pause_tx", b"pfc_pause_tx", "pfc_watchdog_storms", b"pfc_watchdog_storms", "port", b"port", "queue_depth_bytes", b"queue_depth_bytes", "queue_depth_packets", b"queue_depth_packets", "queue_watermark_bytes", b"queue_watermark_bytes", "queue_watermark_packets", b"queue_watermark_packets", "roce", b"roce", "rx_bytes", b"rx_bytes", "rx_packets", b"rx_packets", "tx_bytes", b"tx_bytes", "tx_packets", b"tx_packets"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_queue_depth_bytes", b"_queue_depth_bytes", "_queue_depth_packets", b"_queue_depth_packets", "_queue_watermark_bytes", b"_queue_watermark_bytes", "_queue_watermark_packets", b"_queue_watermark_packets", "drops", b"drops", "drops_by_reason", b"drops_by_reason", "ecn_marks", b"ecn_marks", "pfc_pause_rx", b"pfc_pause_rx", "pfc_pause_tx", b"pfc_pause_tx", "pfc_watchdog_storms", b"pfc_watchdog_storms", "port", b"port", "queue_depth_bytes", b"queue_depth_bytes", "queue_depth_packets", b"queue_depth_packets", "queue_watermark_bytes", b"queue_watermark_bytes", "queue_watermark_packets", b"queue_watermark_packets", "rx_bytes", b"rx_bytes", "rx_packets", b"rx_packets", "tx_bytes", b"tx_bytes", "tx_packets", b"tx_packets"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__queue_depth_bytes: _TypeAlias = _typing.Literal["queue_depth_bytes"]  # noqa: Y015
     _WhichOneofArgType__queue_depth_bytes: _TypeAlias = _typing.Literal["_queue_depth_bytes", b"_queue_depth_bytes"]  # noqa: Y015
@@ -748,6 +742,8 @@ class Counters(_message.Message):
     PROBES_FIELD_NUMBER: _builtins.int
     MATRIX_PACKETS_FIELD_NUMBER: _builtins.int
     MATRIX_BYTES_FIELD_NUMBER: _builtins.int
+    ROCE_CELLS_FIELD_NUMBER: _builtins.int
+    ROCE_PACKETS_FIELD_NUMBER: _builtins.int
     wall_ns: _builtins.int
     nak_samples_dropped: _builtins.int
     @_builtins.property
@@ -773,6 +769,17 @@ class Counters(_message.Message):
 
     @_builtins.property
     def matrix_bytes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def roce_cells(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """RoCEv2 packets that arrived, cumulative since the target started, by cell: roce_packets[i]
+        packets of the cell roce_cells[i] = port * 64 + traffic_class * 8 + kind (a RoceKind), the
+        P4 program's roce_counter index (railfabric/fabric_counters.py roce_index). Only cells of
+        the traffic classes the switch's QoS map uses, only those that counted, each once. Packed
+        numbers, so the controller takes a switch's counts as two arrays.
+        """
+
+    @_builtins.property
+    def roce_packets(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
         self,
         *,
@@ -783,10 +790,12 @@ class Counters(_message.Message):
         probes: _abc.Iterable[Global___ProbeResult] | None = ...,
         matrix_packets: _abc.Iterable[_builtins.int] | None = ...,
         matrix_bytes: _abc.Iterable[_builtins.int] | None = ...,
+        roce_cells: _abc.Iterable[_builtins.int] | None = ...,
+        roce_packets: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["matrix_bytes", b"matrix_bytes", "matrix_packets", b"matrix_packets", "nak_samples", b"nak_samples", "nak_samples_dropped", b"nak_samples_dropped", "ports", b"ports", "probes", b"probes", "wall_ns", b"wall_ns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["matrix_bytes", b"matrix_bytes", "matrix_packets", b"matrix_packets", "nak_samples", b"nak_samples", "nak_samples_dropped", b"nak_samples_dropped", "ports", b"ports", "probes", b"probes", "roce_cells", b"roce_cells", "roce_packets", b"roce_packets", "wall_ns", b"wall_ns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -25,6 +25,7 @@ from controller.daemon.metrics import Metrics, snapshot
 from controller.daemon.runner import now
 from controller.daemon.store import SqliteStore
 from railfabric import metrics
+from railfabric.fabric_counters import roce_index
 from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from railfabric.v1 import control_pb2, state_pb2
 from softswitch.dataplane import DataPlane
@@ -122,9 +123,14 @@ async def _exported(p4info: p4i.P4Info) -> dict[str, set[str]]:
     core.applied("tor-r1-b1", control_pb2.Applied(generation=10**6), now())  # a refusal
     for i in range(2):  # RoCE NAKs and CNPs arriving: rates need two reports
         roce = control_pb2.Counters(wall_ns=10**18 + i * 10**9)
-        port = roce.ports.add(port=1)
-        port.roce.add(traffic_class=3, kind=control_pb2.ROCE_KIND_NAK_PSN_SEQUENCE, packets=i)
-        port.roce.add(traffic_class=6, kind=control_pb2.ROCE_KIND_CNP, packets=i)
+        roce.ports.add(port=1)
+        roce.roce_cells.extend(
+            [
+                roce_index(1, 3, control_pb2.ROCE_KIND_NAK_PSN_SEQUENCE),
+                roce_index(1, 6, control_pb2.ROCE_KIND_CNP),
+            ]
+        )
+        roce.roce_packets.extend([i, i])
         core.counters("tor-r1-b1", roce, now())
     controller = Metrics()
     controller.watch(loop, lambda: snapshot(core, 1, False))

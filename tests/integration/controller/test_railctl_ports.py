@@ -22,6 +22,7 @@ import pytest
 from agent.codec import Codec
 from agent.p4client import P4Target
 from agent.translate import Op, RouteEntry, Update
+from railfabric.fabric_counters import roce_index
 from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from railfabric.v1 import control_pb2
 from tests import pki
@@ -109,20 +110,18 @@ def port_counters(report_wall_ns: int, scale: int) -> control_pb2.Counters:
                 ecn_marks=11 * scale,
                 queue_depth_bytes=1500,
                 queue_watermark_bytes=9000 * scale,
-                roce=[
-                    control_pb2.RoceCount(
-                        traffic_class=6, kind=control_pb2.ROCE_KIND_CNP, packets=40 * scale
-                    ),
-                    control_pb2.RoceCount(
-                        traffic_class=3, kind=control_pb2.ROCE_KIND_DATA, packets=90 * scale
-                    ),
-                ],
             ),
             control_pb2.PortCounters(
                 port=3, tx_packets=10, pfc_pause_tx=300 * scale, pfc_pause_rx=20, ecn_marks=1
             ),
             control_pb2.PortCounters(port=4),
         ],
+        # Port 1's CNPs (class 6) and data (class 3).
+        roce_cells=[
+            roce_index(1, 3, control_pb2.ROCE_KIND_DATA),
+            roce_index(1, 6, control_pb2.ROCE_KIND_CNP),
+        ],
+        roce_packets=[90 * scale, 40 * scale],
     )
 
 
@@ -201,6 +200,11 @@ async def test_reported_ports_and_counters_in_interfaces_counters_pfc_and_ecn(
         assert (p1["tx_packets_per_s"], p1["tx_bits_per_s"]) == (50.0, 40_000.0)
         assert p1["cnp_per_s"] == 40.0  # (120 - 40) CNPs over 2 s
         assert by_port[3]["cnp_per_s"] == 0.0
+        assert p1["roce"] == [  # the last report's, by class and kind
+            {"traffic_class": 3, "kind": "ROCE_KIND_DATA", "packets": 270},
+            {"traffic_class": 6, "kind": "ROCE_KIND_CNP", "packets": 120},
+        ]
+        assert by_port[3]["roce"] == []
         c1 = p1["counters"]
         assert (c1["rx_packets"], c1["drops"], c1["ecn_marks"]) == (300, 21, 33)
         assert c1["drops_by_reason"] == [

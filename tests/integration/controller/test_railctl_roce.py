@@ -15,6 +15,7 @@ from typing import TypeAlias
 import pytest
 
 from controller.daemon.core_planner import load_planner
+from railfabric.fabric_counters import roce_index
 from railfabric.v1 import admin_pb2, admin_pb2_grpc, control_pb2
 from tests import pki
 from tests.conftest import Processes
@@ -53,9 +54,10 @@ def report(
 ) -> control_pb2.Counters:
     msg = control_pb2.Counters(wall_ns=T0 + i * 2 * S, nak_samples=samples)
     for port, kinds in ports.items():
-        pc = msg.ports.add(port=port)
+        msg.ports.add(port=port)
         for kind, per_report in kinds.items():
-            pc.roce.add(traffic_class=3, kind=kind, packets=per_report * i)
+            msg.roce_cells.append(roce_index(port, 3, kind))
+            msg.roce_packets.append(per_report * i)
     return msg
 
 

@@ -18,6 +18,7 @@ from agent.codec import Codec
 from agent.main import Agent, build_parser
 from agent.translate import translate
 from railfabric import __version__
+from railfabric.fabric_counters import roce_index
 from railfabric.metrics import MetricsServer
 from railfabric.p4info import DEFAULT_P4INFO
 from railfabric.v1 import control_pb2, state_pb2
@@ -91,18 +92,15 @@ async def test_port_counters_carry_switch_port_and_peer_and_the_values_read(
                 ],
                 queue_depth_bytes=1_500,
                 queue_watermark_bytes=0,
-                roce=[
-                    control_pb2.RoceCount(
-                        traffic_class=3, kind=control_pb2.ROCE_KIND_DATA, packets=900
-                    ),
-                    control_pb2.RoceCount(
-                        traffic_class=3, kind=control_pb2.ROCE_KIND_NAK_PSN_SEQUENCE, packets=4
-                    ),
-                ],
             ),
             control_pb2.PortCounters(port=2, rx_packets=7, queue_depth_packets=4),
             control_pb2.PortCounters(port=3),
         ],
+        roce_cells=[
+            roce_index(1, 3, control_pb2.ROCE_KIND_DATA),
+            roce_index(1, 3, control_pb2.ROCE_KIND_NAK_PSN_SEQUENCE),
+        ],
+        roce_packets=[900, 4],
     )
     text = await _scrape(server)
     promtool_check(text)

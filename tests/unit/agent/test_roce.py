@@ -13,7 +13,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from agent.codec import Codec
-from agent.counters import roce_counts, roce_requests
+from agent.counters import RoceCounts, roce_counts, roce_requests
 from agent.roce import MAX_NAK_SAMPLES, NakSamples, parse_nak
 from agent.translate import CPU_PORT, CloneSessionEntry, NakSamplingEntry, Pipeline, diff, translate
 from railfabric import fabric_p4 as p4
@@ -105,14 +105,10 @@ def test_roce_cells_are_read_for_the_ports_and_classes_asked(codec: Codec) -> No
         cell(roce_index(1, 0, RoceKind.CNP), 0),  # counted nothing: not reported
         cell(roce_index(1, 3, RoceKind.CNP), 2, codec.matrix_counter_id),  # another counter
     ]
-    assert roce_counts(codec, read) == {
-        2: [
-            control_pb2.RoceCount(traffic_class=3, kind=control_pb2.ROCE_KIND_DATA, packets=900),
-            control_pb2.RoceCount(
-                traffic_class=3, kind=control_pb2.ROCE_KIND_NAK_PSN_SEQUENCE, packets=4
-            ),
-        ]
-    }
+    # Counters.roce_cells / roce_packets: by cell, in order.
+    assert roce_counts(codec, read) == RoceCounts(
+        [roce_index(2, 3, RoceKind.DATA), roce_index(2, 3, RoceKind.NAK_PSN_SEQUENCE)], [900, 4]
+    )
 
 
 RESPONDER, REQUESTER = "10.0.0.9", "10.0.0.1"

@@ -20,6 +20,7 @@ from controller.cli import roce_commands
 from controller.core import roce
 from controller.core.records import AlarmRecord
 from controller.core.roce import Placed, RoceSwitch, Sample, localise
+from railfabric.fabric_counters import roce_index
 from railfabric.v1 import admin_pb2, control_pb2
 from tests.unit.core.harness import LAB, Harness, S
 
@@ -50,9 +51,10 @@ def counters(
     """A report: port -> kind -> cumulative packets (class 3), and sampled NAKs."""
     msg = control_pb2.Counters(wall_ns=wall_ns, nak_samples=samples, nak_samples_dropped=dropped)
     for port, kinds in sorted(ports.items()):
-        pc = msg.ports.add(port=port)
+        msg.ports.add(port=port)
         for kind, packets in sorted(kinds.items()):
-            pc.roce.add(traffic_class=TC, kind=kind, packets=packets)
+            msg.roce_cells.append(roce_index(port, TC, kind))
+            msg.roce_packets.append(packets)
     return msg
 
 
@@ -100,6 +102,26 @@ def lab() -> Harness:
     h = Harness()
     h.connect_all()
     return h
+
+
+def test_counts_are_read_by_cell_and_arrays_that_differ_count_nothing(lab: Harness) -> None:
+    cnp = K.ROCE_KIND_CNP
+    msg = counters(0, {1: {cnp: 5}, 3: {cnp: 7, K.ROCE_KIND_DATA: 9}})
+    assert roce.counts_of(msg) == {
+        roce_index(1, TC, cnp): 5,
+        roce_index(3, TC, K.ROCE_KIND_DATA): 9,
+        roce_index(3, TC, cnp): 7,
+    }
+    assert roce.port_totals(msg, cnp) == {1: 5, 3: 7}
+    twice = control_pb2.Counters(roce_cells=[roce_index(1, TC, cnp)] * 2, roce_packets=[2, 3])
+    assert roce.counts_of(twice) == {roce_index(1, TC, cnp): 5}  # a cell listed twice: summed
+    bad = control_pb2.Counters(wall_ns=lab.now.wall_ns, roce_cells=[1, 2], roce_packets=[3])
+    assert roce.counts_of(bad) == {}
+    lab.run(lab.core.counters("tor-r1-b1", bad, lab.now))
+    assert lab.warnings[-1] == (
+        "counters from tor-r1-b1: Counters.roce_cells has 2 cells and roce_packets 1: the RoCE "
+        "counts of this report are ignored"
+    )
 
 
 def test_rates_per_port_and_kind_between_the_last_two_reports() -> None:

@@ -30,6 +30,7 @@ from controller.core.roce import (
     RoceParams,
     localise,
 )
+from railfabric.fabric_counters import roce_index
 from railfabric.v1 import control_pb2
 
 pytestmark = pytest.mark.unit
@@ -145,10 +146,10 @@ class RoceModel(RuleBasedStateMachine):
             self.wall[name] -= 2 * S
         msg = control_pb2.Counters(wall_ns=self.wall[name])
         for port in (1, 2):
-            pc = msg.ports.add(port=port)
-            for (p, tc, kind), n in sorted(counts.items()):
-                if p == port:
-                    pc.roce.add(traffic_class=tc, kind=kind, packets=n)
+            msg.ports.add(port=port)
+        for (p, tc, kind), n in sorted(counts.items()):
+            msg.roce_cells.append(roce_index(p, tc, kind))
+            msg.roce_packets.append(n)
         logged: list[tuple[int, int, Flow]] = []
         for port, kind, requester, sport in samples:
             msg.nak_samples.add(

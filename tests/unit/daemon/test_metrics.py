@@ -18,6 +18,7 @@ from controller.daemon.metrics import Metrics, snapshot
 from controller.daemon.runner import now
 from controller.daemon.store import SqliteStore
 from railfabric import __version__, latency
+from railfabric.fabric_counters import roce_index
 from railfabric.metrics import MetricsServer
 from railfabric.v1 import control_pb2
 from tests.metrics_checks import promtool_check, samples, scrape, value
@@ -89,10 +90,14 @@ async def test_roce_rates_are_series_only_where_nonzero(
     t = now()
     for wall_ns, naks, cnps in ((t.wall_ns, 0, 0), (t.wall_ns + 2_000_000_000, 40, 10)):
         msg = control_pb2.Counters(wall_ns=wall_ns)
-        port = msg.ports.add(port=1)
-        port.roce.add(traffic_class=3, kind=control_pb2.ROCE_KIND_DATA, packets=wall_ns % 1000)
-        port.roce.add(traffic_class=3, kind=control_pb2.ROCE_KIND_NAK_RNR, packets=naks)
-        port.roce.add(traffic_class=6, kind=control_pb2.ROCE_KIND_CNP, packets=cnps)
+        msg.ports.add(port=1)
+        for tc, kind, packets in (
+            (3, control_pb2.ROCE_KIND_DATA, wall_ns % 1000),
+            (3, control_pb2.ROCE_KIND_NAK_RNR, naks),
+            (6, control_pb2.ROCE_KIND_CNP, cnps),
+        ):
+            msg.roce_cells.append(roce_index(1, tc, kind))
+            msg.roce_packets.append(packets)
         msg.ports.add(port=2)
         core.counters("tor-r1-b1", msg, t)
     text = await _scrape(server)
