@@ -5,11 +5,14 @@ every 5 s), and the difference of each figure (issue 14: within 10%). By default
 are off, on, off: failover's p99 over a few cuts moves between two identical runs on a busy
 machine, and the spread of the two runs off is the noise floor a difference is judged against.
 
-    sudo python -m bench.telemetry [FABRIC] [--reps N] [--order off-on-off] [--json]
+    sudo python -m bench.telemetry [FABRIC] [--reps N] [--order off-on-off] [--json] [--keep-logs]
 
 Needs root (the lab's namespaces). Every figure carries its sample: the failover probes sent
 and received in each run, and the latency probes the agents sent and had answered (0 with
 telemetry off; a run with telemetry on that answered none is a failure, not a figure).
+Each run's per-cut rows go to stderr: a p99 of 20 cuts is the slowest cut, and its row says
+which step (detection, local repair, report, push, apply) was slow; `--keep-logs` keeps the
+daemons' logs to look at that moment.
 """
 
 from __future__ import annotations
@@ -47,8 +50,9 @@ SLACK_MS = 1.0
 WITHIN = 0.10
 
 
-def _run(fabric: Path, reps: int, telemetry: bool) -> dict[str, object]:
+def _run(fabric: Path, reps: int, telemetry: bool, keep_logs: bool) -> dict[str, object]:
     options = LabOptions(
+        keep_logs=keep_logs,
         counters_interval_s=ON_COUNTERS_S if telemetry else OFF_COUNTERS_S,
         latency=LatencyIntent() if telemetry else LatencyIntent(interval_ms=0),
         progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True),
@@ -57,6 +61,13 @@ def _run(fabric: Path, reps: int, telemetry: bool) -> dict[str, object]:
     with Lab(fabric, make_target("softswitch", None), options) as lab:
         result = failover.run(lab, Budget(failover_reps=reps))
         probes = lab.probe_outcomes()
+        run_dir = lab.run_dir
+    # Each cut's row (loss, detection, repair, report, push, apply): a p99 over 20 cuts is the
+    # slowest cut, and its row says which step was slow.
+    for table in result.tables:
+        print(table.render(), file=sys.stderr, flush=True)
+    if keep_logs:
+        print(f"  logs kept in {run_dir}", file=sys.stderr, flush=True)
     figures: dict[str, object] = {f"{k}": v for k, v in result.metrics.items()}
     figures["passed"] = not result.failed
     figures["latency_probes_sent"] = probes.get("sent", 0)
@@ -82,6 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the runs, in order (off/on, dash-separated): two runs off give the noise floor",
     )
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--keep-logs", action="store_true", help="keep each run's directory (daemons' logs)"
+    )
     args = parser.parse_args(argv)
     order = args.order.split("-")
     if os.geteuid() != 0:
@@ -95,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     problems = []
     for i, which in enumerate(order, 1):
         print(f"run {i}/{len(order)}: failover with telemetry {which}", file=sys.stderr)
-        run = _run(args.fabric, args.reps, telemetry=which == "on")
+        run = _run(args.fabric, args.reps, telemetry=which == "on", keep_logs=args.keep_logs)
         runs[which].append(run)
         figures |= {f"{i}.{which}.{k}": v for k, v in run.items()}
         if not run["passed"] or not run["probe_received"]:
