@@ -28,13 +28,9 @@ from pathlib import Path
 
 from bench.latency import ProbeReports
 from bench.output import print_figures
+from bench.started import started_core
 from controller.core.clock import Now
 from controller.core.effects import Level, Log
-from controller.core.links import DampingParams
-from controller.core.machine import DecisionCore
-from controller.daemon.core_planner import load_planner
-from controller.daemon.store import SqliteStore
-from railfabric.collector import freeze_start_up
 from railfabric.fabric_counters import PIPELINE_REASONS, roce_index
 from railfabric.v1 import control_pb2
 
@@ -63,13 +59,9 @@ def _ports(msg: control_pb2.Counters, ports: Sequence[int], n: int, roce: bool) 
 
 
 def run(fabric_path: Path, periods: int, parts: frozenset[str], seed: int) -> dict[str, object]:
-    planner = load_planner(fabric_path)
-    core = DecisionCore(planner, DampingParams())
-    now = Now(1_000 * S, 1_700_000_000 * S)
-    core.start(SqliteStore.open(":memory:").load(), now)
-    freeze_start_up()  # as the daemon does before the fabric's calls
-    names = sorted(core.views)
-    ports = {n: [p.port for p in core.views[n].state.ports] for n in names}
+    begun = started_core(fabric_path)
+    planner, core, now, ports = begun.planner, begun.core, begun.now, begun.ports
+    names = list(ports)
     classes = len(planner.matrix_destinations())
     tors = {n for n in names if core.views[n].state.HasField("matrix")}
     probes = ProbeReports(planner.fabric, 0, random.Random(seed))

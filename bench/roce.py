@@ -26,14 +26,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.output import print_figures
+from bench.started import started_core
 from controller.core.clock import Now
-from controller.core.links import DampingParams
-from controller.core.machine import DecisionCore
 from controller.core.roce import PREDICTIONS_PER_S
-from controller.daemon.core_planner import load_planner
-from controller.daemon.store import SqliteStore
 from controller.fabric import ipv4_str
-from railfabric.collector import freeze_start_up
 from railfabric.fabric_counters import roce_index
 from railfabric.v1 import admin_pb2, control_pb2
 
@@ -66,13 +62,9 @@ def _report(
 def run(
     fabric_path: Path, storm_tors: int, samples: int, periods: int, seed: int
 ) -> dict[str, object]:
-    planner = load_planner(fabric_path)
-    core = DecisionCore(planner, DampingParams())
-    now = Now(1_000 * S, 1_700_000_000 * S)
-    core.start(SqliteStore.open(":memory:").load(), now)
-    freeze_start_up()  # as the daemon does before the fabric's calls
-    names = sorted(core.views)
-    ports = {n: [p.port for p in core.views[n].state.ports] for n in names}
+    begun = started_core(fabric_path)
+    planner, core, now, ports = begun.planner, begun.core, begun.now, begun.ports
+    names = list(ports)
     tors = [n for n in names if core.views[n].state.HasField("matrix")]
     nics = planner.fabric.nics
     host_nics = {t: [nic for nic in nics if nic.switch == t] for t in tors}
