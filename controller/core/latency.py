@@ -446,11 +446,6 @@ def _grouped(period: Mapping[K, Acc], group: Callable[[K], G]) -> dict[G, Acc]:
     return out
 
 
-def pair_sums(mesh: Mapping[MeshKey, Acc]) -> dict[Pair, Acc]:
-    """Mesh results by ToR pair (every uplink's together)."""
-    return _grouped(mesh, lambda k: (k[0], k[1]))
-
-
 def rail_sums(mesh: Mapping[MeshKey, Acc], rail_of: Mapping[str, int]) -> dict[RailPair, Acc]:
     """Mesh results by the rails of the two ToRs."""
     known = {k: a for k, a in mesh.items() if k[0] in rail_of and k[1] in rail_of}
