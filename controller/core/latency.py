@@ -208,13 +208,12 @@ def _absorb(into: dict[K, Acc], src: Mapping[K, Acc], *, copy: bool = False) -> 
             add(have, acc)
 
 
-def _check(p: control_pb2.ProbeResult) -> str | None:
+def _check(sent: int, received: int, index: Sequence[int], count: Sequence[int]) -> str | None:
     """What is wrong with a result (None: nothing), before any of it is kept."""
-    if p.received > p.sent:
-        return f"received {p.received} > sent {p.sent}"
-    index = p.bucket_index
-    if len(index) != len(p.bucket_count):
-        return f"{len(index)} bucket indices but {len(p.bucket_count)} counts"
+    if received > sent:
+        return f"received {received} > sent {sent}"
+    if len(index) != len(count):
+        return f"{len(index)} bucket indices but {len(count)} counts"
     if index and max(index) >= NUM_BUCKETS:
         return f"bucket index {max(index)}: must be in [0, {NUM_BUCKETS})"
     return None
@@ -309,8 +308,9 @@ class LatencyWindows:
         for p in probes:
             sent, received = p.sent, p.received
             index, count = p.bucket_index, p.bucket_count
-            if received > sent or len(index) != len(count) or (index and max(index) >= NUM_BUCKETS):
-                problems.append(f"probe result on port {p.port}: {_check(p)}")
+            wrong = _check(sent, received, index, count)
+            if wrong is not None:
+                problems.append(f"probe result on port {p.port}: {wrong}")
                 continue
             if not sent:
                 continue  # nothing was probed: nothing to keep (a sum of zeros would linger)
@@ -505,10 +505,6 @@ def could_be_outlier(params: LatencyParams, window: Acc, baseline: Stats | None)
     return top >= 0 and _BOUNDS[top] - baseline.p50_ns > params.outlier_margin_ns
 
 
-def _outlier(params: LatencyParams, window: Acc, baseline: Stats | None) -> bool:
-    return could_be_outlier(params, window, baseline) and judge(params, window, baseline).outlier
-
-
 def bad_pairs(
     params: LatencyParams,
     window: Mapping[MeshKey, Acc],
@@ -534,12 +530,14 @@ def bad_pairs(
         ports = sorted(port for port, acc in maybe if judge(params, acc, b).outlier)
         # The whole's loss and slowest bucket are within its parts': with none of them a
         # possible outlier, neither is it.
-        if not ports and len(results) > 1 and maybe:
-            whole: Acc = {}
-            for _port, acc in results:
-                add(whole, acc)
-            if judge(params, whole, b).outlier:
-                ports = sorted(port for port, _acc in results)
+        whole_bad = (
+            not ports
+            and len(results) > 1
+            and bool(maybe)
+            and judge(params, _merged(acc for _port, acc in results), b).outlier
+        )
+        if whole_bad:
+            ports = sorted(port for port, _acc in results)
         if ports:
             out[pair] = ports
     return out
@@ -587,11 +585,11 @@ def outliers(
     uplinks reported on their own (the agent merges healthy ones: port 0), as `probe_path`
     predicts them, or their first hop, the uplink's cable, when it cannot. `bad`: bad_pairs
     of the same window and baseline, when the caller has them."""
-    links = {
-        key: judge(params, acc, base)
-        for key, acc in window.links.items()
-        if _outlier(params, acc, base := baseline.link(key))
-    }
+    links: dict[str, Judged] = {}  # the cables whose own probes make them outliers
+    for key, acc in window.links.items():
+        base = baseline.link(key)
+        if could_be_outlier(params, acc, base) and (own := judge(params, acc, base)).outlier:
+            links[key] = own
     crossed: dict[str, list[Pair]] = {}
     for (src, dst), ports in sorted(
         (

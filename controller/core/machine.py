@@ -583,38 +583,33 @@ class DecisionCore:
         v = lookup(self.views, name)
         v.last_seen_wall_ns = now.wall_ns
         v.prev_counters, v.last_counters = v.last_counters, msg
-        bad_matrix = None
+        wrong: list[str] = []  # what the report got wrong, said in one warning
         if v.state.HasField("matrix"):  # a ToR: its row of the traffic matrix
             try:
                 matrix.record(v.matrix_reports, msg, self._class_rails())
             except ValueError as err:
-                bad_matrix = Log(Level.WARNING, f"counters from {name}: {err}")
+                wrong.append(f"counters from {name}: {err}")
         if len(msg.roce_cells) != len(msg.roce_packets):  # roce.counts_of counts none of them
-            text = (
+            wrong.append(
                 f"counters from {name}: Counters.roce_cells has {len(msg.roce_cells)} cells and "
                 f"roce_packets {len(msg.roce_packets)}: the RoCE counts of this report are ignored"
-            )
-            bad_matrix = Log(
-                Level.WARNING, text if bad_matrix is None else f"{bad_matrix.text}; {text}"
             )
         if msg.probes:
             problems = self.latency.ingest(name, msg.probes, now.mono_ns, self.latency_fabric)
             if problems:
                 more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
-                text = f"counters from {name}: ignored {'; '.join(problems[:3])}{more}"
-                bad_matrix = Log(
-                    Level.WARNING, text if bad_matrix is None else f"{bad_matrix.text}; {text}"
-                )
+                wrong.append(f"counters from {name}: ignored {'; '.join(problems[:3])}{more}")
+        bad_report = Log(Level.WARNING, "; ".join(wrong)) if wrong else None
         alarms = self.alarms
         active = roce.Active(alarms.kind(roce.RETRANSMISSION), alarms.kind(roce.CONGESTION))
         verdict = self.roce.report(
             name, msg, now.mono_ns, self._roce_context, active, wall_ns=now.wall_ns
         )
         if not verdict.raised and not verdict.cleared:
-            return [] if bad_matrix is None else [bad_matrix]
+            return [] if bad_report is None else [bad_report]
         out = _Out()
-        if bad_matrix is not None:
-            out.effects.append(bad_matrix)
+        if bad_report is not None:
+            out.effects.append(bad_report)
         for c in verdict.cleared:
             self._clear(c.alarm_id, now, out, switch=c.switch, port=c.port, why=c.why)
         for f in verdict.raised:

@@ -177,18 +177,15 @@ def counts_of(msg: control_pb2.Counters, kinds: frozenset[int] | None = None) ->
     return {cell: n for cell, n in counts.items() if cell & _KIND_MASK in kinds}
 
 
-def port_totals(msg: control_pb2.Counters, kind: int) -> dict[int, int]:
-    """Port -> `msg`'s cumulative count of `kind`, every traffic class (ports without: none)."""
+def port_totals(counts: Mapping[int, int], kind: int) -> dict[int, int]:
+    """Port -> the count of `kind` among `counts` (counts_of's), every traffic class (ports
+    without: none)."""
     out: dict[int, int] = {}
-    for cell, n in counts_of(msg, frozenset({kind})).items():
-        port = cell >> _PORT_SHIFT
-        out[port] = out.get(port, 0) + n
+    for cell, n in counts.items():
+        if cell & _KIND_MASK == kind:
+            port = cell >> _PORT_SHIFT
+            out[port] = out.get(port, 0) + n
     return out
-
-
-def unpack(key: int) -> Key:
-    """(port, traffic class, kind) of a count's key (a roce_counter cell)."""
-    return roce_cell(key)
 
 
 def rates_between(
@@ -223,7 +220,7 @@ def report_rates(
     rates = rates_between(counts_of(prev), counts_of(last), span)
     if rates is None:
         return ReportRates({}, 0, last.wall_ns)
-    return ReportRates({unpack(k): r for k, r in rates.items()}, span, last.wall_ns)
+    return ReportRates({roce_cell(k): r for k, r in rates.items()}, span, last.wall_ns)
 
 
 @dataclass
@@ -259,7 +256,7 @@ class RoceSwitch:
 
     def rates_by_key(self) -> dict[Key, float]:
         """The rates by (port, class, kind)."""
-        return {unpack(k): r for k, r in self.rates.items()}
+        return {roce_cell(k): r for k, r in self.rates.items()}
 
     def expire(self, now_ns: int, window_ns: int) -> None:
         """Forget what is older than the window (an instant exactly a window old is out)."""

@@ -15,6 +15,7 @@ from controller.core import roce
 from controller.core.cabling import CablingPlan, lldp_peer, plan_peer
 from controller.core.machine import DecisionCore
 from controller.core.switches import SwitchView
+from railfabric.fabric_counters import roce_cell
 from railfabric.v1 import admin_pb2, control_pb2
 
 
@@ -61,13 +62,14 @@ class _Switch:
         self.neighbor = {n.port: n for n in v.state.neighbors}
         self.last = {c.port: c for c in v.last_counters.ports} if v.last_counters else {}
         self.prev = {c.port: c for c in v.prev_counters.ports} if v.prev_counters else {}
-        cnp = control_pb2.ROCE_KIND_CNP
-        self.last_cnps = roce.port_totals(v.last_counters, cnp) if v.last_counters else {}
-        self.prev_cnps = roce.port_totals(v.prev_counters, cnp) if v.prev_counters else {}
-        self.roce: dict[int, list[control_pb2.RoceCount]] = {}
         counts = roce.counts_of(v.last_counters) if v.last_counters else {}
+        before = roce.counts_of(v.prev_counters) if v.prev_counters else {}
+        cnp = control_pb2.ROCE_KIND_CNP
+        self.last_cnps = roce.port_totals(counts, cnp)
+        self.prev_cnps = roce.port_totals(before, cnp)
+        self.roce: dict[int, list[control_pb2.RoceCount]] = {}
         for cell in sorted(counts):
-            port, tc, kind = roce.unpack(cell)
+            port, tc, kind = roce_cell(cell)
             kind_value = control_pb2.RoceKind.ValueType(kind)
             self.roce.setdefault(port, []).append(
                 control_pb2.RoceCount(traffic_class=tc, kind=kind_value, packets=counts[cell])

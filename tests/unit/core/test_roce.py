@@ -112,7 +112,7 @@ def test_counts_are_read_by_cell_and_arrays_that_differ_count_nothing(lab: Harne
         roce_index(3, TC, K.ROCE_KIND_DATA): 9,
         roce_index(3, TC, cnp): 7,
     }
-    assert roce.port_totals(msg, cnp) == {1: 5, 3: 7}
+    assert roce.port_totals(roce.counts_of(msg), cnp) == {1: 5, 3: 7}
     twice = control_pb2.Counters(roce_cells=[roce_index(1, TC, cnp)] * 2, roce_packets=[2, 3])
     assert roce.counts_of(twice) == {roce_index(1, TC, cnp): 5}  # a cell listed twice: summed
     bad = control_pb2.Counters(wall_ns=lab.now.wall_ns, roce_cells=[1, 2], roce_packets=[3])
