@@ -74,7 +74,8 @@ class MatrixReport:
     def of(msg: control_pb2.Counters, rails: ClassRails) -> MatrixReport:
         """ValueError when the report's two arrays differ in length. A class beyond `rails`
         (from an intent since replaced) counts in no rail."""
-        packets, octets = array("Q", msg.matrix_packets), array("Q", msg.matrix_bytes)
+        # Sliced to a list first: array() from a protobuf repeated field goes item by item.
+        packets, octets = array("Q", msg.matrix_packets[:]), array("Q", msg.matrix_bytes[:])
         if len(packets) != len(octets):
             raise ValueError(
                 f"Counters.matrix_packets has {len(packets)} classes and matrix_bytes "
@@ -82,6 +83,8 @@ class MatrixReport:
             )
         n = len(packets)
         sums: dict[int, tuple[int, int]] = {}
+        if not n:
+            return MatrixReport(msg.wall_ns, packets, octets, sums)
         slices = rails.slices
         for rail, all_classes in rails.classes.items():
             if all_classes[-1] < n and (cut := slices.get(rail)) is not None:
@@ -101,13 +104,10 @@ class MatrixReport:
         return len(self.packets) - self.packets.count(0)
 
     def restarted_after(self, earlier: MatrixReport) -> bool:
-        """Did a count go down since `earlier` (the target's counters started again)?"""
+        """Did a count go down since `earlier` (the target's counters started again)? Packets
+        only: a cell's packets and bytes are one counter's, reset together."""
         n = len(self.packets)
-        return (
-            any(map(operator.lt, self.packets, earlier.packets))
-            or any(map(operator.lt, self.octets, earlier.octets))
-            or any(earlier.packets[n:])
-        )
+        return any(map(operator.lt, self.packets, earlier.packets)) or any(earlier.packets[n:])
 
 
 def record(history: deque[MatrixReport], msg: control_pb2.Counters, rails: ClassRails) -> None:
