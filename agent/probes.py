@@ -1,6 +1,6 @@
 """Latency probes (state.proto Probing): what the agent sends each round, how it answers its
 neighbours' and other ToRs' probes, and the RTT histograms it reports (control.proto
-ProbeResult). Pure: the caller passes the clock and does the packet I/O.
+ProbeResults). Pure: the caller passes the clock and does the packet I/O.
 
 Each round sends a link probe out of every up port with a switch neighbour whose cable this
 end probes (latency.probes_link: one end of each cable; the other answers) and, on a ToR with
@@ -251,10 +251,12 @@ class Prober:
     def take(self, report: control_pb2.Counters, now_ns: int) -> None:
         """Add the probes resolved since the last report to `report`, and start again."""
         self.expire(now_ns)
-        report.probes.extend(self._results())
+        results = list(self._results())
+        if results:
+            latency.write_results(report.probe_results, results)
         self._tallies = {}
 
-    def _results(self) -> Iterator[control_pb2.ProbeResult]:
+    def _results(self) -> Iterator[latency.Result]:
         slow_ns = self.probing.slow_rtt_us * 1000 if self.probing is not None else 0
         merged: dict[str, _Tally] = {}
         for (kind, port, target), t in sorted(self._tallies.items()):
@@ -266,17 +268,9 @@ class Prober:
             yield _result(MESH, 0, target, t)
 
 
-def _result(kind: int, port: int, target: str, t: _Tally) -> control_pb2.ProbeResult:
+def _result(kind: int, port: int, target: str, t: _Tally) -> latency.Result:
     indices = sorted(t.buckets)
-    return control_pb2.ProbeResult(
-        kind=control_pb2.ProbeKind.ValueType(kind),
-        port=port,
-        target=target,
-        sent=t.sent,
-        received=t.received,
-        bucket_index=indices,
-        bucket_count=[t.buckets[i] for i in indices],
-        rtt_sum_ns=t.rtt_sum_ns,
-        rtt_min_ns=t.rtt_min_ns,
-        rtt_max_ns=t.rtt_max_ns,
-    )
+    return latency.Result(
+        kind, port, target, t.sent, t.received, indices, [t.buckets[i] for i in indices],
+        t.rtt_sum_ns, t.rtt_min_ns, t.rtt_max_ns,
+    )  # fmt: skip

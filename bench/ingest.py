@@ -86,7 +86,7 @@ def run(fabric_path: Path, periods: int, parts: frozenset[str], seed: int) -> di
                 sample["ports"] += len(msg.ports)
                 sample["roce_counts"] += len(msg.roce_cells)
                 sample["matrix_cells"] += len(msg.matrix_packets)
-                sample["probe_results"] += len(msg.probes)
+                sample["probe_results"] += len(msg.probe_results.kind)
                 sample["bytes"] += len(wire[n])
         started = time.process_time()
         for i, (n, data) in enumerate(wire.items()):
@@ -110,6 +110,7 @@ def run(fabric_path: Path, periods: int, parts: frozenset[str], seed: int) -> di
         "parts": ",".join(p for p in PARTS if p in parts),
         "periods": len(ingest),
         **{f"{k}_per_period": v for k, v in sample.items()},
+        "ingest_s_per_period": [round(s, 3) for s in ingest],
         "ingest_s_per_period_p50": round(statistics.median(ingest), 3),
         "ingest_s_per_period_max": round(max(ingest), 3),
         "ingest_core_share_at_5s": round(statistics.median(ingest) / REPORT_PERIOD_S, 3),

@@ -37,7 +37,7 @@ from controller.daemon import latency_view
 from controller.fabric import Fabric as FabricIntent
 from controller.fabric import Role
 from controller.intent import load_fabric
-from railfabric.latency import bucket_of, probes_link
+from railfabric.latency import Result, bucket_of, probes_link, write_results
 from railfabric.v1 import admin_pb2, control_pb2
 
 REPORT_PERIOD_S = 5.0
@@ -46,6 +46,8 @@ TARGETS_PER_ROUND = 8
 PAGE = 5_000
 S = 1_000_000_000
 US = 1_000
+LINK = control_pb2.PROBE_KIND_LINK
+MESH = control_pb2.PROBE_KIND_MESH
 
 
 def _hist(rng: random.Random, n: int, base_ns: int) -> tuple[list[int], list[int]]:
@@ -115,13 +117,11 @@ class ProbeReports:
     def add(self, msg: control_pb2.Counters, name: str, period: int, bad: bool) -> None:
         """Switch `name`'s results of report period `period` into `msg` (`bad`: slowed)."""
         rng, tors = self.rng, self.tors
+        rows: list[Result] = []
         for port in self.ends[name]:
             base = 3_000 * US if bad and (name, port) in self.slow_peer_ends else 10 * US
             idx, cnt = _hist(rng, ROUNDS_PER_PERIOD, base)
-            msg.probes.add(
-                kind=control_pb2.PROBE_KIND_LINK, port=port, sent=ROUNDS_PER_PERIOD,
-                received=ROUNDS_PER_PERIOD, bucket_index=idx, bucket_count=cnt,
-            )  # fmt: skip
+            rows.append(Result(LINK, port, "", ROUNDS_PER_PERIOD, ROUNDS_PER_PERIOD, idx, cnt))
         if name in self.uplinks:
             ups = len(self.uplinks[name])
             start = (period * ROUNDS_PER_PERIOD * TARGETS_PER_ROUND) % len(tors)
@@ -131,16 +131,12 @@ class ProbeReports:
                 slow_up = self.slowed.get(name) if bad else None
                 healthy = ups - (1 if slow_up is not None else 0)
                 idx, cnt = _hist(rng, healthy, 25 * US)
-                msg.probes.add(
-                    kind=control_pb2.PROBE_KIND_MESH, port=0, target=target, sent=healthy,
-                    received=healthy, bucket_index=idx, bucket_count=cnt,
-                )  # fmt: skip
+                rows.append(Result(MESH, 0, target, healthy, healthy, idx, cnt))
                 if slow_up is not None:
                     idx, cnt = _hist(rng, 1, 3_000 * US)
-                    msg.probes.add(
-                        kind=control_pb2.PROBE_KIND_MESH, port=slow_up, target=target, sent=1,
-                        received=1, bucket_index=idx, bucket_count=cnt,
-                    )  # fmt: skip
+                    rows.append(Result(MESH, slow_up, target, 1, 1, idx, cnt))
+        if rows:
+            write_results(msg.probe_results, rows)
 
 
 def run(fabric_path: Path, periods: int, slow: int, seed: int) -> dict[str, object]:
@@ -178,12 +174,12 @@ def run(fabric_path: Path, periods: int, slow: int, seed: int) -> dict[str, obje
             started = time.process_time()
             msg = control_pb2.Counters()
             msg.ParseFromString(data)
-            windows.ingest(name, msg.probes, now_ns + i * spacing, core_fabric)
+            windows.ingest(name, msg.probe_results, now_ns + i * spacing, core_fabric)
             took = time.process_time() - started
             per_report.append(took)
             spent += took
             if period == periods - 1:
-                results += len(msg.probes)
+                results += len(msg.probe_results.kind)
         per_period.append(spent)
         now_ns += int(REPORT_PERIOD_S * S)
     at = now_ns - spacing
@@ -195,7 +191,7 @@ def run(fabric_path: Path, periods: int, slow: int, seed: int) -> dict[str, obje
         name = names[len(first_page)]
         msg = control_pb2.Counters()
         msg.ParseFromString(normal[0][name])
-        windows.ingest(name, msg.probes, at, core_fabric)
+        windows.ingest(name, msg.probe_results, at, core_fabric)
         # What the daemon's answer does (DecisionCore.latency_heat and latency_outliers).
         started, cpu = time.perf_counter(), time.process_time()
         window = windows.window(at)

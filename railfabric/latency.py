@@ -1,6 +1,6 @@
-"""Latency probes (state.proto Probing, control.proto ProbeResult): the frames agents send and
-answer, and the RTT histogram buckets agents fill and the controller merges. Pure; the one
-definition both sides use.
+"""Latency probes (state.proto Probing, control.proto ProbeResults): the frames agents send and
+answer, the RTT histogram buckets agents fill and the controller merges, and the results' columns.
+Pure; the one definition both sides use.
 
 Two frames carry the same 40-byte probe payload:
 
@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from railfabric.checksum import internet_checksum
+from railfabric.v1 import control_pb2
 
 PROBE_ETH_TYPE: Final = 0x88B5
 PROBE_IP_PROTO: Final = 253
@@ -208,8 +209,90 @@ def percentile_ns(buckets: Mapping[int, int], q: float) -> int | None:
 
 
 def merge(into: dict[int, int], indices: Iterable[int], counts: Iterable[int]) -> None:
-    """Add a sparse histogram (ProbeResult.bucket_index / bucket_count) to `into`."""
+    """Add a sparse histogram (a Result's bucket_index / bucket_count) to `into`."""
     for index, count in zip(indices, counts, strict=True):
         if not 0 <= index < NUM_BUCKETS:
             raise ValueError(f"bucket index {index}: must be in [0, {NUM_BUCKETS})")
         into[index] = into.get(index, 0) + count
+
+
+class Result(NamedTuple):
+    """One probe result (a row of control.proto ProbeResults, which says what each field
+    means)."""
+
+    kind: int
+    port: int = 0
+    target: str = ""
+    sent: int = 0
+    received: int = 0
+    bucket_index: Sequence[int] = ()
+    bucket_count: Sequence[int] = ()
+    rtt_sum_ns: int = 0
+    rtt_min_ns: int = 0
+    rtt_max_ns: int = 0
+
+
+# The per-result columns of ProbeResults, in Result's order, and the histograms' two.
+_ROW_COLUMNS: Final = ("kind", "port", "target", "sent", "received", "buckets")
+_RTT_COLUMNS: Final = ("rtt_sum_ns", "rtt_min_ns", "rtt_max_ns")
+
+
+def write_results(into: control_pb2.ProbeResults, results: Iterable[Result]) -> None:
+    """Append `results` to `into`'s columns."""
+    rows = list(results)
+    into.kind.extend(control_pb2.ProbeKind.ValueType(r.kind) for r in rows)
+    into.port.extend(r.port for r in rows)
+    into.target.extend(r.target for r in rows)
+    into.sent.extend(r.sent for r in rows)
+    into.received.extend(r.received for r in rows)
+    into.buckets.extend(len(r.bucket_index) for r in rows)
+    for r in rows:
+        into.bucket_index.extend(r.bucket_index)
+        into.bucket_count.extend(r.bucket_count)
+    into.rtt_sum_ns.extend(r.rtt_sum_ns for r in rows)
+    into.rtt_min_ns.extend(r.rtt_min_ns for r in rows)
+    into.rtt_max_ns.extend(r.rtt_max_ns for r in rows)
+
+
+def results_of(results: Iterable[Result]) -> control_pb2.ProbeResults:
+    """`results` as a ProbeResults message."""
+    out = control_pb2.ProbeResults()
+    write_results(out, results)
+    return out
+
+
+def columns_problem(results: control_pb2.ProbeResults) -> str | None:
+    """What is wrong with the shape of `results`' columns (None: they hold together), before
+    any row is read: per-result columns of different lengths, or histograms that are not as
+    long as the `buckets` column says."""
+    rows = len(results.kind)
+    for name in _ROW_COLUMNS[1:] + _RTT_COLUMNS:
+        if (n := len(getattr(results, name))) != rows:
+            return f"ProbeResults.{name} has {n} entries and kind {rows}"
+    indices, counts = len(results.bucket_index), len(results.bucket_count)
+    if indices != counts:
+        return f"ProbeResults.bucket_index has {indices} entries and bucket_count {counts}"
+    if (listed := sum(results.buckets)) != indices:
+        return f"ProbeResults.buckets adds up to {listed}, but bucket_index has {indices} entries"
+    return None
+
+
+def read_results(results: control_pb2.ProbeResults) -> Iterator[Result]:
+    """The rows of `results`; ValueError (before the first) when its columns do not hold
+    together (columns_problem)."""
+    wrong = columns_problem(results)
+    if wrong is not None:
+        raise ValueError(wrong)
+    indices, counts = results.bucket_index[:], results.bucket_count[:]
+    at = 0
+    for kind, port, target, sent, received, n, rtt_sum, rtt_min, rtt_max in zip(
+        results.kind, results.port, results.target, results.sent, results.received,
+        results.buckets, results.rtt_sum_ns, results.rtt_min_ns, results.rtt_max_ns,
+        strict=True,
+    ):  # fmt: skip
+        end = at + n
+        yield Result(
+            kind, port, target, sent, received, indices[at:end], counts[at:end],
+            rtt_sum, rtt_min, rtt_max,
+        )  # fmt: skip
+        at = end

@@ -594,8 +594,10 @@ class DecisionCore:
                 f"counters from {name}: Counters.roce_cells has {len(msg.roce_cells)} cells and "
                 f"roce_packets {len(msg.roce_packets)}: the RoCE counts of this report are ignored"
             )
-        if msg.probes:
-            problems = self.latency.ingest(name, msg.probes, now.mono_ns, self.latency_fabric)
+        if msg.HasField("probe_results"):
+            problems = self.latency.ingest(
+                name, msg.probe_results, now.mono_ns, self.latency_fabric
+            )
             if problems:
                 more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
                 wrong.append(f"counters from {name}: ignored {'; '.join(problems[:3])}{more}")

@@ -117,7 +117,7 @@ class Planner(Protocol):
 
     def probe_path(self, src_tor: str, port: int, dst_tor: str) -> Sequence[str] | None:
         """The link keys, in order, a mesh probe from `src_tor` to `dst_tor` crosses when it
-        leaves on uplink `port` (ProbeResult.port; 0: the uplinks merged, None) and comes
+        leaves on uplink `port` (ProbeResults.port; 0: the uplinks merged, None) and comes
         back, under the current link set; None when it cannot be predicted."""
         ...
 

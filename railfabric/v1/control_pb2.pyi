@@ -739,11 +739,11 @@ class Counters(_message.Message):
     PORTS_FIELD_NUMBER: _builtins.int
     NAK_SAMPLES_FIELD_NUMBER: _builtins.int
     NAK_SAMPLES_DROPPED_FIELD_NUMBER: _builtins.int
-    PROBES_FIELD_NUMBER: _builtins.int
     MATRIX_PACKETS_FIELD_NUMBER: _builtins.int
     MATRIX_BYTES_FIELD_NUMBER: _builtins.int
     ROCE_CELLS_FIELD_NUMBER: _builtins.int
     ROCE_PACKETS_FIELD_NUMBER: _builtins.int
+    PROBE_RESULTS_FIELD_NUMBER: _builtins.int
     wall_ns: _builtins.int
     nak_samples_dropped: _builtins.int
     @_builtins.property
@@ -753,10 +753,6 @@ class Counters(_message.Message):
         """NAKs sampled since the previous report, oldest first (the agent keeps at most 256 per
         report), and how many more arrived that it did not keep.
         """
-
-    @_builtins.property
-    def probes(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProbeResult]:
-        """Latency probes (state.proto Probing) whose fate became known since the previous report."""
 
     @_builtins.property
     def matrix_packets(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
@@ -780,6 +776,10 @@ class Counters(_message.Message):
 
     @_builtins.property
     def roce_packets(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def probe_results(self) -> Global___ProbeResults:
+        """Latency probes (state.proto Probing) whose fate became known since the previous report."""
+
     def __init__(
         self,
         *,
@@ -787,25 +787,30 @@ class Counters(_message.Message):
         ports: _abc.Iterable[Global___PortCounters] | None = ...,
         nak_samples: _abc.Iterable[Global___NakSample] | None = ...,
         nak_samples_dropped: _builtins.int = ...,
-        probes: _abc.Iterable[Global___ProbeResult] | None = ...,
         matrix_packets: _abc.Iterable[_builtins.int] | None = ...,
         matrix_bytes: _abc.Iterable[_builtins.int] | None = ...,
         roce_cells: _abc.Iterable[_builtins.int] | None = ...,
         roce_packets: _abc.Iterable[_builtins.int] | None = ...,
+        probe_results: Global___ProbeResults | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["probe_results", b"probe_results"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["matrix_bytes", b"matrix_bytes", "matrix_packets", b"matrix_packets", "nak_samples", b"nak_samples", "nak_samples_dropped", b"nak_samples_dropped", "ports", b"ports", "probes", b"probes", "roce_cells", b"roce_cells", "roce_packets", b"roce_packets", "wall_ns", b"wall_ns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["matrix_bytes", b"matrix_bytes", "matrix_packets", b"matrix_packets", "nak_samples", b"nak_samples", "nak_samples_dropped", b"nak_samples_dropped", "ports", b"ports", "probe_results", b"probe_results", "roce_cells", b"roce_cells", "roce_packets", b"roce_packets", "wall_ns", b"wall_ns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Counters: _TypeAlias = Counters  # noqa: Y015
 
 @_typing.final
-class ProbeResult(_message.Message):
-    """The probes of one kind that left on one port (to one ToR, for MESH) and were answered or
-    timed out since the previous report. The RTT is the sender's, less the time the far agent
-    held the probe, so it is the data plane's plus both ends' packet-in/out paths.
+class ProbeResults(_message.Message):
+    """Probe results, as columns: result i is kind[i], port[i], target[i], sent[i], ... and its
+    RTT histogram the buckets[i] entries of bucket_index / bucket_count that follow result i-1's
+    (result 0's first). A result counts the probes of one kind that left on one port (to one
+    ToR, for MESH) and were answered or timed out since the previous report. The RTT is the
+    sender's, less the time the far agent held the probe, so it is the data plane's plus both
+    ends' packet-in/out paths. Columns of numbers are packed, so the controller takes a
+    report's results as a few arrays. Every per-result column has one entry per result (the
+    rtt_* columns too); a report whose columns disagree is said and none of it is kept.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -815,53 +820,71 @@ class ProbeResult(_message.Message):
     TARGET_FIELD_NUMBER: _builtins.int
     SENT_FIELD_NUMBER: _builtins.int
     RECEIVED_FIELD_NUMBER: _builtins.int
+    BUCKETS_FIELD_NUMBER: _builtins.int
     BUCKET_INDEX_FIELD_NUMBER: _builtins.int
     BUCKET_COUNT_FIELD_NUMBER: _builtins.int
     RTT_SUM_NS_FIELD_NUMBER: _builtins.int
     RTT_MIN_NS_FIELD_NUMBER: _builtins.int
     RTT_MAX_NS_FIELD_NUMBER: _builtins.int
-    kind: Global___ProbeKind.ValueType
-    port: _builtins.int
-    """The port the probes left on: LINK, the link's port; MESH, the uplink, or 0 for the
-    uplinks merged because none lost a probe or was slow (state.proto Probing.slow_rtt_us).
-    """
-    target: _builtins.str
-    """MESH: the ToR probed (ProbeTarget.name). LINK: empty (the neighbour on `port`)."""
-    sent: _builtins.int
-    """Answered plus timed out: sent - received were lost."""
-    received: _builtins.int
-    rtt_sum_ns: _builtins.int
-    rtt_min_ns: _builtins.int
-    rtt_max_ns: _builtins.int
+    @_builtins.property
+    def kind(self) -> _containers.RepeatedScalarFieldContainer[Global___ProbeKind.ValueType]: ...
+    @_builtins.property
+    def port(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The port the probes left on: LINK, the link's port; MESH, the uplink, or 0 for the
+        uplinks merged because none lost a probe or was slow (state.proto Probing.slow_rtt_us).
+        """
+
+    @_builtins.property
+    def target(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """MESH: the ToR probed (ProbeTarget.name). LINK: empty (the neighbour on `port`)."""
+
+    @_builtins.property
+    def sent(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Answered plus timed out: sent - received were lost."""
+
+    @_builtins.property
+    def received(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def buckets(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """How many histogram entries each result has."""
+
     @_builtins.property
     def bucket_index(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
-        """The answered probes' RTT histogram, sparse: bucket_count[i] probes fell in bucket
-        bucket_index[i] (railfabric/latency.py: the bucket's upper bound), indices ascending.
+        """The answered probes' RTT histograms, sparse, one result's after another's: bucket_count[j]
+        probes fell in bucket bucket_index[j] (railfabric/latency.py: the bucket's upper bound),
+        indices ascending within a result.
         """
 
     @_builtins.property
     def bucket_count(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def rtt_sum_ns(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def rtt_min_ns(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def rtt_max_ns(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
         self,
         *,
-        kind: Global___ProbeKind.ValueType = ...,
-        port: _builtins.int = ...,
-        target: _builtins.str = ...,
-        sent: _builtins.int = ...,
-        received: _builtins.int = ...,
+        kind: _abc.Iterable[Global___ProbeKind.ValueType] | None = ...,
+        port: _abc.Iterable[_builtins.int] | None = ...,
+        target: _abc.Iterable[_builtins.str] | None = ...,
+        sent: _abc.Iterable[_builtins.int] | None = ...,
+        received: _abc.Iterable[_builtins.int] | None = ...,
+        buckets: _abc.Iterable[_builtins.int] | None = ...,
         bucket_index: _abc.Iterable[_builtins.int] | None = ...,
         bucket_count: _abc.Iterable[_builtins.int] | None = ...,
-        rtt_sum_ns: _builtins.int = ...,
-        rtt_min_ns: _builtins.int = ...,
-        rtt_max_ns: _builtins.int = ...,
+        rtt_sum_ns: _abc.Iterable[_builtins.int] | None = ...,
+        rtt_min_ns: _abc.Iterable[_builtins.int] | None = ...,
+        rtt_max_ns: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket_count", b"bucket_count", "bucket_index", b"bucket_index", "kind", b"kind", "port", b"port", "received", b"received", "rtt_max_ns", b"rtt_max_ns", "rtt_min_ns", b"rtt_min_ns", "rtt_sum_ns", b"rtt_sum_ns", "sent", b"sent", "target", b"target"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket_count", b"bucket_count", "bucket_index", b"bucket_index", "buckets", b"buckets", "kind", b"kind", "port", b"port", "received", b"received", "rtt_max_ns", b"rtt_max_ns", "rtt_min_ns", b"rtt_min_ns", "rtt_sum_ns", b"rtt_sum_ns", "sent", b"sent", "target", b"target"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___ProbeResult: _TypeAlias = ProbeResult  # noqa: Y015
+Global___ProbeResults: _TypeAlias = ProbeResults  # noqa: Y015
 
 @_typing.final
 class ReadTables(_message.Message):

@@ -511,7 +511,7 @@ class Probing(_message.Message):
     """DSCP of mesh probes: they measure the latency of the class it maps to."""
     timeout_ms: _builtins.int
     slow_rtt_us: _builtins.int
-    """MESH results (control.proto ProbeResult): per target, an uplink that lost a probe or took
+    """MESH results (control.proto ProbeResults): per target, an uplink that lost a probe or took
     longer than this (µs) for one is reported on its own; the other uplinks to that target
     are merged into one result with port 0, so a healthy fabric reports one result per target
     instead of one per uplink and target. 0: every uplink on its own.
@@ -547,7 +547,7 @@ class ProbeTarget(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     ADDRESS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
-    """The ToR's name in the intent (echoed in ProbeResult.target)."""
+    """The ToR's name in the intent (echoed in ProbeResults.target)."""
     address: _builtins.int
     """Its probe address (Probing.address of its own state)."""
     def __init__(

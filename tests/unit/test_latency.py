@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from railfabric import latency
 from railfabric.checksum import internet_checksum
+from railfabric.v1 import control_pb2
 
 pytestmark = pytest.mark.unit
 
@@ -79,3 +80,51 @@ def test_a_mesh_probe_is_ipv4_protocol_253_with_a_valid_header_checksum() -> Non
     assert (reply.src, reply.dst, reply.eth_src) == (0x0A000201, 0x0A000101, 7)
     assert reply.probe == probe.reply(100, 150)
     assert latency.parse_link(frame) is None
+
+
+rows = st.lists(
+    st.builds(
+        latency.Result,
+        kind=st.sampled_from([control_pb2.PROBE_KIND_LINK, control_pb2.PROBE_KIND_MESH]),
+        port=st.integers(0, 64),
+        target=st.sampled_from(["", "tor-a", "tor-b"]),
+        sent=st.integers(0, 2**32 - 1),
+        received=st.integers(0, 2**32 - 1),
+        bucket_index=st.lists(st.integers(0, latency.NUM_BUCKETS - 1), max_size=4),
+        bucket_count=st.just(()),
+        rtt_sum_ns=st.integers(0, 2**64 - 1),
+        rtt_min_ns=st.integers(0, 2**64 - 1),
+        rtt_max_ns=st.integers(0, 2**64 - 1),
+    ).map(lambda r: r._replace(bucket_count=[i + 1 for i in r.bucket_index])),
+    max_size=6,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows, rows)
+def test_probe_results_as_columns_read_back_row_by_row(
+    first: list[latency.Result], then: list[latency.Result]
+) -> None:
+    """Written in two goes (an agent's report), read back: the same rows in the same order."""
+    msg = control_pb2.ProbeResults()
+    latency.write_results(msg, first)
+    latency.write_results(msg, then)
+    wire = control_pb2.ProbeResults.FromString(msg.SerializeToString())
+    assert latency.columns_problem(wire) is None
+    got = [r._replace(bucket_index=list(r.bucket_index), bucket_count=list(r.bucket_count))
+           for r in latency.read_results(wire)]  # fmt: skip
+    assert got == [r._replace(bucket_index=list(r.bucket_index)) for r in first + then]
+
+
+def test_columns_that_disagree_are_named_and_not_read() -> None:
+    msg = latency.results_of([latency.Result(control_pb2.PROBE_KIND_LINK, 1, sent=1)])
+    assert latency.columns_problem(msg) is None
+    msg.rtt_max_ns.append(5)
+    assert latency.columns_problem(msg) == "ProbeResults.rtt_max_ns has 2 entries and kind 1"
+    with pytest.raises(ValueError, match="rtt_max_ns"):
+        next(latency.read_results(msg))
+    msg = latency.results_of([latency.Result(control_pb2.PROBE_KIND_LINK, 1, sent=1)])
+    msg.bucket_index.append(3)
+    assert latency.columns_problem(msg) == (
+        "ProbeResults.bucket_index has 1 entries and bucket_count 0"
+    )

@@ -29,6 +29,7 @@ from agent.translate import GroupEntry, GroupMember, Op, Pipeline, RouteEntry, U
 from railfabric import latency, tls
 from railfabric.delta import diff_states
 from railfabric.digest import state_digest
+from railfabric.latency import Result, read_results
 from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from railfabric.v1 import control_pb2, control_pb2_grpc, state_pb2
 from tests import pki
@@ -53,7 +54,7 @@ class TestController(control_pb2_grpc.FabricControlServicer):
         self.neighbors = control_pb2.Neighbors()
         self.counters = control_pb2.Counters()
         # The latency probe results of every counter report, in order.
-        self.probes: list[control_pb2.ProbeResult] = []
+        self.probes: list[Result] = []
         # Every target health the agent reported, in a Hello or a TargetHealth message.
         self.healths: list[control_pb2.TargetHealth] = []
 
@@ -82,7 +83,7 @@ class TestController(control_pb2_grpc.FabricControlServicer):
                     self.neighbors = msg.neighbors
                 elif kind == "counters":
                     self.counters = msg.counters
-                    self.probes.extend(msg.counters.probes)
+                    self.probes.extend(read_results(msg.counters.probe_results))
                 else:
                     await self.inbox.put(msg)
         finally:
@@ -449,7 +450,7 @@ def _probing_state() -> state_pb2.DesiredState:
     return state
 
 
-def _rtts(results: list[control_pb2.ProbeResult], kind: int) -> tuple[int, int, dict[int, int]]:
+def _rtts(results: list[Result], kind: int) -> tuple[int, int, dict[int, int]]:
     """Sent, received and the merged RTT histogram of `results` of `kind`."""
     buckets: dict[int, int] = {}
     sent = received = 0

@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from controller.daemon.core_planner import load_planner
-from railfabric.latency import bucket_of
+from railfabric.latency import Result, bucket_of, results_of
 from railfabric.v1 import admin_pb2, admin_pb2_grpc, control_pb2
 from tests import pki
 from tests.conftest import Processes
@@ -41,8 +41,8 @@ def result(
     n: int = 10,
     lost: int = 0,
     target: str = "",
-) -> control_pb2.ProbeResult:
-    return control_pb2.ProbeResult(
+) -> Result:
+    return Result(
         kind=kind,
         port=port,
         target=target,
@@ -61,7 +61,7 @@ async def feed(agents: dict[str, Agent]) -> None:
     both ends), 10 mesh probes from each ToR to each other one (SLOW_PAIR at 400 us)."""
     planner = load_planner(LAB)
     tors = [i.name for i in planner.switches() if i.role == admin_pb2.SWITCH_ROLE_TOR]
-    probes: dict[str, list[control_pb2.ProbeResult]] = {name: [] for name in agents}
+    probes: dict[str, list[Result]] = {name: [] for name in agents}
     for link in planner.links():
         for name, port in (link.a, link.b):
             lost = 5 if link.key == LOSSY else 0
@@ -72,7 +72,7 @@ async def feed(agents: dict[str, Agent]) -> None:
                 rtt = 400 * US if (src, dst) == SLOW_PAIR else 30 * US
                 probes[src].append(result(control_pb2.PROBE_KIND_MESH, 0, rtt, target=dst))
     for name, agent in agents.items():
-        await agent.send(counters=control_pb2.Counters(probes=probes[name]))
+        await agent.send(counters=control_pb2.Counters(probe_results=results_of(probes[name])))
 
 
 async def test_latency_by_rail_tor_and_link_with_a_lossy_cable_ranked_first(

@@ -16,7 +16,7 @@ import pytest
 from selenium import webdriver
 
 from controller.daemon.core_planner import load_planner
-from railfabric.latency import bucket_of
+from railfabric.latency import Result, bucket_of, results_of
 from railfabric.v1 import admin_pb2, admin_pb2_grpc, control_pb2
 from tests import pki
 from tests.conftest import Processes
@@ -39,8 +39,8 @@ def result(
     *,
     lost: int = 0,
     target: str = "",
-) -> control_pb2.ProbeResult:
-    return control_pb2.ProbeResult(
+) -> Result:
+    return Result(
         kind=kind, port=port, target=target, sent=10 + lost, received=10,
         bucket_index=[bucket_of(rtt_ns)], bucket_count=[10],
     )  # fmt: skip
@@ -53,7 +53,7 @@ async def feed(agents: dict[str, Agent], *, slowed: bool) -> None:
     planner = load_planner(LAB)
     tors = [i.name for i in planner.switches() if i.role == admin_pb2.SWITCH_ROLE_TOR]
     rails = {i.name: i.rail for i in planner.switches()}
-    probes: dict[str, list[control_pb2.ProbeResult]] = {name: [] for name in agents}
+    probes: dict[str, list[Result]] = {name: [] for name in agents}
     for link in planner.links():
         bad = slowed and link.key == SLOWED
         for name, port in (link.a, link.b):
@@ -70,7 +70,7 @@ async def feed(agents: dict[str, Agent], *, slowed: bool) -> None:
             else:
                 probes[src].append(result(control_pb2.PROBE_KIND_MESH, 0, 30 * US, target=dst))
     for name, agent in agents.items():
-        await agent.send(counters=control_pb2.Counters(probes=probes[name]))
+        await agent.send(counters=control_pb2.Counters(probe_results=results_of(probes[name])))
 
 
 CELL_COLOUR = (

@@ -11,6 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from agent.probes import LINK, MAX_PENDING, MESH, Planned, Prober
 from railfabric import latency
+from railfabric.latency import Result, read_results
 from railfabric.v1 import control_pb2, state_pb2
 
 pytestmark = pytest.mark.unit
@@ -48,10 +49,10 @@ def far_end(address: int) -> Prober:
     return prober(address)
 
 
-def report(p: Prober, now: int) -> dict[tuple[int, int, str], control_pb2.ProbeResult]:
+def report(p: Prober, now: int) -> dict[tuple[int, int, str], Result]:
     msg = control_pb2.Counters()
     p.take(msg, now)
-    return {(r.kind, r.port, r.target): r for r in msg.probes}
+    return {(r.kind, r.port, r.target): r for r in read_results(msg.probe_results)}
 
 
 def test_of_a_cable_s_two_ends_one_sends_its_link_probes() -> None:
@@ -325,7 +326,7 @@ class ProberMachine(RuleBasedStateMachine):
         would expire their probe."""
         msg = control_pb2.Counters()
         self.a.take(msg, self.now)
-        for r in msg.probes:
+        for r in read_results(msg.probe_results):
             key = (r.kind, r.port, r.target)
             self.lost[key] = self.lost.get(key, 0) + r.sent - r.received
             counts = self.reported.setdefault(key, [])

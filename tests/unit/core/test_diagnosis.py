@@ -17,6 +17,7 @@ from controller.core.clock import Now
 from controller.core.diagnosis import CRITICAL, INFO, WARNING, Cause, Evidence, Impact
 from controller.core.machine import DecisionCore
 from controller.daemon import admin, pages
+from railfabric.latency import results_of
 from railfabric.v1 import admin_pb2, control_pb2
 from tests.unit.core.harness import Harness
 from tests.unit.core.test_latency_outliers import LINK, US, result
@@ -394,7 +395,7 @@ def test_a_cable_slowed_in_the_probes_is_the_first_latency_finding_with_its_evid
     def report(rtt: int) -> None:
         for name, port in ((a, pa), (b, pb)):
             msg = control_pb2.Counters(
-                wall_ns=h.now.wall_ns, probes=[result(LINK, port, [rtt] * 5)]
+                wall_ns=h.now.wall_ns, probe_results=results_of([result(LINK, port, [rtt] * 5)])
             )
             h.run(h.core.counters(name, msg, h.now))
 

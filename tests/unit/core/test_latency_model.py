@@ -29,7 +29,7 @@ from controller.core.latency import (
     outliers,
     rail_sums,
 )
-from railfabric.latency import merge
+from railfabric.latency import Result, merge, results_of
 from railfabric.v1 import control_pb2
 
 pytestmark = pytest.mark.unit
@@ -59,11 +59,11 @@ def probe_path(src: str, port: int, dst: str) -> list[str] | None:
 class Logged:
     mono_ns: int
     switch: str
-    probes: tuple[control_pb2.ProbeResult, ...]
+    probes: tuple[Result, ...]
 
 
 results = st.builds(
-    lambda kind, port, target, sent, lost, buckets: control_pb2.ProbeResult(
+    lambda kind, port, target, sent, lost, buckets: Result(
         kind=kind,
         port=port,
         target=target if kind == control_pb2.PROBE_KIND_MESH else "",
@@ -81,15 +81,11 @@ results = st.builds(
 )
 
 
-def _fix(p: control_pb2.ProbeResult) -> control_pb2.ProbeResult:
+def _fix(p: Result) -> Result:
     """received is what the histogram counts (the agent's invariant)."""
-    q = control_pb2.ProbeResult()
-    q.CopyFrom(p)
-    q.received = sum(q.bucket_count)
-    q.sent = max(q.sent, q.received)
-    if q.kind == control_pb2.PROBE_KIND_LINK and q.port == 0:
-        q.port = 1
-    return q
+    received = sum(p.bucket_count)
+    port = 1 if p.kind == control_pb2.PROBE_KIND_LINK and p.port == 0 else p.port
+    return p._replace(received=received, sent=max(p.sent, received), port=port)
 
 
 class LatencyModel(RuleBasedStateMachine):
@@ -109,13 +105,13 @@ class LatencyModel(RuleBasedStateMachine):
         self.now += gap
 
     @rule(switch=st.sampled_from(list(TORS)), probes=st.lists(results, max_size=5))
-    def report(self, switch: str, probes: list[control_pb2.ProbeResult]) -> None:
+    def report(self, switch: str, probes: list[Result]) -> None:
         fixed = tuple(
             _fix(p)
             for p in probes
             if not (p.kind == control_pb2.PROBE_KIND_MESH and p.target == switch)
         )
-        problems = self.windows.ingest(switch, fixed, self.now, FABRIC)
+        problems = self.windows.ingest(switch, results_of(fixed), self.now, FABRIC)
         assert problems == []
         self.log.append(Logged(self.now, switch, fixed))
 

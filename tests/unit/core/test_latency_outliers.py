@@ -22,7 +22,7 @@ from controller.core.latency import (
     outliers,
     rail_sums,
 )
-from railfabric.latency import bucket_of, percentile_ns
+from railfabric.latency import Result, bucket_of, percentile_ns, results_of
 from railfabric.v1 import control_pb2
 
 from .harness import Harness
@@ -56,11 +56,11 @@ def result(
     rtts: list[int],
     lost: int = 0,
     target: str = "",
-) -> control_pb2.ProbeResult:
+) -> Result:
     hist: dict[int, int] = {}
     for rtt in rtts:
         hist[bucket_of(rtt)] = hist.get(bucket_of(rtt), 0) + 1
-    return control_pb2.ProbeResult(
+    return Result(
         kind=kind,
         port=port,
         target=target,
@@ -113,7 +113,7 @@ def feed(
                     probes.append(result(MESH, 0, normal(rng), target=dst))
                 else:
                     probes.append(result(MESH, 0, normal(rng, 10), target=dst))
-            assert w.ingest(tor, probes, sec * S, FABRIC) == []
+            assert w.ingest(tor, results_of(probes), sec * S, FABRIC) == []
 
 
 def ranked(w: LatencyWindows, now: int) -> list:  # type: ignore[type-arg]
@@ -221,15 +221,15 @@ def test_what_does_not_fit_the_plan_is_left_out_and_said() -> None:
     w = LatencyWindows(PARAMS)
     problems = w.ingest(
         "t0",
-        [
-            result(LINK, 7, [10 * US]),
-            result(MESH, 0, [10 * US], target="s1"),
-            control_pb2.ProbeResult(kind=LINK, port=1, sent=1, received=2),
-            control_pb2.ProbeResult(
-                kind=LINK, port=1, sent=1, received=1, bucket_index=[999], bucket_count=[1]
-            ),
-            result(LINK, 1, [10 * US]),
-        ],
+        results_of(
+            [
+                result(LINK, 7, [10 * US]),
+                result(MESH, 0, [10 * US], target="s1"),
+                Result(kind=LINK, port=1, sent=1, received=2),
+                Result(kind=LINK, port=1, sent=1, received=1, bucket_index=[999], bucket_count=[1]),
+                result(LINK, 1, [10 * US]),
+            ]
+        ),
         5 * S,
         FABRIC,
     )
@@ -242,14 +242,28 @@ def test_what_does_not_fit_the_plan_is_left_out_and_said() -> None:
     assert list(w.window(5 * S).links) == [cable("t0", 1)]
 
 
+def test_columns_that_disagree_leave_out_the_whole_report() -> None:
+    w = LatencyWindows(PARAMS)
+    bad = results_of([result(LINK, 1, [10 * US]), result(LINK, 2, [10 * US])])
+    del bad.sent[1]
+    assert w.ingest("t0", bad, 5 * S, FABRIC) == ["ProbeResults.sent has 1 entries and kind 2"]
+    assert not w.window(5 * S).links
+    bad = results_of([result(LINK, 1, [10 * US, 40 * US])])
+    bad.buckets[0] = 1  # the histogram has 2 entries
+    assert w.ingest("t0", bad, 6 * S, FABRIC) == [
+        "ProbeResults.buckets adds up to 1, but bucket_index has 2 entries"
+    ]
+    assert not w.window(6 * S).links
+
+
 def test_a_bucket_listed_twice_counts_twice() -> None:
     """A result's buckets are summed, whether the cable is new in the slot or not."""
     w = LatencyWindows(PARAMS)
-    twice = control_pb2.ProbeResult(
+    twice = Result(
         kind=LINK, port=1, sent=3, received=3, bucket_index=[40, 40], bucket_count=[1, 2]
     )
     for n in (1, 2):
-        assert w.ingest("t0", [twice], 5 * S, FABRIC) == []
+        assert w.ingest("t0", results_of([twice]), 5 * S, FABRIC) == []
         acc = w.window(5 * S).links[cable("t0", 1)]
         assert (acc[40], acc[SENT]) == (3 * n, 3 * n)
 
@@ -264,7 +278,7 @@ def test_the_core_takes_probes_from_counters_and_ranks_the_slowed_cable() -> Non
     def report(rtt: int) -> None:
         for name, port in ((a, pa), (b, pb)):
             msg = control_pb2.Counters(
-                wall_ns=h.now.wall_ns, probes=[result(LINK, port, [rtt] * 5)]
+                wall_ns=h.now.wall_ns, probe_results=results_of([result(LINK, port, [rtt] * 5)])
             )
             h.run(h.core.counters(name, msg, h.now))
 
@@ -290,7 +304,9 @@ def test_the_core_takes_probes_from_counters_and_ranks_the_slowed_cable() -> Non
         h.advance(5 * S)
         lasted = h.now.mono_ns - began
     assert 150 * S <= lasted <= 610 * S, lasted / S
-    bad = control_pb2.Counters(probes=[result(LINK, 999, [rtt]) for rtt in (1, 2, 3, 4)])
+    bad = control_pb2.Counters(
+        probe_results=results_of([result(LINK, 999, [rtt]) for rtt in (1, 2, 3, 4)])
+    )
     h.run(h.core.counters(a, bad, h.now))
     assert h.warnings[-1].startswith(f"counters from {a}: ignored link probes on port 999")
     assert h.warnings[-1].endswith("(and 1 more)")

@@ -19,6 +19,7 @@ from controller.daemon.runner import now
 from controller.daemon.store import SqliteStore
 from railfabric import __version__, latency
 from railfabric.fabric_counters import roce_index
+from railfabric.latency import Result, results_of
 from railfabric.metrics import MetricsServer
 from railfabric.v1 import control_pb2
 from tests.metrics_checks import promtool_check, samples, scrape, value
@@ -126,7 +127,7 @@ async def test_latency_by_rail_pair_and_the_outlier_cables(
     )
     t = now()
     rtt = latency.bucket_of(30_000)
-    mesh = control_pb2.ProbeResult(
+    mesh = Result(
         kind=control_pb2.PROBE_KIND_MESH,
         target="tor-r2-b1",
         sent=10,
@@ -134,7 +135,7 @@ async def test_latency_by_rail_pair_and_the_outlier_cables(
         bucket_index=[rtt],
         bucket_count=[10],
     )
-    lossy = control_pb2.ProbeResult(
+    lossy = Result(
         kind=control_pb2.PROBE_KIND_LINK,
         port=3,
         sent=10,
@@ -142,7 +143,7 @@ async def test_latency_by_rail_pair_and_the_outlier_cables(
         bucket_index=[rtt],
         bucket_count=[5],
     )
-    core.counters("tor-r1-b1", control_pb2.Counters(probes=[mesh, lossy]), t)
+    core.counters("tor-r1-b1", control_pb2.Counters(probe_results=results_of([mesh, lossy])), t)
     text = await _scrape(server)
     promtool_check(text)
     found = samples(text)

@@ -20,6 +20,7 @@ from controller.web import fabric_json
 from controller.web.fabric_json import BadQuery, Scope
 from controller.web.live import Hub
 from railfabric import latency
+from railfabric.latency import Result, results_of
 from railfabric.v1 import admin_pb2, control_pb2
 from tests.unit.core.harness import Harness
 
@@ -232,7 +233,7 @@ def test_the_latency_heat_map_by_rail_pair_and_the_outlier_cables(h: Watched) ->
     """tor-r1-b1 (rail 1) probes tor-r2-b2 (rail 2) at 30 us, and loses half its link probes
     on uplink 3."""
     rtt = latency.bucket_of(30_000)
-    mesh = control_pb2.ProbeResult(
+    mesh = Result(
         kind=control_pb2.PROBE_KIND_MESH,
         target="tor-r2-b2",
         sent=10,
@@ -240,7 +241,7 @@ def test_the_latency_heat_map_by_rail_pair_and_the_outlier_cables(h: Watched) ->
         bucket_index=[rtt],
         bucket_count=[10],
     )
-    lossy = control_pb2.ProbeResult(
+    lossy = Result(
         kind=control_pb2.PROBE_KIND_LINK,
         port=3,
         sent=10,
@@ -248,7 +249,9 @@ def test_the_latency_heat_map_by_rail_pair_and_the_outlier_cables(h: Watched) ->
         bucket_index=[rtt],
         bucket_count=[5],
     )
-    h.core.counters("tor-r1-b1", control_pb2.Counters(probes=[mesh, lossy]), now())
+    h.core.counters(
+        "tor-r1-b1", control_pb2.Counters(probe_results=results_of([mesh, lossy])), now()
+    )
     heat = fabric_json.telemetry(h.core)["latency_heatmap"]
     bound = latency.bucket_bound_ns(rtt)
     assert heat["status"] == "measured"
