@@ -2,7 +2,7 @@
 every switch's whole counter report every period, through the decision core's `counters`
 input, as on the event loop.
 
-    python -m bench.ingest examples/ref-100k.yaml [--periods 3] [--parts all] [--json]
+    python -m bench.ingest examples/ref-100k.yaml [--periods 6] [--parts all] [--json]
 
 A report holds what an agent sends every 5 s (its --counters-interval default) under the
 default intent: every port's counters (bmv2's drop reasons, a queue watermark), RoCE counts
@@ -121,7 +121,7 @@ def run(fabric_path: Path, periods: int, parts: frozenset[str], seed: int) -> di
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.ingest", description=__doc__)
     parser.add_argument("fabric", type=Path)
-    parser.add_argument("--periods", type=int, default=3)
+    parser.add_argument("--periods", type=int, default=6)
     parser.add_argument(
         "--parts", default="all", help=f"comma-separated, of {', '.join(PARTS)} (default: all)"
     )
