@@ -1,7 +1,7 @@
 """The latency heat map, checked against a cable made slow on purpose: the agents' probes run
 at the intent's rate; once the controller has a baseline and a window newer than the
-scenario's start (the normal reading), one ToR-spine cable is replaced by a delay line (mininet_labs/delay_line.py: DELAY_MS each way, nothing lost) until the window
-holds only slow probes. Then:
+scenario's start (the normal reading), one ToR-spine cable is replaced by a delay line
+(mininet_labs/delay_line.py: nothing lost) until the window holds only slow probes. Then:
 
 - the cable's own cell (its link probes, both ends) has a p50 above its normal p99;
 - every ToR-pair cell from the ToR on that cable has a p99 above its normal p99 (a share of
@@ -10,13 +10,18 @@ holds only slow probes. Then:
 - `railctl diagnose` ranks it first among the latency findings (and names it).
 
 The sample: the probes answered in each cell before and while slowed, and the window.
-DELAY_MS is well above the lab's normal RTT spread: probes go through both agents' CPU paths
-(P4Runtime packet-in and packet-out on a shared 2-core machine), whose p99 is milliseconds to
-tens of milliseconds, not the microseconds of a hardware fabric."""
+The delay, each way, is DELAY_MS or, where the normal reading spreads wider, the worst
+normal p99 of the cable and the ToR's pairs and a margin: a mesh probe out of the slowed
+uplink may come back over another spine, so it carries one way of the delay, and it must
+stand out of the normal spread. Probes go through both agents' CPU paths (P4Runtime
+packet-in and packet-out on a shared 2-core machine), whose p99 is milliseconds to tens of
+milliseconds (up to ~80 ms with 8 samples a pair on 8 rails), not the microseconds of a
+hardware fabric. A spread too close to the probes' timeout to stand out of is a failure."""
 
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import time
 
@@ -31,7 +36,8 @@ from mininet_labs.waiting import wait_for
 from railfabric.v1 import admin_pb2
 
 NAME = "latency"
-DELAY_MS = 25.0  # each way: +50 ms RTT over the cable
+DELAY_MS = 25.0  # each way at least: +50 ms RTT over the cable
+MARGIN_MS = 10.0
 MS = 1_000_000
 
 
@@ -94,9 +100,21 @@ def run(lab: Lab, budget: Budget) -> Result:
     )
     normal = next(c for c in normal_links.cells if c.link == key)
     normal_pair = {(c.src, c.dst): c for c in normal_pairs.cells if c.src == tor}
+    spread_ms = max(c.p99_ns for c in [normal, *normal_pair.values()]) / MS
+    delay_ms = max(DELAY_MS, 5 * math.ceil((spread_ms + MARGIN_MS) / 5))
+    timeout_ms = lab.fabric.latency.timeout_ms
+    if 2 * delay_ms + spread_ms >= timeout_ms:
+        return Result(
+            NAME,
+            False,
+            f"normal p99 up to {spread_ms:.1f} ms: a delay that stands out of it "
+            f"({delay_ms:g} ms each way) would time the probes out ({timeout_ms} ms)",
+            {"normal_p99_max_ms": round(spread_ms, 3), "timeout_ms": timeout_ms},
+        )
     started = time.monotonic()
-    lab.progress(f"latency: {key} slowed by {DELAY_MS:g} ms each way")
-    with lab.slow_cable(key, DELAY_MS):
+    lab.progress(f"latency: {key} slowed by {delay_ms:g} ms each way (normal p99 up to "
+                 f"{spread_ms:.1f} ms)")  # fmt: skip
+    with lab.slow_cable(key, delay_ms):
 
         def slowed() -> tuple[admin_pb2.LatencyResponse, admin_pb2.LatencyResponse] | None:
             """The heat map once the whole window is newer than the slowing."""
@@ -153,7 +171,7 @@ def run(lab: Lab, budget: Budget) -> Result:
         problems.append(f"railctl diagnose: no latency finding naming {key} first")
     p50 = cell.p50_ns / MS if cell else 0.0
     reason = (
-        f"{key} slowed by {2 * DELAY_MS:g} ms RTT: its p50 {normal.p50_ns / MS:.1f} -> "
+        f"{key} slowed by {2 * delay_ms:g} ms RTT: its p50 {normal.p50_ns / MS:.1f} -> "
         f"{p50:.1f} ms (normal p99 {normal.p99_ns / MS:.1f} ms, "
         f"{cell.samples if cell else 0} probes in {links.window_ns / 1e9:.0f} s); "
         f"{changed}/{len(rows)} ToR pairs from {tor} above their normal p99; outliers "
@@ -167,7 +185,8 @@ def run(lab: Lab, budget: Budget) -> Result:
     )
     metrics: dict[str, float | int | str] = {
         "cable": key,
-        "delay_ms_each_way": DELAY_MS,
+        "delay_ms_each_way": delay_ms,
+        "normal_p99_max_ms": round(spread_ms, 3),
         "normal_p50_ms": round(normal.p50_ns / MS, 3),
         "normal_p99_ms": round(normal.p99_ns / MS, 3),
         "normal_samples": normal.samples,
