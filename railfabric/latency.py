@@ -232,14 +232,21 @@ class Result(NamedTuple):
     rtt_max_ns: int = 0
 
 
-# The per-result columns of ProbeResults, in Result's order, and the histograms' two.
+# The columns of ProbeResults with one entry per result, kind's first.
 _ROW_COLUMNS: Final = ("kind", "port", "target", "sent", "received", "buckets")
 _RTT_COLUMNS: Final = ("rtt_sum_ns", "rtt_min_ns", "rtt_max_ns")
 
 
 def write_results(into: control_pb2.ProbeResults, results: Iterable[Result]) -> None:
-    """Append `results` to `into`'s columns."""
+    """Append `results` to `into`'s columns; ValueError (nothing appended) for a result whose
+    histogram has more indices than counts or the other way round."""
     rows = list(results)
+    for r in rows:
+        if len(r.bucket_index) != len(r.bucket_count):
+            raise ValueError(
+                f"probe result on port {r.port}: {len(r.bucket_index)} bucket indices, "
+                f"{len(r.bucket_count)} counts"
+            )
     into.kind.extend(control_pb2.ProbeKind.ValueType(r.kind) for r in rows)
     into.port.extend(r.port for r in rows)
     into.target.extend(r.target for r in rows)

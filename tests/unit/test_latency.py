@@ -128,3 +128,9 @@ def test_columns_that_disagree_are_named_and_not_read() -> None:
     assert latency.columns_problem(msg) == (
         "ProbeResults.bucket_index has 1 entries and bucket_count 0"
     )
+    with pytest.raises(ValueError, match="2 bucket indices, 1 counts"):
+        latency.write_results(
+            msg,
+            [latency.Result(control_pb2.PROBE_KIND_LINK, 1, bucket_index=[1, 2], bucket_count=[1])],
+        )
+    assert len(msg.kind) == 1  # nothing appended
