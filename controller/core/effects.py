@@ -12,8 +12,9 @@ from railfabric.v1 import control_pb2
 
 @dataclass(frozen=True, slots=True)
 class Persist:
-    """The records of one input: written as one transaction. Pushes of the same input leave
-    once it is durable (or once the store is known to be unavailable)."""
+    """The records of one input: written as one transaction. With a replicated store, pushes of
+    the same input leave once it is durable (daemon/runner.py says why the embedded store's
+    do not wait)."""
 
     records: tuple[Record, ...]
 

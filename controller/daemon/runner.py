@@ -2,14 +2,19 @@
 
 Every input goes through `Runner.input`: the core decides (synchronously, on the event loop),
 and the runner applies what it returned, in order. The records of the input go to the store
-writer as one transaction (off the event loop); the pushes of that input leave only once that
-transaction is durable — or once the writer says the store is unavailable, when the embedded
-store's policy is to keep forwarding from memory — so a restarted controller never meets an
-agent holding a generation it has no record of. Pushes of later inputs queue behind earlier
-ones, so nothing is reordered by waiting.
+writer as one transaction (off the event loop). Pushes leave in the order of their inputs.
 
-A replicated store (etcd) has the other policy: pushes whose records could not be written are
-dropped and `on_unwritten` is called (the daemon steps down: another replica may lead). `halt()`
+With the embedded store (SQLite) they leave at once, before their records are durable: a
+remote failure's repair does not wait for an fsync (tens to hundreds of ms on a busy disk),
+and the embedded store's policy is to keep forwarding from memory when it cannot be written
+anyway. A controller that dies in between comes back holding older generations than some
+agents applied; their Hellos say so (generation and digest), so those switches are not
+converged and get full states (tests/unit/core/test_machine.py).
+
+A replicated store (etcd) has the other policy, because its commit is the leader's fence: an
+input's pushes leave only once its records are durable, pushes whose records could not be
+written are dropped and `on_unwritten` is called (the daemon steps down: another replica may
+lead); later inputs' pushes queue behind, so nothing is reordered by waiting. `halt()`
 stops everything at once: no input is decided and nothing more is delivered. `hold()` only
 keeps pushes back until `release()`: a leader whose lease refresh is overdue (etcd electing a
 leader of its own) must not push, and may lead on once etcd answers.
@@ -126,11 +131,13 @@ class Runner:
                 self._deadline = effect.at_mono_ns
                 self._rescheduled.set()
         if deliveries:
-            self._deliveries.put_nowait((durable, deliveries))
+            fence = durable if self.on_unwritten is not None else None
+            self._deliveries.put_nowait((fence, deliveries))
         return durable
 
     async def deliver(self) -> None:
-        """Owned task: send each input's pushes once its records are durable, in order."""
+        """Owned task: send each input's pushes in order, a replicated store's once their
+        records are durable."""
         while True:
             durable, deliveries = await self._deliveries.get()
             written = True if durable is None else await asyncio.wrap_future(durable)
@@ -141,8 +148,6 @@ class Runner:
                 self._released.clear()
                 if self.held and not self.halted:
                     await self._released.wait()
-            # Written False without on_unwritten: the embedded store is unavailable and the
-            # pushes go on from memory.
             if not self.halted:
                 for d in deliveries:
                     if isinstance(d, Push):

@@ -18,6 +18,7 @@ from controller.core.clock import Now
 from controller.core.effects import Effect, Level, Log, Persist, Push, Schedule
 from controller.core.links import DampingParams
 from controller.core.machine import DecisionCore, DrainError, DrainRefused
+from controller.core.records import Restored, as_records
 from controller.daemon.core_planner import CorePlanner, load_planner
 from controller.daemon.store import SqliteStore
 from controller.fabric import Fabric
@@ -103,10 +104,17 @@ class Harness:
         self.run(core.start(self.store.load(), self.now), core)
         return core
 
-    def restart_controller(self) -> None:
+    def restart_controller(self, store_held: Restored | None = None) -> None:
         """The controller process dies and starts again from its store; sessions drop. Drains
-        survive it."""
+        survive it. `store_held`: what the store held when it died, instead of everything
+        committed (a crash that lost the last transactions after their pushes had left)."""
         drained = dict(self.core.drains)
+        if store_held is not None:
+            self.store.close()
+            self.store = SqliteStore.open(":memory:")
+            self.store.commit(as_records(store_held))
+            held = {d.link for d in store_held.drains}
+            drained = {k: d for k, d in drained.items() if k in held}
         self.core = self._start()
         assert self.core.drains == drained, "drains differ after a restart"
         for agent in self.agents.values():

@@ -206,6 +206,48 @@ def test_a_restart_keeps_generations_and_link_state_and_pushes_nothing() -> None
     assert h.take_pushed() == []
 
 
+def test_a_restart_that_lost_pushed_generations_sends_full_states_and_converges() -> None:
+    """The controller pushed a cut's deltas and the agents applied them, then died before the
+    cut's records were durable (pushes leave before the commit with the embedded store): it
+    comes back believing the generations before the cut. A switch whose Hello says another
+    generation or digest than the one the controller holds then is not converged and gets
+    a full state; one whose state the controller has recomputed to what it holds (the cut
+    port reported down again) is converged, rightly; the fabric ends as a fresh computation
+    says."""
+    h = connected()
+    before = h.store.load()
+    key = uplinks(h, "tor-r1-b1")[0]
+    h.cut(key)
+    h.settle()
+    moved = [
+        n
+        for n, a in h.agents.items()
+        if a.held and a.held.generation != before.switches[n].generation
+    ]
+    assert moved, "the cut changed no switch's state"
+    h.restart_controller(store_held=before)
+    # Switches the cut changed but that are not its ends say Hello first: the restarted
+    # controller has not heard of the cut yet and holds the generation before it.
+    ends = {end[0] for end in (h.core.planned_link(key).a, h.core.planned_link(key).b)}
+    order = sorted(h.agents, key=lambda n: (n in ends or n not in moved, n))
+    unknown = 0
+    for name in order:
+        h.take_pushed()
+        held = h.agents[name].held
+        assert held is not None
+        h.hello(name)
+        v = h.core.views[name]
+        if (v.state.generation, v.state.digest) != (held.generation, held.digest):
+            assert not v.converged and h.take_pushed() == [name], name
+            assert h.agents[name].inbox[-1].WhichOneof("msg") == "desired_state", name
+            unknown += 1
+    assert unknown, "no agent held a generation the restarted controller had no record of"
+    h.settle()
+    assert not h.core.tracker.usable(key)
+    h.check_matches_fresh_computation()
+    h.check_acked_hold_what_the_controller_believes()
+
+
 def test_a_restart_after_flaps_rebuilds_the_same_group_ids() -> None:
     h = connected(hold_down_s=0)
     first, second = uplinks(h, "tor-r1-b1")[0], uplinks(h, "tor-r2-b1")[0]

@@ -1,5 +1,7 @@
-"""The runner's delivery of pushes: in order, after their records are durable, and never while
-held (a leader whose lease is overdue) or after a halt."""
+"""The runner's delivery of pushes: in order; with the embedded store at once, with a
+replicated one after their records are durable (a record that could not be written steps the
+leader down and sends nothing); never while held (a leader whose lease is overdue) or after a
+halt."""
 
 from __future__ import annotations
 
@@ -112,3 +114,38 @@ async def test_a_halt_while_held_sends_nothing_and_ends_the_wait(
     runner.apply([push("b", 2)])
     await settle()
     assert outlet.sent == []
+
+
+async def test_with_the_embedded_store_pushes_leave_before_their_records_are_durable(
+    running: tuple[Runner, Writer, Outlet],
+) -> None:
+    runner, writer, outlet = running
+    durable = runner.apply([Persist(()), push("a", 1)])
+    runner.apply([push("b", 2)])
+    await settle()
+    assert outlet.sent == [("a", 1), ("b", 2)]
+    assert durable is writer.futures[0] and not durable.done()  # callers may still wait on it
+
+
+async def test_with_a_replicated_store_pushes_wait_for_their_records_in_order() -> None:
+    writer, outlet = Writer(), Outlet()
+    stepped_down: list[bool] = []
+    runner = Runner(
+        cast(DecisionCore, None), writer, outlet, on_unwritten=lambda: stepped_down.append(True)
+    )
+    task = asyncio.create_task(runner.deliver())
+    try:
+        runner.apply([Persist(()), push("a", 1)])
+        runner.apply([push("b", 2)])  # no records of its own: still behind a's
+        runner.apply([Persist(()), push("c", 3)])
+        await settle()
+        assert outlet.sent == []
+        writer.futures[0].set_result(True)
+        await settle()
+        assert outlet.sent == [("a", 1), ("b", 2)]
+        writer.futures[1].set_result(False)  # c's records were not written: step down
+        await settle()
+        assert outlet.sent == [("a", 1), ("b", 2)] and stepped_down == [True]
+        assert runner.halted
+    finally:
+        task.cancel()
