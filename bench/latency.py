@@ -139,6 +139,16 @@ class ProbeReports:
             write_results(msg.probe_results, rows)
 
 
+def _ingest(
+    windows: LatencyWindows, name: str, msg: control_pb2.Counters, at_ns: int, fabric: Fabric
+) -> None:
+    """`name`'s report into `windows`, as the core takes it; a result the windows refused
+    ends the benchmark (a figure from results they did not keep is no figure)."""
+    refused = windows.ingest(name, msg.probe_results, at_ns, fabric)
+    if refused:
+        raise SystemExit(f"bench.latency: {name}'s report was refused: {refused[:3]}")
+
+
 def run(fabric_path: Path, periods: int, slow: int, seed: int) -> dict[str, object]:
     fabric = load_fabric(fabric_path)
     rng = random.Random(seed)
@@ -174,7 +184,7 @@ def run(fabric_path: Path, periods: int, slow: int, seed: int) -> dict[str, obje
             started = time.process_time()
             msg = control_pb2.Counters()
             msg.ParseFromString(data)
-            windows.ingest(name, msg.probe_results, now_ns + i * spacing, core_fabric)
+            _ingest(windows, name, msg, now_ns + i * spacing, core_fabric)
             took = time.process_time() - started
             per_report.append(took)
             spent += took
@@ -191,7 +201,7 @@ def run(fabric_path: Path, periods: int, slow: int, seed: int) -> dict[str, obje
         name = names[len(first_page)]
         msg = control_pb2.Counters()
         msg.ParseFromString(normal[0][name])
-        windows.ingest(name, msg.probe_results, at, core_fabric)
+        _ingest(windows, name, msg, at, core_fabric)
         # What the daemon's answer does (DecisionCore.latency_heat and latency_outliers).
         started, cpu = time.perf_counter(), time.process_time()
         window = windows.window(at)

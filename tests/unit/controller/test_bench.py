@@ -14,6 +14,9 @@ from bench import latency as latency_bench
 from bench import matrix as matrix_bench
 from bench import roce as roce_bench
 from bench import web as web_bench
+from controller.core.latency import Fabric, LatencyParams, LatencyWindows
+from railfabric.latency import Result, results_of
+from railfabric.v1 import control_pb2
 
 pytestmark = pytest.mark.unit
 
@@ -143,3 +146,16 @@ def test_ingest_bench_sends_every_part_of_every_report_through_the_core(
     assert (only["ports_per_period"], only["matrix_cells_per_period"]) == (0, 0)
     with pytest.raises(SystemExit):
         ingest_bench.main([LAB, "--parts", "roce"])  # carried by ports
+
+
+def test_bench_latency_stops_at_a_report_the_windows_refuse() -> None:
+    """A figure from results the windows did not keep would be no figure."""
+    windows = LatencyWindows(LatencyParams())
+    fabric = Fabric.of([("a:1--b:1", ("a", 1), ("b", 1))], {})
+    msg = control_pb2.Counters(
+        probe_results=results_of([Result(control_pb2.PROBE_KIND_LINK, 1, sent=1)])
+    )
+    latency_bench._ingest(windows, "a", msg, 1, fabric)  # kept
+    del msg.probe_results.sent[0]  # columns of different lengths
+    with pytest.raises(SystemExit, match=r"a's report was refused: .*ProbeResults\.sent"):
+        latency_bench._ingest(windows, "a", msg, 2, fabric)
