@@ -74,6 +74,7 @@ _TABLE_KEYS: dict[str, tuple[str, ...]] = {
 }
 _ACTION_PARAMS: dict[str, tuple[str, ...]] = {
     p4.PUNT_TO_CPU: (),
+    p4.ANSWER_PROBE: (p4.ANSWER_PROBE_ADDRESS,),
     p4.DROP: (),
     p4.SET_TRAFFIC_CLASS: (p4.SET_TRAFFIC_CLASS_TC,),
     p4.SET_NEXT_ID: (p4.SET_NEXT_ID_NEXT_ID,),
@@ -354,8 +355,12 @@ class Codec:
             field.ternary.value = encode(entry.ip_proto & entry.ip_proto_mask)
             field.ternary.mask = encode(entry.ip_proto_mask)
         te.priority = entry.priority
-        name = p4.PUNT_TO_CPU if entry.action is AclAction.PUNT_TO_CPU else p4.DROP
-        self._action(te.action.action, name)
+        if entry.action is AclAction.ANSWER_PROBE:
+            address = (p4.ANSWER_PROBE_ADDRESS, entry.address)
+            self._action(te.action.action, p4.ANSWER_PROBE, address)
+        else:
+            name = p4.PUNT_TO_CPU if entry.action is AclAction.PUNT_TO_CPU else p4.DROP
+            self._action(te.action.action, name)
 
     def _fill_qos(self, entity: p4r.Entity, entry: QosEntry) -> None:
         te = self._table(entity, p4.QOS_CLASSIFY)
@@ -691,14 +696,16 @@ class Codec:
         if eth is None or len(fields) != 1 + (proto is not None):
             return None
         mask = decode_unchecked(eth.ternary.mask)
-        act = (
-            AclAction.PUNT_TO_CPU
-            if action.action.action_id == self.actions[p4.PUNT_TO_CPU].id
-            else AclAction.DROP
-            if action.action.action_id == self.actions[p4.DROP].id
-            else None
-        )
-        if act is None:
+        action_id = action.action.action_id
+        address = 0
+        if action_id == self.actions[p4.PUNT_TO_CPU].id:
+            act = AclAction.PUNT_TO_CPU
+        elif action_id == self.actions[p4.DROP].id:
+            act = AclAction.DROP
+        elif action_id == self.actions[p4.ANSWER_PROBE].id:
+            act = AclAction.ANSWER_PROBE
+            address = self._params(action.action, p4.ANSWER_PROBE)[p4.ANSWER_PROBE_ADDRESS]
+        else:
             return None
         return AclEntry(
             decode_unchecked(eth.ternary.value),
@@ -707,6 +714,7 @@ class Codec:
             act,
             0 if proto is None else decode_unchecked(proto.ternary.value),
             0 if proto is None else decode_unchecked(proto.ternary.mask),
+            address,
         )
 
     def _group_members(self, group: p4r.ActionProfileGroup) -> tuple[GroupMember, ...]:

@@ -364,7 +364,8 @@ class Agent:
         if eth_type == PROBE_ETH_TYPE or (
             eth_type == ETH_TYPE_IPV4 and packet.payload[23:24] == PROBE_IP_PROTO
         ):
-            await self._probe_in(packet)
+            # An answer to one of ours (the far data plane answered it), or stray.
+            self.prober.receive(packet.payload, packet.port, time.monotonic_ns())
             return
         if eth_type != ETH_TYPE_LLDP:
             sample = parse_nak(packet.payload, packet.port, time.time_ns())
@@ -378,14 +379,6 @@ class Agent:
             LOG.info("port %d: LLDP heard again", packet.port)
             self.lldp_down.discard(packet.port)
             await self._set_effective(self._synthetic(packet.port))
-
-    async def _probe_in(self, packet: PacketIn) -> None:
-        """Resolve an answer to one of our probes, or answer a probe at once, out of the port
-        it came in on."""
-        reply = self.prober.receive(packet.payload, packet.port, time.monotonic_ns())
-        if reply is not None:
-            with contextlib.suppress(*TARGET_LOST):  # the prober counts it lost
-                await self.target.packet_out(reply, packet.port)
 
     def one_way_failures(self, mono_ns: int) -> list[int]:
         """Ports, not yet taken down, whose switch neighbour went silent with carrier up."""

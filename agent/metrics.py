@@ -203,11 +203,11 @@ def render(snap: Snapshot) -> Iterator[Metric]:
     probes = CounterMetricFamily(
         "railfabric_agent_probes",
         "Latency probes by outcome: sent, answered, lost (timed out), skipped (too many in "
-        "flight), stray (an answer matching nothing sent, or a probe from a server port), "
-        "echoed (other switches' probes this agent answered)",
+        "flight), stray (an answer matching nothing sent, a probe from a server port, or a "
+        "request not for this switch; the data plane answers the others' probes)",
         labels=["switch", "outcome"],
     )
-    for outcome in ("sent", "answered", "lost", "skipped", "stray", "echoed"):
+    for outcome in ("sent", "answered", "lost", "skipped", "stray"):
         probes.add_metric([snap.switch, outcome], getattr(snap.probes, outcome))
     yield probes
 

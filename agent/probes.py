@@ -1,6 +1,12 @@
-"""Latency probes (state.proto Probing): what the agent sends each round, how it answers its
-neighbours' and other ToRs' probes, and the RTT histograms it reports (control.proto
-ProbeResults). Pure: the caller passes the clock and does the packet I/O.
+"""Latency probes (state.proto Probing): what the agent sends each round, the answers it takes,
+and the RTT histograms it reports (control.proto ProbeResults). Pure: the caller passes the
+clock and does the packet I/O.
+
+The far switch answers a probe in its data plane (p4/include/control/acl.p4, answer_probe):
+no agent handles a request, so a probe costs one packet-out and one packet-in, both the
+sender's, and its RTT is the network's and the far pipeline's, with no agent's scheduling in
+it. A request that reaches the agent was not for this switch (a mesh probe for another
+address, or sent to a group MAC): it is counted as stray.
 
 Each round sends a link probe out of every up port with a switch neighbour whose cable this
 end probes (latency.probes_link: one end of each cable; the other answers) and, on a ToR with
@@ -24,7 +30,6 @@ from railfabric.v1 import control_pb2, state_pb2
 
 LINK: Final = control_pb2.PROBE_KIND_LINK
 MESH: Final = control_pb2.PROBE_KIND_MESH
-BROADCAST: Final = 0xFFFF_FFFF_FFFF
 # Probes in flight at most; a round that would exceed it sends fewer (counted as skipped).
 MAX_PENDING: Final = 16_384
 _SEQ_MASK: Final = 0xFFFF_FFFF
@@ -88,15 +93,15 @@ class ProbeStats:
     lost: int = 0
     stray: int = 0
     skipped: int = 0
-    # Probes of other switches this agent answered.
-    echoed: int = 0
 
 
 class Prober:
     def __init__(self, port_mac: Callable[[int], int]) -> None:
         self._port_mac = port_mac
         self.probing: state_pb2.Probing | None = None
-        # Ports with a switch neighbour -> the neighbour's MAC; ports of servers.
+        # Ports with a switch neighbour whose MAC the state gives -> that MAC (a probe goes
+        # to it, and its answer comes from it: the data plane swaps the addresses); ports of
+        # servers.
         self._switch_peers: dict[int, int] = {}
         self._servers: frozenset[int] = frozenset()
         # Ports whose cable this end link-probes (the far end answers: probes_link).
@@ -120,8 +125,8 @@ class Prober:
         servers = set()
         if state is not None:
             for n in state.neighbors:
-                if n.kind == state_pb2.PEER_KIND_SWITCH:
-                    self._switch_peers[n.port] = n.peer_mac or BROADCAST
+                if n.kind == state_pb2.PEER_KIND_SWITCH and n.peer_mac:
+                    self._switch_peers[n.port] = n.peer_mac
                     if latency.probes_link(state.switch_name, n.port, n.peer_name, n.peer_port):
                         link_ports.add(n.port)
                 elif n.kind == state_pb2.PEER_KIND_HOST:
@@ -165,7 +170,7 @@ class Prober:
         deadline = now_ns + self.probing.timeout_ms * 1_000_000
         self._pending[(planned.kind, planned.port, self._seq)] = _Pending(planned, now_ns, deadline)
         self.stats.sent += 1
-        peer_mac = self._switch_peers.get(planned.port, BROADCAST)
+        peer_mac = self._switch_peers[planned.port]
         src_mac = self._port_mac(planned.port)
         if planned.kind == LINK:
             return latency.link_frame(peer_mac, src_mac, probe)
@@ -180,35 +185,29 @@ class Prober:
 
     # -- receiving ----------------------------------------------------------------------
 
-    def receive(self, frame: bytes, port: int, now_ns: int) -> bytes | None:
+    def receive(self, frame: bytes, port: int, now_ns: int) -> None:
         """Take a punted probe frame that arrived on `port`: an answer to one of ours is
-        resolved; a request is answered (the frame to send back out of `port`). None for
-        anything else, and for probes from a server port (a host cannot probe the fabric or
-        forge answers)."""
+        resolved. Anything else is stray: a request (the data plane answers those for this
+        switch), a probe from a server port (a host cannot forge answers), a mesh answer for
+        another address."""
         if port in self._servers:
             self.stats.stray += 1
-            return None
+            return
         link = latency.parse_link(frame)
         if link is not None:
-            eth_src, probe = link
-            if probe.op == latency.OP_REQUEST:
-                self.stats.echoed += 1
-                reply = probe.reply(now_ns, now_ns)
-                return latency.link_frame(eth_src, self._port_mac(port), reply)
-            self._resolve(probe, port, 0, now_ns)
-            return None
+            if link[1].op != latency.OP_REPLY:
+                self.stats.stray += 1
+                return
+            self._resolve(link[1], port, 0, now_ns)
+            return
         mesh = latency.parse_mesh(frame)
         if mesh is None:
-            return None
+            return
         address = self.probing.address if self.probing is not None else 0
-        if not address or mesh.dst != address:
+        if not address or mesh.dst != address or mesh.probe.op != latency.OP_REPLY:
             self.stats.stray += 1
-            return None
-        if mesh.probe.op == latency.OP_REQUEST:
-            self.stats.echoed += 1
-            return latency.mesh_reply(mesh, self._port_mac(port), mesh.dscp, now_ns, now_ns)
+            return
         self._resolve(mesh.probe, None, mesh.src, now_ns)
-        return None
 
     def _resolve(self, probe: latency.Probe, port: int | None, src: int, now_ns: int) -> None:
         pending = self._pending.get((probe.kind, probe.port, probe.seq))

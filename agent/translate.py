@@ -51,12 +51,15 @@ ACL_PRIORITY_CONTROL = 100
 
 class AclAction(enum.Enum):
     PUNT_TO_CPU = "punt_to_cpu"
+    # Latency probes: the data plane answers requests (to `AclEntry.address` for a mesh
+    # probe), replies go to the agent.
+    ANSWER_PROBE = "answer_probe"
     DROP = "drop"
 
 
 class AclEntry(NamedTuple):
     """`p4.ACL`: match eth_type, and ip_proto when its mask is not 0 (the other keys
-    wildcard)."""
+    wildcard). `address` is answer_probe's parameter (0 for the other actions)."""
 
     eth_type: int
     eth_type_mask: int
@@ -64,6 +67,7 @@ class AclEntry(NamedTuple):
     action: AclAction
     ip_proto: int = 0
     ip_proto_mask: int = 0
+    address: int = 0
 
     @property
     def key(self) -> tuple[object, ...]:
@@ -358,20 +362,22 @@ def prefix_name(prefix: state_pb2.Ipv4Prefix) -> str:
 
 
 def control_acl() -> list[AclEntry]:
-    """The fixed ACL: punt LLDP and link probes to the agent (it answers its neighbours'
-    probes whether or not it sends any), keep PFC MAC-control frames out of the forwarding
-    pipeline (the target's MAC layer consumes them)."""
+    """The fixed ACL: punt LLDP to the agent, answer link probes in the data plane (every
+    switch answers its neighbours' whether or not it sends any; the answers to its own go to
+    the agent), keep PFC MAC-control frames out of the forwarding pipeline (the target's MAC
+    layer consumes them)."""
     return [
         AclEntry(ETH_TYPE_LLDP, 0xFFFF, ACL_PRIORITY_CONTROL, AclAction.PUNT_TO_CPU),
-        AclEntry(latency.PROBE_ETH_TYPE, 0xFFFF, ACL_PRIORITY_CONTROL, AclAction.PUNT_TO_CPU),
+        AclEntry(latency.PROBE_ETH_TYPE, 0xFFFF, ACL_PRIORITY_CONTROL, AclAction.ANSWER_PROBE),
         AclEntry(ETH_TYPE_MAC_CONTROL, 0xFFFF, ACL_PRIORITY_CONTROL, AclAction.DROP),
     ]
 
 
 def mesh_probe_acl(state: state_pb2.DesiredState) -> list[AclEntry]:
-    """A ToR with a probe address punts mesh probes (IPv4 protocol 253) before routing: they
-    are for its agent, whichever address of its prefix they carry. Spines and cores route
-    them."""
+    """A ToR with a probe address takes mesh probes (IPv4 protocol 253) before routing: its
+    data plane answers the requests to its probe address, the rest (the answers to its own
+    requests, and requests for another address, which the agent counts as stray) go to the
+    agent. Spines and cores route them."""
     if not state.probing.address:
         return []
     return [
@@ -379,9 +385,10 @@ def mesh_probe_acl(state: state_pb2.DesiredState) -> list[AclEntry]:
             latency.ETH_TYPE_IPV4,
             0xFFFF,
             ACL_PRIORITY_CONTROL,
-            AclAction.PUNT_TO_CPU,
+            AclAction.ANSWER_PROBE,
             latency.PROBE_IP_PROTO,
             0xFF,
+            state.probing.address,
         )
     ]
 

@@ -14,6 +14,12 @@ NO_ACTION_ID: Final = 0x01445B37
 PUNT_TO_CPU: Final = "FabricIngress.punt_to_cpu"
 PUNT_TO_CPU_ID: Final = 0x0112CBBB
 
+ANSWER_PROBE: Final = "FabricIngress.answer_probe"
+ANSWER_PROBE_ID: Final = 0x01BAFC29
+ANSWER_PROBE_ADDRESS: Final = "address"
+ANSWER_PROBE_ADDRESS_ID: Final = 1
+ANSWER_PROBE_ADDRESS_BITWIDTH: Final = 32
+
 SET_TRAFFIC_CLASS: Final = "FabricIngress.set_traffic_class"
 SET_TRAFFIC_CLASS_ID: Final = 0x0184F2AA
 SET_TRAFFIC_CLASS_TC: Final = "tc"
@@ -112,7 +118,7 @@ ACL_IP_PROTO: Final = "ip_proto"
 ACL_IP_PROTO_ID: Final = 4
 ACL_IP_PROTO_BITWIDTH: Final = 8
 ACL_IP_PROTO_MATCH_TYPE: Final = "TERNARY"
-ACL_ACTIONS: Final = (PUNT_TO_CPU, DROP, NO_ACTION)
+ACL_ACTIONS: Final = (PUNT_TO_CPU, ANSWER_PROBE, DROP, NO_ACTION)
 ACL_CONST_DEFAULT_ACTION: Final = NO_ACTION
 
 QOS_CLASSIFY: Final = "FabricIngress.qos_classify"
@@ -325,6 +331,7 @@ ACTIONS: Final = (
     DROP,
     NO_ACTION,
     PUNT_TO_CPU,
+    ANSWER_PROBE,
     SET_TRAFFIC_CLASS,
     SET_NEXT_ID,
     HASH_QP,

@@ -5,15 +5,19 @@ Pure; the one definition both sides use.
 Two frames carry the same 40-byte probe payload:
 
 - a link probe: Ethernet, ethertype PROBE_ETH_TYPE (IEEE 802 local experimental ethertype 1),
-  punted by every switch's ACL; it crosses one cable and comes back over it (one end of each
+  taken by every switch's ACL; it crosses one cable and comes back over it (one end of each
   cable sends them: probes_link);
 - a mesh probe: Ethernet, IPv4 without options, protocol PROBE_IP_PROTO (RFC 3692's
   experimental 253), from one ToR's probe address to another's. Spines and cores route it like
-  any packet; only ToRs' ACL punts it.
+  any packet; only ToRs' ACL takes it.
 
 The payload: magic "RFPB", version, op (request or reply), ProbeKind, the sender's port, a
-sequence number, the sender's monotonic send time, and the far agent's receive and send times
-(its own clock: only their difference, how long it held the probe, is used).
+sequence number, the sender's monotonic send time, and the far end's receive and send times
+(its own clock: only their difference, how long it held the probe, is taken off the RTT).
+
+The far switch answers a request in its data plane (fabric.p4's answer_probe: back out of the
+port it came in on, addresses swapped, op a reply; its times stay 0), so only the sender's agent
+handles a probe. p4/include/define.p4 and header.p4 hold the same numbers (tests/unit/p4).
 
 RTT buckets are geometric, BUCKETS_PER_OCTAVE per doubling from 1 us: bucket i holds
 (bound(i-1), bound(i)], so a percentile read from them is at most 2^(1/8) - 1 = 9% high.
@@ -143,18 +147,6 @@ def parse_mesh(frame: bytes) -> MeshFrame | None:
     if probe is None:
         return None
     return MeshFrame(src, dst, tos >> 2, int.from_bytes(frame[6:12], "big"), probe)
-
-
-def mesh_reply(frame: MeshFrame, src_mac: int, dscp: int, far_rx_ns: int, far_tx_ns: int) -> bytes:
-    """The answer to mesh probe `frame`: back to its sender, to the neighbour it came from."""
-    return mesh_frame(
-        frame.eth_src,
-        src_mac,
-        frame.dst,
-        frame.src,
-        dscp=dscp,
-        probe=frame.probe.reply(far_rx_ns, far_tx_ns),
-    )
 
 
 def probes_link(switch: str, port: int, peer: str, peer_port: int) -> bool:

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
-from railfabric import ecmp
+from railfabric import ecmp, latency
 from railfabric import fabric_p4 as p4
 from railfabric.fabric_counters import (
     BTH_OPCODE_ACK,
@@ -83,6 +83,11 @@ ETHERTYPE_LLDP = 0x88CC
 ETHERTYPE_MAC_CONTROL = 0x8808
 IPPROTO_TCP = 6
 IPPROTO_UDP = 17
+# probe_t (header.p4): the first bytes of a latency probe's payload, after the Ethernet header
+# of a link probe or the option-less IPv4 header of a mesh probe.
+PROBE_LEN = 6
+PROBE_OP = 5
+_PROBE_REQUEST = latency.MAGIC + bytes([latency.VERSION, latency.OP_REQUEST])
 
 _IP_WORDS = {ihl: struct.Struct(f"!{ihl * 2}H") for ihl in range(5, 16)}
 _TWO_IPS = struct.Struct("!II")
@@ -185,6 +190,7 @@ class Pipeline:
         self.drops: dict[DropReason, int] = dict.fromkeys(DropReason, 0)
         aid = schema.action_ids
         self._a_punt = aid[p4.PUNT_TO_CPU]
+        self._a_answer_probe = aid.get(p4.ANSWER_PROBE, -1)
         self._a_drop = aid[p4.DROP]
         self._a_set_tc = aid[p4.SET_TRAFFIC_CLASS]
         self._a_set_next = aid[p4.SET_NEXT_ID]
@@ -212,10 +218,11 @@ class Pipeline:
         rid = schema.register_ids
         self.r_queue_depth = self.registers[rid[p4.QUEUE_DEPTH]]
         self.r_queue_watermark = self.registers[rid[p4.QUEUE_WATERMARK]]
-        # acl: (priority, key, action) sorted by priority, highest first.
-        self._acl: list[tuple[int, Key, int]] = []
-        self._acl_entries: dict[tuple[Key, int], int] = {}
-        self._acl_default = 0
+        # acl: (priority, key, (action, its argument)) sorted by priority, highest first; the
+        # argument is answer_probe's probe address, 0 for the other actions.
+        self._acl: list[tuple[int, Key, tuple[int, int]]] = []
+        self._acl_entries: dict[tuple[Key, int], tuple[int, int]] = {}
+        self._acl_default = (0, 0)
         self._qos: dict[int, int] = {}
         self._qos_default = 0
         self._lpm: dict[int, dict[int, int | None]] = {}  # prefix len -> prefix -> next_id
@@ -351,9 +358,16 @@ class Pipeline:
         if l4 < 0:
             self._drop(DropReason.MALFORMED, in_port, n)
             return None
-        acl_action = self._apply_acl(frame, in_port, l4) if self._acl else self._acl_default
+        acl_action, acl_arg = (
+            self._apply_acl(frame, in_port, l4) if self._acl else self._acl_default
+        )
         if acl_action == self._a_punt:
             return Forward(self.cpu_port, frame, 0)
+        if acl_action == self._a_answer_probe:
+            answer = answer_probe(frame, l4, acl_arg)
+            if answer is None:
+                return Forward(self.cpu_port, frame, 0)
+            return Forward(in_port, answer, 0)
         if acl_action == self._a_drop:
             self._drop(DropReason.ACL, in_port, n)
             return None
@@ -392,12 +406,13 @@ class Pipeline:
 
     @staticmethod
     def _parse(frame: bytes, n: int) -> int:
-        """FabricParser: ethernet, ipv4, udp/tcp, BTH. The offset of the L4 header for IPv4,
-        0 for a frame that is not IPv4, -1 for a truncated or malformed one (rejected)."""
+        """FabricParser: ethernet, ipv4, udp/tcp, BTH, probe. The offset of the L4 header for
+        IPv4, 0 for a frame that is not IPv4, -1 for a truncated or malformed one (rejected)."""
         if n < ETH_HLEN:
             return -1
-        if (frame[ETH_TYPE] << 8 | frame[ETH_TYPE + 1]) != ETHERTYPE_IPV4:
-            return 0
+        eth_type = frame[ETH_TYPE] << 8 | frame[ETH_TYPE + 1]
+        if eth_type != ETHERTYPE_IPV4:
+            return -1 if eth_type == latency.PROBE_ETH_TYPE and n < ETH_HLEN + PROBE_LEN else 0
         if n < IPV4 + IPV4_MIN_LEN:
             return -1
         vihl = frame[IPV4 + IPV4_VERSION_IHL]
@@ -418,25 +433,28 @@ class Pipeline:
                 acked = opcode in (BTH_OPCODE_ACK, BTH_OPCODE_ATOMIC_ACK)
                 if acked and n < bth + BTH_LEN + AETH_LEN:
                     return -1
-        elif proto == IPPROTO_TCP and n < l4 + TCP_MIN_LEN:
+        elif proto == IPPROTO_TCP:
+            if n < l4 + TCP_MIN_LEN:
+                return -1
+        elif proto == latency.PROBE_IP_PROTO and ihl == 5 and n < l4 + PROBE_LEN:
             return -1
         return l4
 
-    def _apply_acl(self, frame: bytes, in_port: int, l4: int) -> int:
-        """Acl: the action of the highest-priority entry matching ingress port, eth_dst,
-        eth_type and ip_proto, else the default (NoAction)."""
+    def _apply_acl(self, frame: bytes, in_port: int, l4: int) -> tuple[int, int]:
+        """Acl: the action (and its argument) of the highest-priority entry matching ingress
+        port, eth_dst, eth_type and ip_proto, else the default (NoAction)."""
         fields = (
             in_port,
             int.from_bytes(frame[ETH_DST : ETH_DST + 6], "big"),
             frame[ETH_TYPE] << 8 | frame[ETH_TYPE + 1],
             frame[IPV4 + IPV4_PROTOCOL] if l4 else 0,
         )
-        for _prio, key, action_id in self._acl:
+        for _prio, key, action in self._acl:
             for value, spec in zip(fields, key, strict=True):
                 if spec is not None and value & spec[1] != spec[0]:
                     break
             else:
-                return action_id
+                return action
         return self._acl_default
 
     def _apply_qos(self, frame: bytes) -> int:
@@ -643,7 +661,8 @@ class Pipeline:
 
     def _acl_set(self, key: Key, priority: int, action: TableAction) -> None:
         assert isinstance(action, ActionCall)
-        self._acl_entries[(key, priority)] = action.action_id
+        arg = action.args[0] if action.action_id == self._a_answer_probe else 0
+        self._acl_entries[(key, priority)] = (action.action_id, arg)
         self._rebuild_acl()
 
     def _acl_unset(self, key: Key, priority: int) -> None:
@@ -651,7 +670,7 @@ class Pipeline:
         self._rebuild_acl()
 
     def _acl_default_set(self, action: ActionCall) -> None:
-        self._acl_default = action.action_id
+        self._acl_default = (action.action_id, 0)
 
     def _rebuild_acl(self) -> None:
         rows = [(prio, key, action) for (key, prio), action in self._acl_entries.items()]
@@ -791,4 +810,35 @@ def _set_nexthop(frame: bytes, hop: _Hop, ip_len: int) -> bytearray:
     out[ETH_DST : ETH_HLEN - 2] = hop.macs
     out[IPV4 + IPV4_TTL] = frame[IPV4 + IPV4_TTL] - 1
     _CHECKSUM.pack_into(out, IPV4 + IPV4_CHECKSUM, ~total & 0xFFFF)
+    return out
+
+
+def answer_probe(frame: bytes, l4: int, address: int) -> bytearray | None:
+    """Acl's answer to a latency probe request (answer_probe): the frame to send back out of
+    the port it came in on, Ethernet (and IPv4) addresses swapped, op a reply; None when the
+    frame is not a request this switch answers (a reply, another magic or version, a group
+    destination MAC, a mesh probe for another address), which goes to the CPU instead. `l4`
+    is the parser's (the offset after an IPv4 header, 0 for a frame that is not IPv4). The
+    swap leaves the IPv4 checksum as it was (a one's-complement sum does not see order)."""
+    if l4:
+        if l4 != IPV4 + IPV4_MIN_LEN or frame[IPV4 + IPV4_PROTOCOL] != latency.PROBE_IP_PROTO:
+            return None
+        start = l4
+    elif (frame[ETH_TYPE] << 8 | frame[ETH_TYPE + 1]) == latency.PROBE_ETH_TYPE:
+        start = ETH_HLEN
+    else:
+        return None
+    if frame[start : start + PROBE_LEN] != _PROBE_REQUEST or frame[ETH_DST] & 1:
+        return None
+    out = bytearray(frame)
+    out[ETH_DST : ETH_DST + 6], out[ETH_SRC : ETH_SRC + 6] = (
+        frame[ETH_SRC : ETH_SRC + 6],
+        frame[ETH_DST : ETH_DST + 6],
+    )
+    if l4:
+        src, dst = _TWO_IPS.unpack_from(frame, IPV4 + IPV4_SRC)
+        if dst != address:
+            return None
+        _TWO_IPS.pack_into(out, IPV4 + IPV4_SRC, dst, src)
+    out[start + PROBE_OP] = latency.OP_REPLY
     return out

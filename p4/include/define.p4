@@ -22,12 +22,23 @@ const port_num_t DROP_PORT = 511;
 const bit<16> ETHERTYPE_IPV4        = 0x0800;
 const bit<16> ETHERTYPE_LLDP        = 0x88cc;
 const bit<16> ETHERTYPE_MAC_CONTROL = 0x8808;
+// Latency probes (railfabric/latency.py, checked by tests/unit/p4): a link probe is an
+// Ethernet frame of this type (IEEE 802 local experimental ethertype 1), a mesh probe IPv4 of
+// protocol PROTO_PROBE (RFC 3692's experimental 253); both carry a probe_t after the header.
+const bit<16> ETHERTYPE_PROBE       = 0x88b5;
 
 // IEEE 802.1Qbb priority-based flow control opcode inside a MAC control frame.
 const bit<16> MAC_CONTROL_OPCODE_PFC = 0x0101;
 
 const bit<8> PROTO_TCP = 6;
 const bit<8> PROTO_UDP = 17;
+const bit<8> PROTO_PROBE = 253;
+
+// probe_t: "RFPB", version 1; a request is answered by the switch it reaches (control/acl.p4).
+const bit<32> PROBE_MAGIC      = 0x52465042;
+const bit<8>  PROBE_VERSION    = 1;
+const bit<8>  PROBE_OP_REQUEST = 1;
+const bit<8>  PROBE_OP_REPLY   = 2;
 
 // RoCEv2 runs over UDP with this well-known destination port.
 const l4_port_t UDP_PORT_ROCEV2 = 4791;

@@ -90,12 +90,21 @@ header aeth_t {
     bit<24> msn;
 }
 
+// The start of a latency probe's payload (railfabric/latency.py): enough to tell a request
+// from a reply; the rest (kind, port, sequence, times) is the sender's and passes untouched.
+header probe_t {
+    bit<32> magic;
+    bit<8>  version;
+    bit<8>  op;
+}
+
 struct parsed_headers_t {
     packet_out_header_t packet_out;
     packet_in_header_t  packet_in;
     ethernet_t          ethernet;
     mac_control_t       mac_control;
     ipv4_t              ipv4;
+    probe_t             probe;
     udp_t               udp;
     tcp_t               tcp;
     bth_t               bth;
@@ -117,6 +126,10 @@ struct fabric_metadata_t {
     bool            next_id_valid;
     // Set when a control has decided the frame's fate (punt): later forwarding is skipped.
     bool            skip_forwarding;
+    // Set by FabricIngress.answer_probe: the probe address a mesh probe request must carry
+    // to be answered here (0 for link probes, which carry none).
+    bool            answer_probe;
+    ipv4_addr_t     probe_address;
     // Why the frame is dropped, set where it is (define.p4); counted by DropCounter.
     drop_reason_t   drop_reason;
     // Filled by FabricEgress.pfc_config; consumed by targets that implement PFC.

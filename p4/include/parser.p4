@@ -32,6 +32,7 @@ parser FabricParser(packet_in packet,
         transition select(hdr.ethernet.ether_type) {
             ETHERTYPE_IPV4: parse_ipv4;
             ETHERTYPE_MAC_CONTROL: parse_mac_control;
+            ETHERTYPE_PROBE: parse_probe;
             // LLDP (0x88cc) is recognised by its ethertype alone (the acl matches eth_type).
             default: accept;
         }
@@ -50,8 +51,14 @@ parser FabricParser(packet_in packet,
         transition select(hdr.ipv4.ihl, hdr.ipv4.protocol) {
             (4w5, PROTO_UDP): parse_udp;
             (4w5, PROTO_TCP): parse_tcp;
+            (4w5, PROTO_PROBE): parse_probe;
             default: accept;
         }
+    }
+
+    state parse_probe {
+        packet.extract(hdr.probe);
+        transition accept;
     }
 
     state parse_udp {
@@ -115,6 +122,7 @@ control FabricDeparser(packet_out packet, in parsed_headers_t hdr) {
         packet.emit(hdr.ethernet);
         packet.emit(hdr.mac_control);
         packet.emit(hdr.ipv4);
+        packet.emit(hdr.probe);
         packet.emit(hdr.udp);
         packet.emit(hdr.tcp);
         packet.emit(hdr.bth);

@@ -75,9 +75,11 @@ def test_a_mesh_probe_is_ipv4_protocol_253_with_a_valid_header_checksum() -> Non
     assert frame[24:26] == internet_checksum(header).to_bytes(2, "big")
     mesh = latency.parse_mesh(frame)
     assert mesh == latency.MeshFrame(0x0A000101, 0x0A000201, 26, 2, probe)
-    reply = latency.parse_mesh(latency.mesh_reply(mesh, 7, 26, 100, 150))
+    reply = latency.parse_mesh(
+        latency.mesh_frame(7, 8, 0x0A000201, 0x0A000101, dscp=26, probe=probe.reply(100, 150))
+    )
     assert reply is not None
-    assert (reply.src, reply.dst, reply.eth_src) == (0x0A000201, 0x0A000101, 7)
+    assert (reply.src, reply.dst, reply.eth_src) == (0x0A000201, 0x0A000101, 8)
     assert reply.probe == probe.reply(100, 150)
     assert latency.parse_link(frame) is None
 

@@ -434,7 +434,8 @@ PROBE_ADDRESS = 0x0A000001  # the ToR's gateway in tor_state
 def _probing_state() -> state_pb2.DesiredState:
     """tor_state probing its links and, as its one mesh target, its own probe address: cabled
     port 1 to port 2, a mesh probe out of either comes back in on the other, is answered by
-    this same agent (the ACL punts IPv4 protocol 253 on a ToR), and its answer returns."""
+    this same switch's data plane (the ACL answers IPv4 protocol 253 to the ToR's probe
+    address), and its answer returns to the agent."""
     state = tor_state(1)
     for n in state.neighbors:  # the plan says what the wire does: port 1 to port 2
         if n.port in (1, 2):

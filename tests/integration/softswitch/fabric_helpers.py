@@ -26,6 +26,7 @@ from scapy.layers.l2 import Ether
 
 from railfabric import ecmp, latency
 from railfabric import fabric_p4 as p4
+from railfabric.checksum import internet_checksum
 from railfabric.fabric_counters import NAK_SAMPLE_SESSION, RoceKind, roce_index
 from railfabric.p4info import DEFAULT_P4INFO
 from tests.conftest import Netns, Processes, ip
@@ -461,3 +462,72 @@ async def check_probe_punts(sw: fy.Switch, hosts: dict[int, Host], src: str, dst
     )
     await sw.write([fy.P4PacketOut(mesh, egress_port=2, _pad=0)])
     assert await asyncio.to_thread(hosts[2].capture, 1.5, is_probe, 0.5) == [mesh]
+
+
+async def check_probe_answers(sw: fy.Switch, hosts: dict[int, Host], src: str, dst: str) -> None:
+    """answer_probe (acl.p4): with entries for link probes (address 0) and mesh probes to
+    `dst`, a link request and a mesh request to `dst` from port 1 come back out of port 1 with
+    their addresses swapped and op a reply (payload and a valid IPv4 checksum kept) and reach
+    no one else; a reply, a mesh request to another address and a request to the broadcast
+    MAC come to the controller as sent."""
+    src_ip, dst_ip = (int(ipaddress.IPv4Address(a)) for a in (src, dst))
+    await add_member(sw, 102, 2)
+    await add_next_entry(sw, 100, member_id=102)
+    await add_routing_v4_entry(sw, "0.0.0.0/0", 100)  # a miss would route: it must not
+    entries = [
+        fy.P4TableEntry(
+            p4.ACL,
+            match=fy.P4TableMatch(**match),
+            action=fy.P4TableAction(p4.ANSWER_PROBE, address=address),
+            priority=100,
+        )
+        for match, address in (
+            ({"eth_type": latency.PROBE_ETH_TYPE}, 0),
+            ({"eth_type": latency.ETH_TYPE_IPV4, "ip_proto": latency.PROBE_IP_PROTO}, dst_ip),
+        )
+    ]
+    await sw.insert(entries)
+    me, them = 0x0200000000FE, 0x020000000001
+    request = latency.Probe(latency.OP_REQUEST, 1, 1, 7, 123_456_789)
+    reply = request.reply(0, 0)
+    link = latency.link_frame(me, them, request)
+    mesh = latency.mesh_frame(me, them, src_ip, dst_ip, dscp=26, probe=request)
+
+    def is_probe(frame: bytes) -> bool:
+        return latency.parse_mesh(frame) is not None or latency.parse_link(frame) is not None
+
+    for frame in (link, mesh):
+        hosts[1].send(frame)
+        (back,) = await asyncio.to_thread(hosts[1].capture, 1.5, is_probe, 0.5)
+        assert back[:12] == frame[6:12] + frame[:6]
+        if frame is link:
+            assert latency.parse_link(back) == (me, reply)
+        else:
+            assert latency.parse_mesh(back) == latency.MeshFrame(dst_ip, src_ip, 26, me, reply)
+            header = back[14:24] + bytes(2) + back[26:34]
+            assert internet_checksum(header) == int.from_bytes(back[24:26], "big")
+            assert back[22] == frame[22]  # not routed: the TTL as it came
+    assert await asyncio.to_thread(hosts[2].capture, 0.5, is_probe) == []
+
+    to_cpu = [
+        latency.link_frame(me, them, reply),
+        latency.mesh_frame(me, them, src_ip, dst_ip + 1, dscp=26, probe=request),
+        latency.link_frame(0xFFFF_FFFF_FFFF, them, request),
+    ]
+    got: list[bytes] = []
+
+    async def packet_ins() -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(1.5):
+                async for packet in sw.read_packets():
+                    if is_probe(packet.payload):
+                        assert packet.metadata["ingress_port"] == 1
+                        got.append(packet.payload)
+
+    listener = asyncio.create_task(packet_ins())
+    await asyncio.sleep(0.2)
+    for frame in to_cpu:
+        hosts[1].send(frame)
+    leaked = await asyncio.to_thread(hosts[1].capture, 1.0, is_probe)
+    await listener
+    assert leaked == [] and sorted(got) == sorted(to_cpu)

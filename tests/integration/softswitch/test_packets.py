@@ -30,6 +30,7 @@ from tests.integration.softswitch.fabric_helpers import (
     add_routing_v4_entry,
     build_hosts,
     check_nak_sampling,
+    check_probe_answers,
     check_probe_punts,
     check_qp_hashing,
     controller,
@@ -360,3 +361,8 @@ async def test_naks_are_counted_forwarded_and_sampled_once_per_interval(fabric: 
 async def test_probes_are_punted_by_the_acl_and_packet_outs_leave_untouched(fabric: Fabric) -> None:
     async with controller(fabric.address) as sw:
         await check_probe_punts(sw, fabric.hosts, SRC, "10.2.0.9")
+
+
+async def test_probe_requests_are_answered_by_the_data_plane(fabric: Fabric) -> None:
+    async with controller(fabric.address) as sw:
+        await check_probe_answers(sw, fabric.hosts, SRC, "10.2.0.9")

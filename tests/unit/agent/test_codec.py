@@ -60,7 +60,7 @@ def test_entities_carry_the_p4info_ids_and_contract_shapes(codec: Codec) -> None
     assert lldp.match[0].ternary.value == b"\x88\xcc"
 
 
-def test_mesh_probe_acl_matches_ipv4_protocol_253_and_reads_back_as_written(
+def test_mesh_probe_acl_answers_ipv4_protocol_253_to_the_address_and_reads_back(
     codec: Codec,
 ) -> None:
     state = tor_state()
@@ -73,6 +73,13 @@ def test_mesh_probe_acl_matches_ipv4_protocol_253_and_reads_back_as_written(
         (keys[p4.ACL_ETH_TYPE], b"\x08\x00", b"\xff\xff"),
         (keys[p4.ACL_IP_PROTO], b"\xfd", b"\xff"),
     }
+    # The data plane answers requests to the ToR's probe address (answer_probe's parameter).
+    assert (mesh.action, mesh.address) == (AclAction.ANSWER_PROBE, 0x0A000001)
+    answer = codec.actions[p4.ANSWER_PROBE]
+    assert wire.action.action.action_id == answer.id
+    assert [(q.param_id, q.value) for q in wire.action.action.params] == [
+        (answer.params[p4.ANSWER_PROBE_ADDRESS], b"\x0a\x00\x00\x01")
+    ]
     assert codec.decode(codec.encode(mesh)) == mesh
     # A spine (no probe address) routes mesh probes: no such entry.
     state.probing.address = 0

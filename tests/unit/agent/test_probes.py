@@ -1,4 +1,5 @@
-"""agent/probes.py: rounds, answers, timeouts and the reported histograms."""
+"""agent/probes.py: rounds, answers, timeouts and the reported histograms. The far end is the
+softswitch's model of fabric.p4's answer_probe (the data plane answers requests)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from agent.probes import LINK, MAX_PENDING, MESH, Planned, Prober
 from railfabric import latency
 from railfabric.latency import Result, read_results
 from railfabric.v1 import control_pb2, state_pb2
+from softswitch.pipeline import ETH_HLEN, IPV4_MIN_LEN, answer_probe
 
 pytestmark = pytest.mark.unit
 
@@ -22,9 +24,11 @@ UPLINKS = (3, 4)
 HOST_PORT = 1
 
 
-def state(address: int, *, per_round: int = 1, targets: int = 2) -> state_pb2.DesiredState:
+def state(
+    address: int, *, per_round: int = 1, targets: int = 2, uplinks: tuple[int, ...] = UPLINKS
+) -> state_pb2.DesiredState:
     s = state_pb2.DesiredState(switch_name="tor-a")
-    for port in UPLINKS:
+    for port in uplinks:
         s.neighbors.add(port=port, kind=state_pb2.PEER_KIND_SWITCH, peer_mac=0x0200000000F0 + port)
     s.neighbors.add(port=HOST_PORT, kind=state_pb2.PEER_KIND_HOST)
     s.probing.interval_ms = 1000
@@ -38,15 +42,20 @@ def state(address: int, *, per_round: int = 1, targets: int = 2) -> state_pb2.De
     return s
 
 
-def prober(address: int = A_ADDR, **kw: int) -> Prober:
+def prober(
+    address: int = A_ADDR, *, per_round: int = 1, uplinks: tuple[int, ...] = UPLINKS
+) -> Prober:
     p = Prober(lambda port: 0x020000000A00 + port)
-    p.configure(state(address, **kw))
+    p.configure(state(address, per_round=per_round, uplinks=uplinks))
     return p
 
 
-def far_end(address: int) -> Prober:
-    """Another ToR's agent: it only answers."""
-    return prober(address)
+def answered(frame: bytes, address: int = 0) -> bytes | None:
+    """The far switch's data plane: its answer to `frame` (it answers mesh probes to its probe
+    `address`), None when it passes the frame to its agent."""
+    ipv4 = frame[12:14] == latency.ETH_TYPE_IPV4.to_bytes(2, "big")
+    answer = answer_probe(frame, ETH_HLEN + IPV4_MIN_LEN if ipv4 else 0, address)
+    return None if answer is None else bytes(answer)
 
 
 def report(p: Prober, now: int) -> dict[tuple[int, int, str], Result]:
@@ -62,8 +71,13 @@ def test_of_a_cable_s_two_ends_one_sends_its_link_probes() -> None:
     def end(me: str, port: int, peer: str, peer_port: int) -> Prober:
         s = state_pb2.DesiredState(switch_name=me)
         s.neighbors.add(
-            port=port, kind=state_pb2.PEER_KIND_SWITCH, peer_name=peer, peer_port=peer_port
+            port=port,
+            kind=state_pb2.PEER_KIND_SWITCH,
+            peer_name=peer,
+            peer_port=peer_port,
+            peer_mac=0x0200000000F0,
         )
+        s.neighbors.add(port=7, kind=state_pb2.PEER_KIND_SWITCH, peer_name="zz")  # no MAC
         s.probing.interval_ms, s.probing.links = 1000, True
         p = Prober(lambda port: 0x020000000A00 + port)
         p.configure(s)
@@ -76,7 +90,8 @@ def test_of_a_cable_s_two_ends_one_sends_its_link_probes() -> None:
             for ends in ((a, pa, b, pb), (b, pb, a, pa))
         ]
         assert sorted(map(len, links)) == [0, 1], (a, pa, b, pb, links)
-    # The spine end of tor-r1-b1:3 -- spine-p1-1:1 probes it.
+    # The spine end of tor-r1-b1:3 -- spine-p1-1:1 probes it; port 7's neighbour has no MAC to
+    # address the probe to (and its answer would come from that address): not probed.
     assert [x.port for x in end("spine-p1-1", 1, "tor-r1-b1", 3).plan(lambda port: True)] == [1]
 
 
@@ -97,56 +112,68 @@ def test_a_round_probes_every_up_link_and_the_next_targets_on_every_up_uplink() 
 
 
 def test_an_answered_link_probe_reports_its_rtt_less_the_far_end_hold_time() -> None:
-    a, b = prober(), far_end(B_ADDR)
+    a = prober()
     planned = Planned(LINK, 3)
     frame = a.request(planned, now_ns=1_000 * MS)
     # The far end held it 2 ms: answer built by hand with those stamps.
     parsed = latency.parse_link(frame)
     assert parsed is not None
     reply = latency.link_frame(0, 0, parsed[1].reply(50 * MS, 52 * MS))
-    assert a.receive(reply, 3, 1_007 * MS) is None
+    a.receive(reply, 3, 1_007 * MS)
     r = report(a, 1_008 * MS)[(LINK, 3, "")]
     assert (r.sent, r.received) == (1, 1)
     assert r.rtt_min_ns == r.rtt_max_ns == r.rtt_sum_ns == 5 * MS
     assert list(r.bucket_index) == [latency.bucket_of(5 * MS)] and list(r.bucket_count) == [1]
-    # Answered by a real far end: the same cable back.
+    # Answered by the far data plane: to the port's MAC, from the neighbour's, the same cable
+    # back (it stamps no hold time: the RTT is all of it).
     frame = a.request(planned, now_ns=2_000 * MS)
-    echo = b.receive(frame, 3, 2_001 * MS)
-    assert echo is not None and latency.parse_link(echo) is not None
-    assert a.receive(echo, 4, 2_002 * MS) is None  # on another port: not this probe's cable
+    echo = answered(frame)
+    assert echo is not None
+    assert latency.parse_link(echo) == (0x0200000000F3, latency.Probe(
+        latency.OP_REPLY, LINK, 3, a._seq, 2_000 * MS
+    ))  # fmt: skip
+    assert echo[:6] == (0x020000000A03).to_bytes(6, "big")
+    a.receive(echo, 4, 2_002 * MS)  # on another port: not this probe's cable
     assert a.stats.stray == 1
-    assert a.receive(echo, 3, 2_002 * MS) is None
-    assert report(a, 2_003 * MS)[(LINK, 3, "")].received == 1
+    a.receive(echo, 3, 2_003 * MS)
+    assert report(a, 2_004 * MS)[(LINK, 3, "")].rtt_max_ns == 3 * MS
+    # A request reaching the agent was not for this switch (its data plane answers its own).
+    a.receive(a.request(planned, now_ns=2_005 * MS), 3, 2_006 * MS)
+    assert (a.stats.stray, a.stats.answered) == (2, 2)
 
 
 def test_a_mesh_probe_is_answered_by_the_target_only_and_back_to_where_it_came_from() -> None:
-    a, b, c = prober(), far_end(B_ADDR), far_end(C_ADDR)
+    a = prober()
     frame = a.request(Planned(MESH, 4, "tor-b", B_ADDR), now_ns=10 * MS)
-    assert c.receive(frame, 3, 11 * MS) is None and c.stats.stray == 1  # not its address
-    assert b.receive(frame, HOST_PORT, 11 * MS) is None  # from a server port: refused
-    echo = b.receive(frame, 3, 11 * MS)
+    assert answered(frame, C_ADDR) is None  # not its address: to its agent, a stray there
+    echo = answered(frame, B_ADDR)
     assert echo is not None
     mesh = latency.parse_mesh(echo)
     assert mesh is not None
     assert (mesh.src, mesh.dst, mesh.dscp) == (B_ADDR, A_ADDR, 26)
-    assert mesh.eth_src == 0x020000000A03  # b's port 3 MAC
-    # A forged answer (another source address) is stray; the real one resolves the probe.
+    # Back out of the port it came in on, from the MAC it was sent to (a's uplink 4's peer),
+    # to the MAC it came from (a's port 4): the spine routes it to a.
+    assert mesh.eth_src == 0x0200000000F4 and echo[:6] == (0x020000000A04).to_bytes(6, "big")
+    # A forged answer (another source address) is stray, as is one from a server port; the
+    # real one resolves the probe.
     forged = latency.mesh_frame(0, 0, C_ADDR, A_ADDR, dscp=0, probe=mesh.probe)
-    assert a.receive(forged, 3, 12 * MS) is None and a.stats.stray == 1
-    assert a.receive(echo, 3, 12 * MS) is None
+    a.receive(forged, 3, 12 * MS)
+    a.receive(echo, HOST_PORT, 12 * MS)
+    assert a.stats.stray == 2
+    a.receive(echo, 3, 12 * MS)
     r = report(a, 13 * MS)[(MESH, 4, "tor-b")]
     assert (r.sent, r.received, r.rtt_max_ns) == (1, 1, 2 * MS)
 
 
 def test_an_unanswered_probe_is_lost_once_and_a_late_answer_is_stray() -> None:
-    a, b = prober(), far_end(B_ADDR)
+    a = prober()
     frame = a.request(Planned(LINK, 3), now_ns=0)
-    echo = b.receive(frame, 3, 1)
+    echo = answered(frame)
     assert echo is not None
     assert report(a, 499 * MS) == {}  # not yet due
     r = report(a, 500 * MS)[(LINK, 3, "")]
     assert (r.sent, r.received, list(r.bucket_index)) == (1, 0, [])
-    assert a.receive(echo, 3, 501 * MS) is None
+    a.receive(echo, 3, 501 * MS)
     assert (a.stats.lost, a.stats.stray, report(a, 600 * MS)) == (1, 1, {})
 
 
@@ -159,7 +186,7 @@ def test_in_flight_probes_are_bounded() -> None:
 
 
 def test_healthy_uplinks_to_a_target_are_merged_and_a_slow_or_lossy_one_stands_alone() -> None:
-    a, b = prober(), far_end(B_ADDR)
+    a = prober(uplinks=(3, 4, 5, 6))
     assert a.probing is not None
     a.probing.slow_rtt_us = 3_000
     a.probing.targets.add(name="tor-d", address=C_ADDR + 1)
@@ -173,7 +200,7 @@ def test_healthy_uplinks_to_a_target_are_merged_and_a_slow_or_lossy_one_stands_a
         mesh = latency.parse_mesh(frame)
         assert mesh is not None
         reply = latency.mesh_frame(0, 0, address, A_ADDR, dscp=26, probe=mesh.probe.reply(0, 0))
-        assert a.receive(reply, port, sent + rtt_ms * MS) is None
+        a.receive(reply, port, sent + rtt_ms * MS)
 
     probe(3, "tor-b", 1)
     probe(4, "tor-b", 2)
@@ -196,9 +223,9 @@ def test_healthy_uplinks_to_a_target_are_merged_and_a_slow_or_lossy_one_stands_a
     assert got[(MESH, 4, "tor-d")].rtt_max_ns == 5 * MS
     assert (got[(MESH, 5, "tor-d")].sent, got[(MESH, 5, "tor-d")].received) == (1, 0)
     # Link probes are never merged: each is its cable's measurement.
-    b_frame = a.request(Planned(LINK, 3), now_ns=0)
-    echo = b.receive(b_frame, 3, 0)
-    assert echo is not None and a.receive(echo, 3, MS) is None
+    echo = answered(a.request(Planned(LINK, 3), now_ns=0))
+    assert echo is not None
+    a.receive(echo, 3, MS)
     assert set(report(a, 2 * MS)) == {(LINK, 3, "")}
 
 
@@ -220,7 +247,7 @@ def test_merging_loses_nothing_and_merges_only_healthy_uplinks(
     """Against a from-scratch tally per (uplink, target): per target, the results add up to
     every probe (sent, received, RTT buckets, sum, min, max); a port-0 result holds exactly the
     uplinks with no loss and no RTT above the threshold; the others stand alone."""
-    a = prober()
+    a = prober(uplinks=(3, 4, 5, 6))
     assert a.probing is not None
     a.probing.slow_rtt_us = slow_us
     scratch: dict[tuple[int, str], list[int | None]] = {}
@@ -276,7 +303,6 @@ class ProberMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.a = prober(per_round=2)
-        self.b, self.c = far_end(B_ADDR), far_end(C_ADDR)
         self.now = 0
         # (frame, port sent on, sent at) of probes in flight, as the far ends answer them.
         self.flying: list[tuple[Planned, bytes, int]] = []
@@ -295,8 +321,7 @@ class ProberMachine(RuleBasedStateMachine):
     @rule(i=st.integers(min_value=0))
     def far_end_answers(self, i: int) -> None:
         planned, frame, sent = self.flying.pop(i % len(self.flying))
-        far = self.b if planned.target != "tor-c" else self.c
-        echo = far.receive(frame, planned.port, self.now)
+        echo = answered(frame, planned.address)
         assert echo is not None
         self.echoes.append((planned, echo, sent))
 

@@ -65,7 +65,7 @@ def test_qos_ecn_pfc_and_the_control_acl() -> None:
     acl = {(e.eth_type, e.action) for e in pipeline.of_type(AclEntry)}  # type: ignore[union-attr]
     assert acl == {
         (0x88CC, AclAction.PUNT_TO_CPU),
-        (0x88B5, AclAction.PUNT_TO_CPU),  # link probes
+        (0x88B5, AclAction.ANSWER_PROBE),  # link probes: the data plane answers
         (0x8808, AclAction.DROP),
     }
 

@@ -11,7 +11,7 @@ from finsy import P4CounterUnit, P4Schema
 from finsy.p4schema import P4ActionScope
 from finsy.proto import p4i
 
-from railfabric import fabric_counters
+from railfabric import fabric_counters, latency
 from railfabric import fabric_p4 as p4
 from railfabric.fabric_counters import DropReason
 from railfabric.p4info import DEFAULT_P4INFO
@@ -33,7 +33,7 @@ TABLES: dict[str, tuple[list[tuple[str, int, int]], set[str], set[str], str | No
     p4.ACL: (
         [(p4.ACL_IG_PORT, 9, TERNARY), (p4.ACL_ETH_DST, 48, TERNARY),
          (p4.ACL_ETH_TYPE, 16, TERNARY), (p4.ACL_IP_PROTO, 8, TERNARY)],
-        {p4.PUNT_TO_CPU, p4.DROP, p4.NO_ACTION},
+        {p4.PUNT_TO_CPU, p4.ANSWER_PROBE, p4.DROP, p4.NO_ACTION},
         set(),
         None,
     ),
@@ -81,6 +81,7 @@ TABLES: dict[str, tuple[list[tuple[str, int, int]], set[str], set[str], str | No
 ACTIONS: dict[str, list[tuple[str, int]]] = {
     p4.NO_ACTION: [],
     p4.PUNT_TO_CPU: [],
+    p4.ANSWER_PROBE: [(p4.ANSWER_PROBE_ADDRESS, 32)],
     p4.DROP: [],
     p4.SET_TRAFFIC_CLASS: [(p4.SET_TRAFFIC_CLASS_TC, 3)],
     p4.SET_NEXT_ID: [(p4.SET_NEXT_ID_NEXT_ID, 32)],
@@ -485,3 +486,30 @@ def test_every_drop_site_sets_its_reason() -> None:
         for match in re.finditer(r"mark_to_drop\(standard_metadata\);", text):
             after = text[match.end() : match.end() + 400]
             assert "fabric_md.drop_reason = DROP_REASON_" in after, (path, after[:80])
+
+
+def test_probe_constants_are_the_protocol_s(p4_source: str) -> None:
+    """The probe frames the data plane answers are railfabric.latency's: its ethertype, IP
+    protocol, magic, version and ops, and probe_t is the payload's first bytes."""
+    consts = {
+        name: int(value, 0)
+        for name, value in re.findall(
+            r"\bconst\s+bit<\d+>\s+((?:PROBE|ETHERTYPE_PROBE|PROTO_PROBE)\w*)\s*=\s*(\w+)\s*;",
+            p4_source,
+        )
+    }
+    assert consts == {
+        "ETHERTYPE_PROBE": latency.PROBE_ETH_TYPE,
+        "PROTO_PROBE": latency.PROBE_IP_PROTO,
+        "PROBE_MAGIC": int.from_bytes(latency.MAGIC, "big"),
+        "PROBE_VERSION": latency.VERSION,
+        "PROBE_OP_REQUEST": latency.OP_REQUEST,
+        "PROBE_OP_REPLY": latency.OP_REPLY,
+    }
+    header = re.search(r"header\s+probe_t\s*\{([^}]*)\}", p4_source)
+    assert header is not None
+    widths = [int(w) for w in re.findall(r"bit<(\d+)>", header.group(1))]
+    # magic (4 bytes), version, op: the payload's layout (latency._PAYLOAD) starts so.
+    assert widths == [32, 8, 8]
+    request = latency.Probe(latency.OP_REQUEST, control_pb2.PROBE_KIND_MESH, 1, 2, 3).pack()
+    assert request[:6] == latency.MAGIC + bytes([latency.VERSION, latency.OP_REQUEST])

@@ -12,16 +12,18 @@ from finsy.proto import p4r
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from railfabric import ecmp
+from railfabric import ecmp, latency
 from railfabric import fabric_p4 as p4
+from railfabric.v1 import control_pb2
 from softswitch.p4state import Code
 from softswitch.pipeline import Pipeline
 from tests.p4_entries import SELECTOR, member, route
-from tests.unit.softswitch.conftest import DATA_PORTS, Apply
+from tests.unit.softswitch.conftest import CPU_PORT, DATA_PORTS, Apply
 
 pytestmark = pytest.mark.unit
 
 SRC, DST, SPORT = "192.0.2.1", "10.0.0.9", 49152
+BROADCAST = 0xFFFF_FFFF_FFFF
 
 
 def _group_of_all_ports(apply: Apply) -> None:
@@ -174,3 +176,55 @@ def test_traffic_matrix_counts_host_port_arrivals_by_destination_class(
     assert apply(-source()) == [Code.OK]
     assert pipeline.process(frame("10.0.1.1", 200), host_port) is not None
     assert _matrix_counts(pipeline) == {9: (3, 3 * small), 7: (1, large)}
+
+
+def _acl(action: fy.P4TableAction, eth_type: int, ip_proto: int | None = None) -> fy.P4TableEntry:
+    match = fy.P4TableMatch(eth_type=(eth_type, 0xFFFF))
+    if ip_proto is not None:
+        match["ip_proto"] = (ip_proto, 0xFF)
+    return fy.P4TableEntry(p4.ACL, match=match, action=action, priority=100)
+
+
+def test_acl_answers_probe_requests_in_the_data_plane(apply: Apply, pipeline: Pipeline) -> None:
+    """answer_probe (acl.p4): a link or mesh probe request goes back out of its port with its
+    addresses swapped and op a reply, the sender's payload and the IPv4 checksum kept; a
+    reply, a request to a group MAC and a mesh request for another address go to the CPU."""
+    _group_of_all_ports(apply)
+    me = int(ipaddress.IPv4Address("10.255.0.2"))
+    peer = int(ipaddress.IPv4Address("10.255.0.1"))
+    assert apply(
+        +_acl(fy.P4TableAction(p4.ANSWER_PROBE, address=0), latency.PROBE_ETH_TYPE),
+        +_acl(
+            fy.P4TableAction(p4.ANSWER_PROBE, address=me),
+            latency.ETH_TYPE_IPV4,
+            latency.PROBE_IP_PROTO,
+        ),
+    ) == [Code.OK, Code.OK]
+    port, mine, theirs = DATA_PORTS[1], 0x02_00_00_00_00_02, 0x02_00_00_00_00_01
+    request = latency.Probe(latency.OP_REQUEST, control_pb2.PROBE_KIND_LINK, 7, 42, 123_456)
+    fwd = pipeline.process(latency.link_frame(mine, theirs, request), port)
+    assert fwd is not None and fwd.port == port
+    parsed = latency.parse_link(bytes(fwd.frame))
+    assert parsed == (mine, request.reply(0, 0))
+    assert bytes(fwd.frame)[:6] == theirs.to_bytes(6, "big")
+
+    mesh = latency.mesh_frame(mine, theirs, peer, me, dscp=48, probe=request)
+    fwd = pipeline.process(mesh, port)
+    assert fwd is not None and fwd.port == port
+    answer = latency.parse_mesh(bytes(fwd.frame))
+    assert answer == latency.MeshFrame(me, peer, 48, mine, request.reply(0, 0))
+    ip = IP(bytes(fwd.frame)[14:])
+    del ip.chksum
+    assert IP(bytes(ip)).chksum == IP(bytes(fwd.frame)[14:]).chksum
+
+    to_cpu = [
+        latency.link_frame(mine, theirs, request.reply(0, 0)),  # a reply: the agent's
+        latency.link_frame(BROADCAST, theirs, request),  # a group address
+        latency.mesh_frame(mine, theirs, peer, me + 1, dscp=48, probe=request),  # not mine
+        latency.mesh_frame(mine, theirs, me, peer, dscp=48, probe=request.reply(0, 0)),
+    ]
+    for frame in to_cpu:
+        fwd = pipeline.process(frame, port)
+        assert fwd is not None and (fwd.port, bytes(fwd.frame)) == (CPU_PORT, frame)
+    # A frame of the probe ethertype too short for probe_t is malformed, as p4c's parser says.
+    assert pipeline.process(latency.link_frame(mine, theirs, request)[:18], port) is None
