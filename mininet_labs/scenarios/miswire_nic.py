@@ -9,6 +9,7 @@ before."""
 
 from __future__ import annotations
 
+import difflib
 import time
 
 from mininet_labs.lab import Lab
@@ -67,7 +68,9 @@ def servers_heard(lab: Lab) -> dict[tuple[str, int], admin_pb2.LldpPort] | None:
 
 def server_config(netns: str) -> str:
     """What the swap changes and putting it back must restore: links (names, MACs, state),
-    addresses, routes of every table, rules, static neighbours."""
+    addresses, routes of every table, rules, static neighbours. Each part's lines are sorted:
+    the kernel lists neighbours in hash order, which re-adding them changes (a configuration
+    the same in another order is the same)."""
     parts = [
         ip("-br", "link", netns=netns),
         ip("-br", "addr", netns=netns),
@@ -75,7 +78,7 @@ def server_config(netns: str) -> str:
         ip("rule", netns=netns),
         ip("neigh", "show", "nud", "permanent", netns=netns),
     ]
-    return "\n".join(parts)
+    return "\n".join(line for part in parts for line in sorted(part.splitlines()))
 
 
 def run(lab: Lab, budget: Budget) -> Result:
@@ -135,7 +138,8 @@ def run(lab: Lab, budget: Budget) -> Result:
     except LabError as err:
         problems.append(str(err))
     after = alarms(lab)
-    restored = server_config(a.netns) == config
+    now = server_config(a.netns)
+    restored = now == config
 
     if during != expect:
         missing = {k: v for k, v in expect.items() if during.get(k) != v}
@@ -149,7 +153,11 @@ def run(lab: Lab, budget: Budget) -> Result:
     if after:
         problems.append(f"alarms left after the cables were put back: {after}")
     if not restored:
-        problems.append(f"{host}'s configuration differs after the cables were put back")
+        diff = difflib.unified_diff(config.splitlines(), now.splitlines(), lineterm="", n=0)
+        changed = [line for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+        problems.append(
+            f"{host}'s configuration differs after the cables were put back: {changed[:12]}"
+        )
 
     table = Table(
         ("alarm", "expected", "raised"),
