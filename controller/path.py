@@ -262,7 +262,8 @@ def predict_probe(
         dst,
         creation_order=creation_order,
     )
-    # The far agent answers out of the port the probe came in on: the same cable back.
+    # The far switch's data plane answers out of the port the probe came in on (answer_probe):
+    # the same cable back.
     arrived_on = request.hops[-1].ingress_port
     reply = _probe_leg(
         routing,

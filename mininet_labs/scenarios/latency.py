@@ -13,10 +13,11 @@ The sample: the probes answered in each cell before and while slowed, and the wi
 The delay, each way, is DELAY_MS or, where the normal reading spreads wider, the worst
 normal p99 of the cable and the ToR's pairs and a margin: a mesh probe out of the slowed
 uplink may come back over another spine, so it carries one way of the delay, and it must
-stand out of the normal spread. Probes go through both agents' CPU paths (P4Runtime
-packet-in and packet-out on a shared 2-core machine), whose p99 is milliseconds to tens of
-milliseconds (up to ~80 ms with 8 samples a pair on 8 rails), not the microseconds of a
-hardware fabric. A spread too close to the probes' timeout to stand out of is a failure."""
+stand out of the normal spread. Probes go through the sender's CPU path (P4Runtime
+packet-out and packet-in on a shared 2-core machine; the far switch answers in its data
+plane) and softswitches in Python, whose p99 is milliseconds to tens of milliseconds, not the
+microseconds of a hardware fabric. A spread too close to the probes' timeout to stand out of
+is a failure."""
 
 from __future__ import annotations
 

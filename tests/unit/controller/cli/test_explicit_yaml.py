@@ -20,6 +20,7 @@ pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[4]
 FABRICS = [
     ROOT / "examples/lab-2rail.yaml",
+    ROOT / "examples/lab-6rail.yaml",
     ROOT / "examples/lab-8rail.yaml",
     ROOT / "examples/ref-mid.yaml",
     ROOT / "tests/unit/core/fabrics/pods.yaml",
