@@ -5,8 +5,11 @@ sent itself (PACKET_IGNORE_OUTGOING, or the PACKET_OUTGOING packet type on older
 finishes checksums a sending host left to offload (PACKET_AUXDATA, see offload.py).
 Reading is batched: a readable socket is drained up to `RX_BUDGET` frames per callback (Python
 has no recvmmsg), which keeps packet rates up while the P4Runtime server stays responsive in
-the same loop. Carrier comes from /sys/class/net/IF/carrier, polled like bmv2 polls port
-status, so a member whose watch_port lost carrier is skipped with no write.
+the same loop. Carrier comes from /sys/class/net/IF/carrier, so a member whose watch_port lost
+carrier is skipped with no write. It is read when the kernel announces a link change
+(rtnetlink's link group: a cable pull is seen in well under a millisecond, as an ASIC's
+link-down interrupt) and every CARRIER_CHECK_S besides; without rtnetlink, every
+CARRIER_POLL_S (bmv2 polls every 200 ms: docs/bmv2.md).
 """
 
 from __future__ import annotations
@@ -39,7 +42,9 @@ TPACKET_STATS = struct.Struct("II")  # struct tpacket_stats: tp_packets, tp_drop
 RX_BUDGET = 256  # frames read per readable callback before yielding to the loop
 MAX_FRAME = 65536  # GSO super-frames from a veth peer can exceed the MTU
 SOCKET_BUFFER = 4 * 1024 * 1024
-CARRIER_POLL_S = 0.05
+CARRIER_POLL_S = 0.05  # without rtnetlink link events
+CARRIER_CHECK_S = 1.0  # with them: a check that a lost event (a full socket) cannot outlast
+RTMGRP_LINK = 1  # rtnetlink multicast group of link changes (linux/rtnetlink.h)
 ANCILLARY_SPACE = socket.CMSG_SPACE(offload.AUXDATA.size)
 STATUS_LOW_BYTE = 0 if sys.byteorder == "little" else 3  # of the native-endian tp_status
 
@@ -174,6 +179,7 @@ class DataPlane:
         self._view = memoryview(self._buf)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._carrier_task: asyncio.Task[None] | None = None
+        self._link_events: socket.socket | None = None
         self.rx_frames = 0
         self.internal_errors = 0
         # Every attribute close() reads is set before a port can fail to open.
@@ -200,6 +206,9 @@ class DataPlane:
         for port in self.ports.values():
             self.switch.set_carrier(port.number, port.carrier())
             loop.add_reader(port.sock.fileno(), self._reader(port))
+        self._link_events = _link_events()
+        if self._link_events is not None:
+            loop.add_reader(self._link_events.fileno(), self._on_link_event)
         self._carrier_task = loop.create_task(self._poll_carrier(), name="softswitch-carrier")
 
     def _reader(self, port: Port) -> Callable[[], None]:
@@ -250,22 +259,66 @@ class DataPlane:
 
         return on_readable
 
-    async def _poll_carrier(self) -> None:
+    def check_carrier(self) -> None:
+        """Read every port's carrier and tell the switch of each change."""
+        for port in self.ports.values():
+            up = port.carrier()
+            if self.switch.carrier.get(port.number) != up:
+                state = "up" if up else "down"
+                LOG.info("port %d (%s) carrier %s", port.number, port.ifname, state)
+                self.switch.set_carrier(port.number, up)
+
+    def _on_link_event(self) -> None:
+        """A link changed in this namespace (any link: the carriers say whether it is ours).
+        ENOBUFS says events were lost; the check reads every port either way."""
+        assert self._link_events is not None
         while True:
-            for port in self.ports.values():
-                up = port.carrier()
-                if self.switch.carrier.get(port.number) != up:
-                    LOG.info(
-                        "port %d (%s) carrier %s", port.number, port.ifname, "up" if up else "down"
-                    )
-                    self.switch.set_carrier(port.number, up)
-            await asyncio.sleep(CARRIER_POLL_S)
+            try:
+                self._link_events.recv(65536)
+            except BlockingIOError:
+                break
+            except OSError as err:
+                if err.errno != errno.ENOBUFS:
+                    LOG.debug("rtnetlink link events: %s", err)
+                    break
+        self.check_carrier()
+
+    async def _poll_carrier(self) -> None:
+        every = CARRIER_CHECK_S if self._link_events is not None else CARRIER_POLL_S
+        while True:
+            self.check_carrier()
+            await asyncio.sleep(every)
 
     def close(self) -> None:
         if self._carrier_task is not None:
             self._carrier_task.cancel()
+        if self._link_events is not None:
+            if self._loop is not None:
+                self._loop.remove_reader(self._link_events.fileno())
+            self._link_events.close()
+            self._link_events = None
         for port in self.ports.values():
             if self._loop is not None:
                 self._loop.remove_reader(port.sock.fileno())
             port.close()
         self.ports.clear()
+
+
+def _link_events() -> socket.socket | None:
+    """A socket that becomes readable when a link of this namespace changes; None (and a
+    warning) where rtnetlink cannot be opened, and carrier is polled instead."""
+    sock: socket.socket | None = None
+    try:
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+        sock.bind((0, RTMGRP_LINK))
+        sock.setblocking(False)
+    except OSError as err:
+        if sock is not None:
+            sock.close()
+        LOG.warning(
+            "no rtnetlink link events (%s): carrier is polled every %d ms",
+            err,
+            CARRIER_POLL_S * 1000,
+        )
+        return None
+    return sock
