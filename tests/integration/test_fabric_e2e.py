@@ -197,7 +197,11 @@ def test_agent_restart_under_traffic_writes_nothing_and_loses_nothing(
         wait_for(f"the restarted agent of {switch} to apply its state", back, timeout_s=30)
         time.sleep(0.5)
     log = log_since(lab.agents[switch], offset)
-    assert "primary (election id" in log and "adopted the" in log, log
+    # Primary again. Whether it first adopted what the target held ("adopted the N entries")
+    # depends on whether its read-back finished before the controller's state came (it
+    # answers a Hello at once since pushes stopped waiting for the store's fsync); either way
+    # nothing may be written, which is what the rest checks.
+    assert "primary (election id" in log, log
     # The restarted agent's Applied reported no update written: no switch's count moved.
     assert updates_written(lab) == written, log
     assert reader.pipeline(switch) == before
