@@ -882,6 +882,13 @@ class FabricRouting:
         out.sort()
         return out
 
+    def routes_per_group(self, name: str) -> dict[int, int]:
+        """Group id -> how many of the switch's routes use it (every group is used)."""
+        x = self.switch_index(name)
+        out = {gid: bits.bit_count() for gid, bits in self.classes[x].items()}
+        out.update(dict.fromkeys(self.host_routes[x].values(), 1))
+        return out
+
     def routes(self, name: str) -> tuple[Route, ...]:
         """Every route of a switch (ToR prefixes and host routes), by prefix."""
         return tuple(Route(Prefix(a, n), g) for a, n, g in self.route_triples(name))

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from array import array
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sized
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence, Sized
 from typing import Any, TypeVar
 
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
@@ -57,51 +57,25 @@ class DeltaError(ValueError):
     """A delta that does not apply to the state it was given."""
 
 
-def route_keys(state: state_pb2.DesiredState) -> array[int] | None:
-    """The keys of `state`'s routes in field order (prefix address << 6 | length, which sorts
-    as (address, length)), for `apply_delta(route_keys=...)`; None when they are not strictly
-    ascending (then a delta is applied by building the routes by key)."""
-    keys = array("Q", [r.prefix.address << 6 | r.prefix.length for r in state.routes])
-    if any(a >= b for a, b in itertools.pairwise(keys)):
-        return None
-    return keys
-
-
 def apply_delta(
-    state: state_pb2.DesiredState,
-    delta: state_pb2.StateDelta,
-    route_keys: array[int] | None = None,
+    state: state_pb2.DesiredState, delta: state_pb2.StateDelta
 ) -> state_pb2.DesiredState:
     """The state at `delta.to_generation`, digest filled in: updated from `state`'s digest by
     the objects the delta replaces, adds and deletes (the same as a full state_digest), or
     computed afresh when `state` has no v2 digest. Raises DeltaError when `state` is not at
     `delta.from_generation` or a delete names an object the state does not have.
 
-    It costs what the delta touches: the new state is a copy of `state` (one C-level copy)
-    whose touched fields alone are rebuilt. A remote failure on a 100k-GPU fabric sends 1,648
-    switches a delta of one group each, against states of 1,600 routes; indexing every field
-    of every state made that cut take seconds. So a state whose routes point at missing groups
-    is refused only by a delta that touches routes or deletes groups.
-
-    `route_keys`: `route_keys(state)`, kept by a caller that applies many deltas. Routes are
-    then found by binary search, not indexed (a delta re-points one route of a 1,600-route
-    state), and the array is updated in place to the new state's keys (on success only)."""
-    if state.generation != delta.from_generation:
-        raise DeltaError(
-            f"{delta.switch_name}: delta is from generation {delta.from_generation}, "
-            f"state is at {state.generation}"
-        )
-    if delta.to_generation != delta.from_generation + 1:
-        raise DeltaError(
-            f"{delta.switch_name}: delta goes from {delta.from_generation} to "
-            f"{delta.to_generation}; it must advance by one"
-        )
+    It takes any state (an agent's, from the wire: fields in any order) and leaves it alone:
+    the new state is a copy of `state` (one C-level copy) whose touched fields alone are
+    rebuilt. A state whose routes point at missing groups is refused only by a delta that
+    touches routes or deletes groups. A caller that applies many deltas to one state of its
+    own making applies them in place (`apply_delta_in_place`), at the cost of what each
+    touches."""
+    _check_generations(state, delta)
     acc = _digest_to_update(state)
     groups = _touched(state.groups, _group_key, delta.upsert_groups, delta.delete_groups)
     routes: dict[Hashable, state_pb2.Route] | None = None
-    if route_keys is not None:
-        _check_deletes(route_keys, delta)
-    elif delta.upsert_routes or delta.delete_routes:
+    if delta.upsert_routes or delta.delete_routes:
         # Inlined _by(state.routes, _route_key): routes are most of a state.
         routes = {(r.prefix.address, r.prefix.length): r for r in state.routes}
     neighbors = _touched(
@@ -145,24 +119,10 @@ def apply_delta(
     if delta.upsert_routes or delta.delete_groups:
         # Only new routes, or groups that go, can leave a route without its group.
         live = {g.id for g in state.groups} if groups is None else set(groups)
-        # The upserted routes that remain (a later upsert of a prefix wins, a delete of it
-        # wins over both).
-        gone = {_prefix_key(p) for p in delta.delete_routes}
-        last = {_route_key(r): r.group_id for r in delta.upsert_routes}
-        used = {gid for k, gid in last.items() if k not in gone}
-        if delta.delete_groups:
-            # And the routes the delta leaves alone. By the caller's keys when it has them:
-            # a route that moves to a new group deletes the old one (every switch's delta when
-            # a cable returns), and indexing every route of 1,648 states for it made a restore
-            # on ref-100k take 13 s.
-            if routes is not None:
-                used = {r.group_id for r in routes.values()}
-            elif route_keys is not None:
-                touched = {a << 6 | n for a, n in gone | last.keys()}
-                kept = zip(route_keys, state.routes, strict=True)
-                used |= {r.group_id for k, r in kept if k not in touched}
-            else:
-                used |= {r.group_id for r in state.routes}
+        if routes is not None:
+            used = {r.group_id for r in routes.values()}
+        else:  # groups go, no route changes: every route stays
+            used = {r.group_id for r in state.routes}
         missing = used - live
         if missing:
             raise DeltaError(
@@ -172,10 +132,7 @@ def apply_delta(
     out.CopyFrom(state)
     out.generation = delta.to_generation
     _replace(out.groups, groups)
-    if route_keys is not None:
-        _routes_in_place(out.routes, route_keys, delta, acc)
-    else:
-        _replace(out.routes, routes)
+    _replace(out.routes, routes)
     _replace(out.neighbors, neighbors)
     _replace(out.ecn, ecn)
     _replace(out.pfc, pfc)
@@ -183,43 +140,208 @@ def apply_delta(
     return out
 
 
-def _check_deletes(keys: array[int], delta: state_pb2.StateDelta) -> None:
-    """Every route the delta deletes is in the state or upserted by the delta (before the
-    state is touched: a delta applies whole or not at all)."""
-    upserted = {r.prefix.address << 6 | r.prefix.length for r in delta.upsert_routes}
-    for prefix in delta.delete_routes:
-        k = prefix.address << 6 | prefix.length
-        i = bisect.bisect_left(keys, k)
-        if k not in upserted and (i == len(keys) or keys[i] != k):
-            raise DeltaError(f"{delta.switch_name}: delete of unknown route {_fmt(prefix)}")
+def _check_generations(state: state_pb2.DesiredState, delta: state_pb2.StateDelta) -> None:
+    if state.generation != delta.from_generation:
+        raise DeltaError(
+            f"{delta.switch_name}: delta is from generation {delta.from_generation}, "
+            f"state is at {state.generation}"
+        )
+    if delta.to_generation != delta.from_generation + 1:
+        raise DeltaError(
+            f"{delta.switch_name}: delta goes from {delta.from_generation} to "
+            f"{delta.to_generation}; it must advance by one"
+        )
 
 
-def _routes_in_place(
-    routes: RepeatedCompositeFieldContainer[state_pb2.Route],
-    keys: array[int],
-    delta: state_pb2.StateDelta,
-    acc: DigestAccumulator | None,
-) -> None:
-    """The delta's route changes on `routes` (ascending, with `keys` its keys), by position."""
+def _route_sort_key(r: state_pb2.Route) -> int:
+    """A route's key as one int that sorts as (address, length)."""
+    return r.prefix.address << 6 | r.prefix.length
+
+
+class StateIndex:
+    """Where the objects of one state are, for `apply_delta_in_place`: group id -> position
+    in `groups`, and (counted the first time a delta deletes a group) routes per group id.
+
+    Routes are found by binary search, so the state's routes must be strictly ascending by
+    (address, length): the controller's export makes them so and in-place application keeps
+    them so. The maker of the state vouches for it (`check` verifies it, for tests): checking
+    it here would read every route, which is what this index exists to avoid (a remote failure
+    on ref-100k changes one route in each of 1,648 states of 1,600 routes)."""
+
+    __slots__ = ("groups", "refs")
+
+    def __init__(
+        self, state: state_pb2.DesiredState, refs: Mapping[int, int] | None = None
+    ) -> None:
+        """`refs`: routes per group id of `state`, when its maker knows them (the caller
+        vouches), else they are counted when first needed."""
+        self.groups: dict[int, int] = {}
+        self.refs: dict[int, int] | None = None
+        self.rebuild(state)
+        if refs is not None:
+            self.refs = dict(refs)
+
+    def rebuild(self, state: state_pb2.DesiredState) -> None:
+        """Index `state` afresh (after it was changed other than in place)."""
+        self.groups = {g.id: i for i, g in enumerate(state.groups)}
+        if len(self.groups) != len(state.groups):
+            raise ValueError(f"{state.switch_name}: a group id repeats; no index")
+        self.refs = None
+
+    def route_refs(self, state: state_pb2.DesiredState) -> dict[int, int]:
+        if self.refs is None:
+            self.refs = Counter(r.group_id for r in state.routes)
+        return self.refs
+
+    @staticmethod
+    def check(state: state_pb2.DesiredState) -> bool:
+        """Whether `state` can be indexed: group ids unique, routes strictly ascending."""
+        keys = [_route_sort_key(r) for r in state.routes]
+        ids = [g.id for g in state.groups]
+        return len(set(ids)) == len(ids) and all(a < b for a, b in itertools.pairwise(keys))
+
+
+def _locate(routes: Sequence[state_pb2.Route], key: int) -> tuple[int, bool]:
+    """Where the route of `key` is in ascending `routes`, or would go; whether it is there."""
+    i = bisect.bisect_left(routes, key, key=_route_sort_key)
+    return i, i < len(routes) and _route_sort_key(routes[i]) == key
+
+
+def apply_delta_in_place(
+    state: state_pb2.DesiredState, delta: state_pb2.StateDelta, index: StateIndex
+) -> bool:
+    """Apply `delta` to `state` itself, as `apply_delta` would (same checks, same errors,
+    same resulting state and digest), at the cost of what the delta touches; `index` is
+    `state`'s and is kept up to date. Returns False, with `state` untouched, when the delta
+    changes nothing (the digest would stay); raises DeltaError, with `state` untouched, when it
+    does not apply: every check is made before anything is written.
+
+    Deltas of neighbours, ECN or PFC (a full state's business, never a link event's), or a
+    state without a v2 digest, go through `apply_delta` and a copy back."""
+    _check_generations(state, delta)
+    acc = _digest_to_update(state)
+    if (
+        acc is None
+        or delta.upsert_neighbors
+        or delta.delete_neighbors
+        or (delta.upsert_ecn or delta.upsert_pfc)
+    ):
+        new = apply_delta(state, delta)
+        if acc is not None and new.digest == state.digest:
+            return False
+        state.CopyFrom(new)
+        state.routes.sort(key=_route_sort_key)  # apply_delta keeps them in no order
+        index.rebuild(state)
+        return True
+    before = acc.value
+    groups, positions = state.groups, index.groups
+    # The final object of every group and route the delta names (None: deleted), in the
+    # order apply_delta uses: upserts (a later one wins), then deletes.
+    g_final: dict[int, state_pb2.NextHopGroup | None] = {}
+    for g in delta.upsert_groups:
+        g_final[g.id] = g
+    r_final: dict[int, state_pb2.Route | None] = {}
     for r in delta.upsert_routes:
-        k = r.prefix.address << 6 | r.prefix.length
-        i = bisect.bisect_left(keys, k)
-        if i < len(keys) and keys[i] == k:
-            if acc is not None:
-                acc.remove("route", routes[i])
-            routes[i].CopyFrom(r)
-        else:
-            routes.insert(i, r)
-            keys.insert(i, k)
-        if acc is not None:
-            acc.add("route", r)
+        r_final[_route_sort_key(r)] = r
+    routes = state.routes
+    where = {k: _locate(routes, k) for k in r_final}
     for prefix in delta.delete_routes:
         k = prefix.address << 6 | prefix.length
-        i = bisect.bisect_left(keys, k)
-        if acc is not None:
+        if k not in where:
+            where[k] = _locate(routes, k)
+        final = r_final.get(k, _ABSENT)
+        if final is None or (final is _ABSENT and not where[k][1]):
+            raise DeltaError(f"{delta.switch_name}: delete of unknown route {_fmt(prefix)}")
+        r_final[k] = None
+    for gid in delta.delete_groups:
+        final = g_final.get(gid, _ABSENT)
+        if final is None or (final is _ABSENT and gid not in positions):
+            raise DeltaError(f"{delta.switch_name}: delete of unknown group {gid}")
+        g_final[gid] = None
+    # Routes per group after the delta, for the groups it moves routes from or to.
+    moved: dict[int, int] = {}
+    for k, final in r_final.items():
+        i, present = where[k]
+        if present:
+            old = routes[i].group_id
+            moved[old] = moved.get(old, 0) - 1
+        if final is not None:
+            moved[final.group_id] = moved.get(final.group_id, 0) + 1
+    missing = {
+        gid
+        for gid, n in moved.items()
+        if n > 0 and (g_final[gid] is None if gid in g_final else gid not in positions)
+    }
+    if delta.delete_groups:
+        refs = index.route_refs(state)
+        missing.update(
+            gid
+            for gid, final in g_final.items()
+            if final is None and refs.get(gid, 0) + moved.get(gid, 0) > 0
+        )
+    if missing:
+        raise DeltaError(f"{delta.switch_name}: routes point at missing groups {sorted(missing)}")
+    for gid, final in g_final.items():
+        at = positions.get(gid)
+        if at is not None:
+            acc.remove("group", groups[at])
+        if final is not None:
+            acc.add("group", final)
+    for k, final in r_final.items():
+        i, present = where[k]
+        if present:
             acc.remove("route", routes[i])
-        del routes[i]
-        del keys[i]
+        if final is not None:
+            acc.add("route", final)
+    if acc.value == before:
+        return False
+    # Write. Groups: replaced where they are, new ones appended, deleted ones taken out.
+    dropped: list[int] = []
+    for gid, final in g_final.items():
+        at = positions.get(gid)
+        if at is None:
+            if final is not None:
+                positions[gid] = len(groups)
+                groups.append(final)
+        elif final is None:
+            dropped.append(at)
+        else:
+            groups[at].CopyFrom(final)
+    if dropped:
+        dropped.sort()
+        for i in reversed(dropped):
+            del groups[i]
+        # Each position moves down by the number of deleted ones before it.
+        index.groups = {
+            gid: at - bisect.bisect_left(dropped, at)
+            for gid, at in positions.items()
+            if g_final.get(gid, _ABSENT) is not None
+        }
+    # Routes from the highest key down: a change at position i moves only those after it,
+    # which are done, so the positions found above stay right.
+    for k in sorted(r_final, reverse=True):
+        final = r_final[k]
+        i, present = where[k]
+        if present:
+            if final is None:
+                del routes[i]
+            else:
+                routes[i].CopyFrom(final)
+        elif final is not None:
+            routes.insert(i, final)
+    if index.refs is not None:
+        refs = index.refs
+        for gid, n in moved.items():
+            refs[gid] = refs.get(gid, 0) + n
+        for gid, final in g_final.items():
+            if final is None:
+                refs.pop(gid, None)
+    state.generation = delta.to_generation
+    state.digest = acc.hex()
+    return True
+
+
+_ABSENT: Any = object()  # not named by the delta
 
 
 def _replace(field: RepeatedCompositeFieldContainer[M], objs: Mapping[Any, M] | None) -> None:

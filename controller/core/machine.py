@@ -19,7 +19,6 @@ links taken out.
 from __future__ import annotations
 
 import hashlib
-from array import array
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,7 +56,7 @@ from controller.core.records import (
     SwitchGenerations,
 )
 from controller.core.switches import SwitchView, UnknownSwitch, lookup
-from railfabric.delta import DeltaError, apply_delta, delta_size, route_keys
+from railfabric.delta import DeltaError, StateIndex, apply_delta_in_place, delta_size
 from railfabric.digest import state_digest
 from railfabric.v1 import admin_pb2, control_pb2, state_pb2
 
@@ -359,7 +358,8 @@ class DecisionCore:
             else:
                 generation = prev[0] + 1
             state.generation, state.digest = generation, digest
-            self.views[info.name] = SwitchView.of(info.name, state)
+            view = self.views[info.name] = SwitchView.of(info.name, state)
+            view.index = StateIndex(state, planner.route_counts(info.name))
             if prev != (generation, digest):
                 out.generations[info.name] = SwitchGeneration(info.name, generation, digest)
         # The cabling check of this plan, with what was heard so far and every cabling alarm
@@ -1239,17 +1239,19 @@ class DecisionCore:
             # return): the planner's state is the new state, and building it whole costs
             # 2-5 ms on ref-100k where applying the delta costs about 15 us a route. The delta
             # still goes out, with the new state's digest, which the agent checks.
-            new, keys = self._planned_state(v), None
+            new, index = self._planned_state(v)
+            if new.digest == v.state.digest:
+                return
+            v.state, v.index = new, index
         else:
-            if v.route_keys is None and routes_touched:
-                # Built when first needed: most deltas re-point groups only (a remote cut
-                # sends thousands of switches one group each), and building every switch's
-                # keys from its protobuf routes made the first such cut take seconds.
-                v.route_keys = route_keys(v.state)
-            # The keys are updated in place; a delta that changes nothing keeps them.
-            keys = None if v.route_keys is None else array("Q", v.route_keys)
+            # In place, at the cost of what the delta touches: a remote failure on ref-100k
+            # sends 1,648 switches a delta of one group and one route each, and copying each
+            # 1,600-route state for it was most of that cut's time.
+            if v.index is None:  # a view made other than by _load or _planned_state
+                v.index = StateIndex(v.state)
             try:
-                new = apply_delta(v.state, delta, keys)
+                if not apply_delta_in_place(v.state, delta, v.index):
+                    return
             except DeltaError as err:
                 # Cannot happen with in-order deltas; if it does, the planner's current state
                 # is still right: send that, with what was held for the switch (included).
@@ -1258,12 +1260,14 @@ class DecisionCore:
                     conv = self._pending.get(h.event_id)
                     if conv is not None:
                         conv.held -= 1
-                new, keys, snapshot, size = self._planned_state(v), None, True, 0
-        if new.digest == v.state.digest:
-            return
+                planned, index = self._planned_state(v)
+                if planned.digest == v.state.digest:
+                    return
+                v.state, v.index = planned, index
+                snapshot, size = True, 0
+        new = v.state
         if not snapshot:
             delta.digest = new.digest
-        v.state, v.route_keys = new, keys
         out.generations[switch] = SwitchGeneration(switch, new.generation, new.digest)
         out.objects += size
         if not v.connected:
@@ -1280,12 +1284,12 @@ class DecisionCore:
             conv.switches += 1
             conv.entries += size
 
-    def _planned_state(self, v: SwitchView) -> state_pb2.DesiredState:
-        """The planner's state for `v` as the next generation of its chain."""
+    def _planned_state(self, v: SwitchView) -> tuple[state_pb2.DesiredState, StateIndex]:
+        """The planner's state for `v` as the next generation of its chain, and its index."""
         new = self.planner.full_state(v.name)
         new.switch_name = v.name
         new.generation, new.digest = v.state.generation + 1, new.digest or state_digest(new)
-        return new
+        return new, StateIndex(new, self.planner.route_counts(v.name))
 
     def _send_snapshot(self, v: SwitchView, out: _Out) -> None:
         out.effects.append(Push(v.name, control_pb2.ControllerMessage(desired_state=v.state)))
@@ -1313,8 +1317,10 @@ class DecisionCore:
         if (
             not self._pending
             and not self._held
-            and not self.tracker.down_links()
+            and len(self.routing_log) > ROUTING_LOG_LIMIT
             and sum(not step.joined for step in self.routing_log) > ROUTING_LOG_LIMIT
+            # Last: it reads every link (135k on ref-100k, ~80 ms a convergence).
+            and not self.tracker.down_links()
         ):
             self._compact(now, out)
 

@@ -72,7 +72,15 @@ class Planner(Protocol):
 
     def full_state(self, switch: str) -> state_pb2.DesiredState:
         """The complete desired state of `switch` under the current link set (generation 0,
-        digest filled in or empty; the core numbers it, and digests it when empty)."""
+        digest filled in or empty; the core numbers it, and digests it when empty). Routes
+        strictly ascending by (address, length), group ids unique: the core applies deltas
+        to it in place and finds routes by binary search (railfabric.delta.StateIndex)."""
+        ...
+
+    def route_counts(self, switch: str) -> Mapping[int, int]:
+        """Group id -> how many routes of `full_state(switch)` point at it, for the state as
+        it is now (asked together with full_state): what the core's in-place deltas check a
+        group deletion against, without reading every route of the state."""
         ...
 
     def set_links_usable(

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from array import array
 from collections import deque
 from dataclasses import dataclass, field
 
 from controller.core.matrix import MATRIX_REPORTS, MatrixReport
+from railfabric.delta import StateIndex
 from railfabric.v1 import control_pb2, state_pb2
 
 
@@ -44,9 +44,9 @@ class SwitchView:
     hello_ports: dict[int, control_pb2.PortInfo] = field(default_factory=dict)
     # The target as the agent last reported it (Hello or TargetHealth); None before that.
     target_health: control_pb2.TargetHealth | None = None
-    # `state`'s route keys (railfabric.delta.route_keys), made at its first delta and kept
-    # with it: a delta then finds its routes by binary search.
-    route_keys: array[int] | None = None
+    # Where `state`'s objects are (railfabric.delta.StateIndex), for applying deltas to it in
+    # place: made with the state (with the planner's count of routes per group).
+    index: StateIndex | None = None
     # A ToR's last traffic matrix reports (controller.core.matrix), newest last.
     matrix_reports: deque[MatrixReport] = field(
         default_factory=lambda: deque(maxlen=MATRIX_REPORTS)
@@ -54,7 +54,7 @@ class SwitchView:
 
     # Fields that go with the state (from the intent); every other field is observed and
     # survives a reload.
-    INTENT_FIELDS = frozenset({"name", "state", "ports", "route_keys"})
+    INTENT_FIELDS = frozenset({"name", "state", "ports", "index"})
 
     @classmethod
     def of(cls, name: str, state: state_pb2.DesiredState) -> SwitchView:

@@ -122,6 +122,9 @@ class CorePlanner:
     def full_state(self, switch: str) -> state_pb2.DesiredState:
         return export.desired_state(self.routing, switch)
 
+    def route_counts(self, switch: str) -> Mapping[int, int]:
+        return self.routing.routes_per_group(switch)
+
     def set_links_usable(
         self, changes: Sequence[tuple[str, bool]], *, deltas: bool = True
     ) -> Mapping[str, state_pb2.StateDelta]:

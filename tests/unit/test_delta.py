@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from railfabric.delta import DeltaError, apply_delta, delta_size, diff_states, route_keys
+from railfabric.delta import (
+    DeltaError,
+    StateIndex,
+    apply_delta,
+    apply_delta_in_place,
+    delta_size,
+    diff_states,
+)
 from railfabric.digest import canonical, state_digest
 from railfabric.v1 import state_pb2
 
@@ -92,42 +102,131 @@ def test_diff_then_apply_reaches_the_new_state(
         assert delta_size(delta) == 0
 
 
+def _sorted_state(state: state_pb2.DesiredState) -> state_pb2.DesiredState:
+    """`state` as the controller makes them: routes ascending, a v2 digest."""
+    state.routes.sort(key=lambda r: (r.prefix.address, r.prefix.length))
+    state.digest = state_digest(state)
+    return state
+
+
+def _copy(state: state_pb2.DesiredState) -> state_pb2.DesiredState:
+    out = state_pb2.DesiredState()
+    out.CopyFrom(state)
+    return out
+
+
+def _assert_index_current(state: state_pb2.DesiredState, index: StateIndex) -> None:
+    assert StateIndex.check(state)  # routes still ascending, group ids unique
+    assert index.groups == StateIndex(state).groups
+    if index.refs is not None:
+        assert {g: n for g, n in index.refs.items() if n} == Counter(
+            r.group_id for r in state.routes
+        )
+
+
 @settings(max_examples=200, deadline=None)
-@given(states(), states())
-def test_by_route_keys_gives_the_same_state_and_keeps_routes_sorted(
-    old: state_pb2.DesiredState, new: state_pb2.DesiredState
+@given(st.lists(states(), min_size=2, max_size=5))
+def test_in_place_follows_a_chain_as_apply_delta_does(chain: list[state_pb2.DesiredState]) -> None:
+    """A chain of deltas applied in place to one state with one index (the controller's way)
+    against apply_delta's copies, step by step."""
+    here = _sorted_state(chain[0])
+    index = StateIndex(here)
+    reference = _copy(here)
+    for new in chain[1:]:
+        for port in {e.port for e in reference.ecn} - {e.port for e in new.ecn}:
+            new.ecn.add(port=port, traffic_class=3)
+        _only_full_states_change(reference, new)
+        new.generation = reference.generation + 1
+        delta = diff_states(reference, new)
+        expected = apply_delta(reference, delta)
+        changed = apply_delta_in_place(here, delta, index)
+        if not changed:  # nothing changed: the state is untouched, generation included
+            assert expected.digest == reference.digest
+            assert canonical(here) == canonical(reference)  # apply_delta's order is not kept
+            assert here.generation == reference.generation
+            continue
+        assert here.digest == expected.digest == state_digest(here) == state_digest(new)
+        assert canonical(here) == canonical(expected)
+        _assert_index_current(here, index)
+        reference = expected
+
+
+_delta_ops = st.fixed_dictionaries(
+    {
+        "upsert_groups": st.lists(st.integers(1, 9), max_size=3),
+        "delete_groups": st.lists(st.integers(1, 9), max_size=2),
+        "upsert_routes": st.lists(st.tuples(_prefixes, st.integers(1, 9)), max_size=3),
+        "delete_routes": st.lists(_prefixes, max_size=2),
+    }
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(states(), st.lists(_delta_ops, min_size=1, max_size=4))
+def test_in_place_refuses_and_accepts_what_apply_delta_does(
+    old: state_pb2.DesiredState, ops: list[dict[str, list[Any]]]
 ) -> None:
-    """The caller-kept keys path (binary search, in place) against building routes by key."""
-    old.routes.sort(key=lambda r: (r.prefix.address, r.prefix.length))
-    for port in {e.port for e in old.ecn} - {e.port for e in new.ecn}:
-        new.ecn.add(port=port, traffic_class=3)
-    _only_full_states_change(old, new)
-    old.digest = state_digest(old)
-    delta = diff_states(old, new)
-    keys = route_keys(old)
-    assert keys is not None
-    by_keys = apply_delta(old, delta, keys)
-    plain = apply_delta(old, delta)
-    assert by_keys.digest == plain.digest == state_digest(by_keys) == state_digest(new)
-    assert canonical(by_keys) == canonical(plain)
-    assert keys == route_keys(by_keys)  # updated in place, and still ascending
+    """Arbitrary deltas, most of them wrong (unknown deletes, routes to missing groups): in
+    place gives apply_delta's result or its error, and a refused delta leaves state and index
+    as they were."""
+    here = _sorted_state(old)
+    index = StateIndex(here)
+    reference = _copy(here)
+    for op in ops:
+        delta = state_pb2.StateDelta(
+            switch_name="tor",
+            from_generation=reference.generation,
+            to_generation=reference.generation + 1,
+            delete_groups=op["delete_groups"],
+        )
+        for gid in op["upsert_groups"]:
+            delta.upsert_groups.add(id=gid, next_hops=[state_pb2.NextHop(port=gid, dmac=9)])
+        for (third, length), gid in op["upsert_routes"]:
+            delta.upsert_routes.add(
+                prefix=state_pb2.Ipv4Prefix(address=(10 << 24) | (third << 8), length=length),
+                group_id=gid,
+            )
+        for third, length in op["delete_routes"]:
+            delta.delete_routes.add(address=(10 << 24) | (third << 8), length=length)
+        try:
+            expected = apply_delta(reference, delta)
+        except DeltaError as err:
+            before = _copy(here)
+            with pytest.raises(DeltaError) as got:
+                apply_delta_in_place(here, delta, index)
+            assert str(got.value) == str(err)
+            assert here == before
+            _assert_index_current(here, index)
+            continue
+        changed = apply_delta_in_place(here, delta, index)
+        assert changed == (expected.digest != reference.digest)
+        if changed:
+            assert canonical(here) == canonical(expected) and here.digest == expected.digest
+            reference = expected
+        _assert_index_current(here, index)
 
 
-def test_by_route_keys_a_refused_delta_leaves_the_keys_alone() -> None:
-    old = state_pb2.DesiredState(switch_name="tor", generation=1)
-    old.groups.add(id=4, next_hops=[state_pb2.NextHop(port=1)])
-    old.routes.add(prefix=state_pb2.Ipv4Prefix(address=0x0A000000, length=24), group_id=4)
-    keys = route_keys(old)
-    assert keys is not None
-    before = list(keys)
+def test_in_place_counts_routes_per_group_only_when_a_group_goes() -> None:
+    state = state_pb2.DesiredState(switch_name="tor", generation=1)
+    for gid in (4, 5):
+        state.groups.add(id=gid, next_hops=[state_pb2.NextHop(port=gid)])
+    state.routes.add(prefix=state_pb2.Ipv4Prefix(address=0x0A000000, length=24), group_id=4)
+    state = _sorted_state(state)
+    index = StateIndex(state)
     delta = state_pb2.StateDelta(switch_name="tor", from_generation=1, to_generation=2)
-    delta.upsert_routes.add(prefix=state_pb2.Ipv4Prefix(address=0x0B000000, length=8), group_id=4)
-    delta.delete_routes.add(address=0x0A000100, length=24)
-    with pytest.raises(DeltaError, match=r"unknown route 10.0.1.0/24"):
-        apply_delta(old, delta, keys)
-    assert list(keys) == before
-    old.routes.add(prefix=state_pb2.Ipv4Prefix(address=0x09000000, length=8), group_id=4)
-    assert route_keys(old) is None  # not ascending: no keys, routes are built by key
+    delta.upsert_routes.add(prefix=state_pb2.Ipv4Prefix(address=0x0A000000, length=24), group_id=5)
+    assert apply_delta_in_place(state, delta, index)
+    assert index.refs is None  # a route moved: no count of every route needed
+    delta = state_pb2.StateDelta(
+        switch_name="tor", from_generation=2, to_generation=3, delete_groups=[5]
+    )
+    with pytest.raises(DeltaError, match=r"routes point at missing groups \[5\]"):
+        apply_delta_in_place(state, delta, index)
+    assert index.refs == {5: 1}
+    delta.delete_groups[:] = [4]
+    assert apply_delta_in_place(state, delta, index)
+    assert [g.id for g in state.groups] == [5] and index.groups == {5: 0}
+    assert state.digest == state_digest(state)
 
 
 def test_delta_for_another_generation_is_refused() -> None:
@@ -146,11 +245,8 @@ def test_deleting_a_group_still_in_use_is_refused() -> None:
     )
     with pytest.raises(DeltaError, match=r"routes point at missing groups \[4\]"):
         apply_delta(old, delta)
-    keys = route_keys(old)
-    assert keys is not None
     with pytest.raises(DeltaError, match=r"routes point at missing groups \[4\]"):
-        apply_delta(old, delta, keys)  # by the caller's keys too
-    assert list(keys) == list(route_keys(old) or [])
+        apply_delta_in_place(_sorted_state(old), delta, StateIndex(old))  # in place too
     delta = state_pb2.StateDelta(
         switch_name="tor",
         from_generation=1,

@@ -60,6 +60,9 @@ class StaticPlanner(CorePlanner):
     def full_state(self, switch: str) -> state_pb2.DesiredState:
         return state_pb2.DesiredState(switch_name=switch)
 
+    def route_counts(self, switch: str) -> Mapping[int, int]:
+        return {}
+
     def set_link_usable(self, key: str, usable: bool) -> Mapping[str, state_pb2.StateDelta]:
         return {}
 

@@ -5,7 +5,7 @@ everything valley-free-connected is reachable)."""
 from __future__ import annotations
 
 import random
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -311,6 +311,10 @@ def test_incremental_equals_full_under_random_failures(
         assert {p: groups[g] for p, g in routes.items()} == routing.next_hops_by_prefix(sw.name)
         assert (
             routing.reach[routing.switch_index(sw.name)] == full.reach[full.switch_index(sw.name)]
+        )
+        # What the core checks group deletions against: counted from the routes themselves.
+        assert routing.routes_per_group(sw.name) == Counter(
+            r.group_id for r in routing.routes(sw.name)
         )
     # Reachability against the oracle, and no failed link on any path (walk_all asserts it).
     for i, a in enumerate(fabric.nics):

@@ -315,7 +315,7 @@ def test_reload_carries_every_observed_field_of_a_switch_view() -> None:
     """A field added to SwitchView is carried over a reload unless it is declared as coming
     from the intent; this fails when someone adds an intent field without saying so."""
     names = {f.name for f in dataclasses.fields(SwitchView)}
-    assert {"name", "state", "ports", "route_keys"} == SwitchView.INTENT_FIELDS
+    assert {"name", "state", "ports", "index"} == SwitchView.INTENT_FIELDS
     old = SwitchView.of("s", state_pb2.DesiredState(generation=3))
     new = SwitchView.of("s", state_pb2.DesiredState(generation=4))
     for i, f in enumerate(sorted(names - SwitchView.INTENT_FIELDS)):
