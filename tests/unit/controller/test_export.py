@@ -7,8 +7,10 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from controller import qos
+from controller import export, qos
 from controller.export import MESH_FULL_MAX_TORS, desired_state, state_delta
 from controller.fabric import RoceIntent
 from controller.intent import load_fabric, load_fabric_text
@@ -303,3 +305,27 @@ def test_a_large_fabrics_mesh_covers_every_rail_and_pod_pair_and_spreads_evenly(
     # Deterministic: the intent alone decides it.
     again = FabricRouting(load_fabric_text(_SPARSE))
     assert all(desired_state(again, n).probing.targets == targets[n] for n in targets)
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_routes_by_runs_of_destinations_are_the_routes_one_by_one(data: st.DataObject) -> None:
+    """A state's routes are joined from per-group rows of entries, a slice per run of
+    consecutive destinations, with host routes in between: byte for byte and sum for sum what
+    building them route by route gives, under any cables out (split groups too)."""
+    fabric = dataclasses.replace(
+        load_fabric(LAB), max_ecmp_group_size=data.draw(st.sampled_from([2, 3, 64]))
+    )
+    if data.draw(st.booleans(), label="prefixes out of destination order"):
+        fabric = dataclasses.replace(fabric, switches=tuple(reversed(fabric.switches)))
+    routing = FabricRouting(fabric)
+    cables = [(ln.a, ln.a_port) for ln in fabric.links] + [(n.switch, n.port) for n in fabric.nics]
+    for _ in range(data.draw(st.integers(0, 3), label="batches")):
+        ends = data.draw(st.lists(st.sampled_from(cables), max_size=6, unique=True))
+        routing.apply([LinkEvent(s, p, data.draw(st.booleans())) for s, p in ends])
+    ascending = export._route_rows(routing) is not None
+    keys = [(p.address, p.length) for p in routing.topo.dest_prefix]
+    assert ascending == (keys == sorted(keys))
+    for x, sw in enumerate(fabric.switches):
+        expected = export._route_entries(routing.route_triples(sw.name))
+        assert export._routes_part(routing, x) == expected, sw.name
