@@ -48,6 +48,10 @@ class TablesUnavailable(Exception):
     its session ended first."""
 
 
+# Why an outbox closes when the agent's side of the stream ended (never sent: nobody reads).
+_READER_ENDED = "the agent's stream ended"
+
+
 class _Session:
     def __init__(
         self,
@@ -208,33 +212,26 @@ class ControlService(control_pb2_grpc.FabricControlServicer):
         reader = asyncio.create_task(
             self._read(name, request_iterator, session), name=f"read-{name}"
         )
-        getter: asyncio.Task[control_pb2.ControllerMessage] | None = None
+        # The agent's side ending ends the outbox's wait: one await per message, not a task
+        # and an asyncio.wait (thousands of sessions are pushed to at once on a large fabric).
+        reader.add_done_callback(lambda _: session.outbox.close(_READER_ENDED))
         try:
             if self.term:
                 # The term first: an agent that moved here refuses its old leader from now on,
                 # even when this leader has nothing to push to it.
                 yield control_pb2.ControllerMessage(term=self.term)
             while True:
-                getter = asyncio.create_task(session.outbox.get(), name=f"outbox-{name}")
-                done, _ = await asyncio.wait({getter, reader}, return_when=asyncio.FIRST_COMPLETED)
-                if getter not in done:
-                    getter.cancel()
-                    reader.result()  # re-raises what ended the reader
-                    return
                 try:
-                    msg = getter.result()
+                    msg = await session.outbox.get()
                 except Closed as closed:
+                    if reader.done():
+                        reader.result()  # re-raises what ended the reader
+                        return
                     await context.abort(grpc.StatusCode.ABORTED, closed.reason)
                 msg.term = self.term
                 yield msg
         finally:
             reader.cancel()
-            # The stream cancelled while waiting (a stop): the getter fails with Closed, which
-            # nobody would retrieve ("Task exception was never retrieved" in the log).
-            if getter is not None and not getter.done():
-                getter.cancel()
-            elif getter is not None and not getter.cancelled():
-                getter.exception()
             session.ended.set()
             session.fail_table_reads(
                 f"{name}: the agent's session ended ({session.close_reason or 'stream closed'}) "
