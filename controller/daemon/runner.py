@@ -32,7 +32,8 @@ from typing import ParamSpec, Protocol
 from controller.core.clock import Now
 from controller.core.effects import CloseSession, Effect, Log, Persist, Push, Schedule
 from controller.core.machine import DecisionCore
-from controller.core.records import EventRecord, Record
+from controller.core.records import EventRecord, Record, RoutingReset
+from railfabric.collector import freeze_rebuilt
 from railfabric.v1 import admin_pb2, control_pb2
 
 log = logging.getLogger("railfabric.controller")
@@ -117,12 +118,15 @@ class Runner:
             return None
         durable: concurrent.futures.Future[bool] | None = None
         deliveries: list[Push | CloseSession] = []
+        rebuilt = False  # routing recomputed from scratch: every desired state is new
         for effect in effects:
             if isinstance(effect, Persist):
                 durable = self.writer.submit(effect.records)
                 for record in effect.records:
                     if isinstance(record, EventRecord):
                         self.on_event(record.event)
+                    elif isinstance(record, RoutingReset):
+                        rebuilt = True
             elif isinstance(effect, Push | CloseSession):
                 deliveries.append(effect)
             elif isinstance(effect, Log):
@@ -133,6 +137,8 @@ class Runner:
         if deliveries:
             fence = durable if self.on_unwritten is not None else None
             self._deliveries.put_nowait((fence, deliveries))
+        if rebuilt:
+            freeze_rebuilt()
         return durable
 
     async def deliver(self) -> None:
