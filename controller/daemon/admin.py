@@ -464,9 +464,14 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
         self, request: admin_pb2.GetSwitchStateRequest, context: _Ctx
     ) -> state_pb2.DesiredState:
         try:
-            return self.fabric.view(request.switch_name).state
+            state = self.fabric.view(request.switch_name).state
         except UnknownSwitch as err:
             await context.abort(grpc.StatusCode.NOT_FOUND, str(err))
+        # A copy: the core applies deltas to its states in place, and gRPC serializes the
+        # answer after this returns.
+        out = state_pb2.DesiredState()
+        out.CopyFrom(state)
+        return out
 
     async def ListEvents(
         self, request: admin_pb2.ListEventsRequest, context: _Ctx

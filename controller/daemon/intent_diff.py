@@ -8,8 +8,9 @@ or drained): what a reload would serve. A route the new intent lacks is withdraw
 of a switch it drops included), one it has and the running intent does not is added, one whose
 ports differ is changed.
 
-`running` is taken on the event loop (references only: the core replaces a desired state, it
-never edits one); `diff` runs off it (asyncio.to_thread).
+`running` is taken on the event loop (each desired state serialized: the core applies deltas
+to its states in place, so a thread must not read them while the loop goes on); `diff` runs
+off it (asyncio.to_thread).
 """
 
 from __future__ import annotations
@@ -31,23 +32,23 @@ class Running:
     """The running intent, as a diff needs it."""
 
     fabric_name: str
-    states: Mapping[str, state_pb2.DesiredState]
+    # Each switch's desired state, serialized (a copy the loop's deltas do not reach).
+    states: Mapping[str, bytes]
     links: frozenset[str]
     # Links routing avoids now: unusable as observed, or drained.
     unroutable: frozenset[str]
-
-    @property
-    def routes_installed(self) -> int:
-        return sum(len(s.routes) for s in self.states.values())
+    routes_installed: int
 
 
 def running(core: DecisionCore) -> Running:
-    """On the event loop: references to what the core holds now."""
+    """On the event loop: what the core holds now, each state serialized (in C, ~140 us for a
+    ref-100k ToR's; a message copy takes three times that)."""
     return Running(
         fabric_name=core.planner.fabric_name,
-        states={name: v.state for name, v in core.views.items()},
+        states={name: v.state.SerializeToString() for name, v in core.views.items()},
         links=frozenset(link.key for link in core.links()),
         unroutable=frozenset(core.unroutable_links()),
+        routes_installed=sum(len(v.state.routes) for v in core.views.values()),
     )
 
 
@@ -97,8 +98,8 @@ def diff(run: Running, planner: CorePlanner) -> admin_pb2.DiffIntentResponse:
         routes_installed=run.routes_installed,
     )
     for name in sorted(set(new_routes) | set(run.states)):
-        state = run.states.get(name)
-        old = state_routes(state) if state is not None else {}
+        data = run.states.get(name)
+        old = state_routes(state_pb2.DesiredState.FromString(data)) if data is not None else {}
         new = new_routes.get(name, {})
         if old == new:
             continue

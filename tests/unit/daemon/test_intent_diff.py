@@ -9,6 +9,7 @@ from controller.daemon import intent_diff, reloads
 from controller.daemon.core_planner import CorePlanner
 from controller.intent import load_fabric, to_explicit_yaml
 from controller.yamlnodes import IntentError
+from railfabric.v1 import control_pb2
 from tests.unit.core.harness import LAB, Harness
 
 pytestmark = pytest.mark.unit
@@ -68,3 +69,14 @@ def test_a_file_of_another_fabric_or_that_does_not_load_is_refused_as_a_reload_w
         planner(LAB.read_text().replace("name: lab-2rail", "name: x"))
     with pytest.raises(IntentError, match=r"new.yaml:\d+: .*rialz"):
         planner(LAB.read_text().replace("rails: 2", "rails: 2\nrialz: 3"))
+
+
+def test_the_running_side_is_what_the_core_held_when_taken() -> None:
+    """The diff runs off the loop while the core goes on applying deltas to its states in
+    place: what `running` took must not move with them."""
+    h = connected()
+    run = intent_diff.running(h.core)
+    h.run(h.core.port_status("tor-r1-b1", control_pb2.PortStatus(port=3, up=False), h.now))
+    reply = intent_diff.diff(run, planner(LAB.read_text()))
+    assert not reply.switches, "the running side saw the cut made after it was taken"
+    assert not reply.links_added and not reply.links_removed
