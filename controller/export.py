@@ -331,14 +331,17 @@ def _route_entries(triples: Iterable[tuple[int, int, int]]) -> tuple[bytes, int]
     parts: list[bytes] = []
     total = 0
     for triple in triples:
-        entry, digest = _ROUTES.get(triple) or _route_entry(triple)
+        entry, digest = _route_entry(triple)
         parts.append(entry)
         total += digest
     return b"".join(parts), total
 
 
 def _route_entry(triple: tuple[int, int, int]) -> tuple[bytes, int]:
-    """One route's serialized `routes` entry and digest hash, made and cached."""
+    """One route's serialized `routes` entry and digest hash, from the cache or made there."""
+    hit = _ROUTES.get(triple)
+    if hit is not None:
+        return hit
     address, length, group_id = triple
     msg = state_pb2.Route(group_id=group_id)
     msg.prefix.address, msg.prefix.length = address, length
@@ -358,9 +361,8 @@ class _RouteRows:
     LIMIT = 512  # group ids kept (a row is ~100 kB on ref-100k); a bound, not a policy
     SHAPES = 1024  # switches' routes kept whole; a bound, not a policy
 
-    def __init__(self, topo: Any) -> None:
-        self.prefixes: list[Prefix] = topo.dest_prefix
-        self.keys = [(p.address, p.length) for p in self.prefixes]
+    def __init__(self, keys: list[tuple[int, int]]) -> None:
+        self.keys = keys  # (address, length) of each destination, ascending
         self.rows: dict[int, tuple[list[bytes], list[int]]] = {}
         # The routes of switches without host routes, by their classes ((gid, bits), by
         # gid): the spines of a plane, and the cores, have the same classes, which interleave
@@ -376,7 +378,7 @@ class _RouteRows:
             sums = [0]
             for address, length in self.keys:
                 triple = (address, length, gid)
-                entry, digest = _ROUTES.get(triple) or _route_entry(triple)
+                entry, digest = _route_entry(triple)
                 entries.append(entry)
                 sums.append(sums[-1] + digest)
             hit = self.rows[gid] = (entries, sums)
@@ -391,7 +393,7 @@ def _route_rows(routing: FabricRouting) -> _RouteRows | None:
     if topo not in _ROUTE_ROWS:
         keys = [(p.address, p.length) for p in topo.dest_prefix]
         ascending = all(a < b for a, b in itertools.pairwise(keys))
-        _ROUTE_ROWS[topo] = _RouteRows(topo) if ascending else None
+        _ROUTE_ROWS[topo] = _RouteRows(keys) if ascending else None
     return _ROUTE_ROWS[topo]
 
 
@@ -437,9 +439,7 @@ def _routes_by_runs(routing: FabricRouting, x: int, rows: _RouteRows) -> tuple[b
                 parts.append(b"".join(entries[at:pos]))
                 total += sums[pos] - sums[at]
                 at = pos
-            entry, digest = _ROUTES.get((address, 32, host_gid)) or _route_entry(
-                (address, 32, host_gid)
-            )
+            entry, digest = _route_entry((address, 32, host_gid))
             parts.append(entry)
             total += digest
             h += 1
