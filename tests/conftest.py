@@ -3,14 +3,18 @@ and child processes that are always killed. Tiers are pytest markers (see pyproj
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import pytest
 
@@ -31,6 +35,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason="needs root for network namespaces"))
         if no_mininet and item.get_closest_marker("lab"):
             item.add_marker(pytest.mark.skip(reason="mininet (mnexec) is not installed"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> Generator[None, Any, Any]:
+    """A test over its time (pytest-timeout, pyproject's `timeout`) fails with the stack of
+    every asyncio task before the threads' stacks pytest-timeout prints: a hung await shows
+    where it waits, where the main thread alone would show only the event loop's select()."""
+    result = yield
+    inner = signal.getsignal(signal.SIGALRM)
+    if callable(inner):
+
+        def tasks_then_inner(signum: int, frame: FrameType | None) -> None:
+            loop = asyncio.events._get_running_loop()
+            if loop is not None:
+                for task in asyncio.all_tasks(loop):
+                    print(f"~~~~ asyncio {task!r}", file=sys.stderr)
+                    task.print_stack(file=sys.stderr)
+            inner(signum, frame)
+
+        signal.signal(signal.SIGALRM, tasks_then_inner)
+    return result
 
 
 @pytest.fixture
