@@ -25,7 +25,7 @@ import enum
 import logging
 import ssl
 import threading
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,8 @@ from typing import Any
 import grpc
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+
+from railfabric.refusal import after_first_request
 
 log = logging.getLogger("railfabric.tls")
 
@@ -374,11 +376,13 @@ class RoleGuard(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
 def _guarded(handler: Any, method: str, guard: RoleGuard) -> grpc.RpcMethodHandler:  # type: ignore[type-arg]
     """`handler` with the guard's check before its behaviour, whatever its arity."""
 
-    async def deny(context: Any) -> bool:
+    async def deny(context: Any, requests: AsyncIterator[Any] | None = None) -> bool:
         why = guard.refusal(method, context)
         if why is None:
             return False
         log.warning("refused %s from %s: %s", method, context.peer(), why)
+        if requests is not None:  # the client's write of it must not turn this into INTERNAL
+            await after_first_request(requests)
         await context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
         return True
 
@@ -407,14 +411,14 @@ def _guarded(handler: Any, method: str, guard: RoleGuard) -> grpc.RpcMethodHandl
         inner_su = handler.stream_unary
 
         async def stream_unary(requests: Any, context: Any) -> Any:
-            await deny(context)
+            await deny(context, requests)
             return await inner_su(requests, context)
 
         return grpc.stream_unary_rpc_method_handler(stream_unary, **kwargs)
     inner_ss = handler.stream_stream
 
     async def stream_stream(requests: Any, context: Any) -> Any:
-        await deny(context)
+        await deny(context, requests)
         async for reply in inner_ss(requests, context):
             yield reply
 

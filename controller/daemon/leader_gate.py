@@ -31,6 +31,7 @@ from google.protobuf import descriptor_pool
 
 from controller.daemon.election import Leader
 from railfabric.redirect import FOLLOWER_REVISION_KEY, LEADER_KEY, unreachable_of
+from railfabric.refusal import after_first_request
 from railfabric.v1 import admin_pb2
 
 # How long a call naming an unreachable leader is held, by default: a lease of 2 s and 1 s.
@@ -151,16 +152,19 @@ class LeaderGate(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         self.redirected += 1
         details, metadata = self._why()
 
-        async def refuse(_request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        requests, responses = kind
+
+        async def refuse(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            if requests:  # the client's write of it must not turn the refusal into INTERNAL
+                await after_first_request(request)
             await context.abort(grpc.StatusCode.UNAVAILABLE, details, metadata)
 
         async def refuse_streaming(
-            _request: Any, context: grpc.aio.ServicerContext[Any, Any]
+            request: Any, context: grpc.aio.ServicerContext[Any, Any]
         ) -> Any:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, details, metadata)
+            await refuse(request, context)
             yield  # an async generator, as a streaming handler must be
 
-        requests, responses = kind
         if requests and responses:
             return grpc.stream_stream_rpc_method_handler(refuse_streaming)
         if responses:

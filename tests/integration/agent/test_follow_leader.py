@@ -19,6 +19,7 @@ from controller.daemon.leader_gate import LeaderGate
 from railfabric.redirect import leader_of
 from railfabric.v1 import control_pb2, control_pb2_grpc, state_pb2
 from tests.integration.agent.test_session import Agent, _running, _until
+from tests.integration.refusal_race import first_write_after_refusal, server_in_thread
 
 pytestmark = pytest.mark.integration
 
@@ -116,7 +117,9 @@ async def test_a_deposed_leader_is_not_obeyed(
             await _until(lambda: old_replica.hellos >= 2)
             assert agent.messages.empty(), "a message of an older term reached the agent"
             assert session.term == 9
-            assert "term 4, older than term 9" in session.last_error
+            # Said when it happened (last_error may already be a later try's, at port a).
+            said = [r.getMessage() for r in caplog.records]
+            assert any("term 4, older than term 9" in m for m in said), said
         finally:
             await old.stop(grace=None)
 
@@ -161,3 +164,18 @@ async def test_no_leader_yet_is_unavailable_without_a_name(free_port: Callable[[
             assert leader_of(refused.value.trailing_metadata()) is None
     finally:
         await server.stop(grace=None)
+
+
+async def test_a_refusal_reaches_the_client_as_sent(free_port: Callable[[], int]) -> None:
+    """A follower refusing a session whose hello is not yet written: the client's write of it
+    fails in gRPC core, which grpc.aio reports as INTERNAL "Internal error from Core" in place
+    of the refusal, unless the refusal waits for the hello (railfabric.refusal)."""
+    port, leader = free_port(), f"127.0.0.1:{free_port()}"
+    with server_in_thread(lambda: _serve(port, Replica(1), _gate(False, leader, 1))):
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            refused = await first_write_after_refusal(
+                control_pb2_grpc.FabricControlStub(channel).Session(None),
+                control_pb2.AgentMessage(hello=control_pb2.Hello(switch_name="x")),
+            )
+    assert refused.code() == grpc.StatusCode.UNAVAILABLE, refused
+    assert leader_of(refused.trailing_metadata()) == leader

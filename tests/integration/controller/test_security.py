@@ -15,6 +15,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -22,6 +23,7 @@ import pytest
 from cryptography import x509
 from grpc_reflection.v1alpha import reflection_pb2_grpc
 
+from controller.daemon.main import access_rules
 from mininet_labs.processes import free_port as _free_port
 from railfabric import pki as railpki
 from railfabric import tls
@@ -30,6 +32,11 @@ from railfabric.v1 import admin_pb2, admin_pb2_grpc, control_pb2, control_pb2_gr
 from tests import pki
 from tests.conftest import Processes
 from tests.integration.controller.test_controller_daemon import CONTROLLER, LAB, Agent, start
+from tests.integration.refusal_race import (
+    NotReached,
+    first_write_after_refusal,
+    server_in_thread,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -135,14 +142,35 @@ async def test_an_operator_certificate_cannot_open_a_switch_session(
 ) -> None:
     address, _, _ = await _tls_controller(processes, tmp_path)
     async with pki.channel(address, pki.operator()) as channel:
-        # The role guard refuses the stream before the handler reads a message, so the test
-        # writes none: a Hello written while the server refuses can fail on its own, and a
-        # failed write turns the call's status into INTERNAL "Internal error from Core"
-        # (seen in CI on a loaded machine). The status is what the test is about.
+        # The guard reads the Hello before refusing, so its write cannot turn the status
+        # into INTERNAL (test_a_role_refusal_reaches_the_client_as_sent).
         call = control_pb2_grpc.FabricControlStub(channel).Session(None, timeout=10)
+        await call.write(control_pb2.AgentMessage(hello=control_pb2.Hello(switch_name="tor-r1-b1")))
         assert await call.code() == grpc.StatusCode.PERMISSION_DENIED
         assert "the peer is operator/" in (await call.details() or "")
     assert not (await _switches(address))["tor-r1-b1"].connected
+
+
+async def test_a_role_refusal_reaches_the_client_as_sent(free_port: Callable[[], int]) -> None:
+    """The role guard refusing a session whose hello is not yet written: without waiting for
+    it (railfabric.refusal) the client would see INTERNAL "Internal error from Core"."""
+    port = free_port()
+
+    async def start_guarded() -> grpc.aio.Server:
+        server = grpc.aio.server(interceptors=[tls.RoleGuard(access_rules(), insecure=False)])
+        control_pb2_grpc.add_FabricControlServicer_to_server(NotReached(), server)
+        tls.add_port(server, f"127.0.0.1:{port}", tls.ServerTls(pki.controller()))
+        await server.start()
+        return server
+
+    with server_in_thread(start_guarded):
+        async with pki.channel(f"127.0.0.1:{port}", pki.operator()) as channel:
+            refused = await first_write_after_refusal(
+                control_pb2_grpc.FabricControlStub(channel).Session(None),
+                control_pb2.AgentMessage(hello=control_pb2.Hello(switch_name="tor-r1-b1")),
+            )
+    assert refused.code() == grpc.StatusCode.PERMISSION_DENIED, refused
+    assert "the peer is operator/" in (refused.details() or "")
 
 
 async def test_plaintext_and_foreign_ca_clients_do_not_get_past_the_handshake(
