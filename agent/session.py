@@ -38,6 +38,7 @@ import grpc
 from railfabric import tls
 from railfabric.grpcopts import channel_options
 from railfabric.redirect import UNREACHABLE_KEY, leader_of
+from railfabric.tasks import cancel_and_wait
 from railfabric.v1 import control_pb2, control_pb2_grpc
 
 LOG = logging.getLogger("railfabric.agent.session")
@@ -320,10 +321,9 @@ class ControllerSession:
                         self._refusal_logged = None
                     await self._on_message(reply)
             finally:
-                writer.cancel()
                 call.cancel()
-                with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
-                    await writer
+                # The writer's end is the stream's, which the reader reports.
+                await cancel_and_wait(writer)
 
 
 class Unreachable(Exception):

@@ -27,6 +27,7 @@ from finsy.proto import U128, p4r, p4r_grpc, rpc_status
 
 from railfabric import p4bytes, tls
 from railfabric.grpcopts import server_options
+from railfabric.tasks import cancel_and_wait
 from softswitch.arbitration import Arbiter, ArbitrationAnswer
 from softswitch.codes import Code, P4Error
 from softswitch.requestguard import GuardedServer, UndecodableRequest
@@ -288,11 +289,13 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             if failure:
                 await self._abort(context, failure[0].code, failure[0].message)
         finally:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
-            self.streams.discard(stream)
-            self._deliver(self.arbiter.remove(stream))
+            try:
+                err = await cancel_and_wait(reader)
+            finally:  # also when this handler is cancelled meanwhile (the client left)
+                self.streams.discard(stream)
+                self._deliver(self.arbiter.remove(stream))
+            if err is not None:
+                raise err
 
     async def _stream_reader(
         self,

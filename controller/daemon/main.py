@@ -55,6 +55,7 @@ from railfabric import cli, tls
 from railfabric.collector import freeze_start_up
 from railfabric.grpcopts import server_options
 from railfabric.metrics import MetricsError
+from railfabric.tasks import cancel_and_wait
 from railfabric.v1 import admin_pb2, admin_pb2_grpc, control_pb2, control_pb2_grpc
 
 log = logging.getLogger("railfabric.controller")
@@ -462,9 +463,8 @@ async def _until(work: Awaitable[Leader], stop: asyncio.Event) -> Leader | None:
     stopped.cancel()
     if task.done():
         return task.result()
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    if (err := await cancel_and_wait(task)) is not None:
+        raise err
     return None
 
 
