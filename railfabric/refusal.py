@@ -4,8 +4,8 @@ When a server ends a call while the client's write of its first request is still
 that write fails in the client's gRPC core and grpc.aio reports the call as INTERNAL
 "Internal error from Core" in place of the status the server sent (grpc/aio/_call.py,
 `_write`): an agent refused by a follower would not learn the leader's address, nor one
-refused by the identity check why. Seen as one session in ~20 going to the wrong place under
-load (tests/integration/agent/test_follow_leader.py). So a refusal of a client-streaming call
+refused by the identity check why (seen in 1 of ~20 runs of a follower test under load:
+tests/integration/agent/test_follow_leader.py). So a refusal of a client-streaming call
 first reads the client's first request, for at most FIRST_REQUEST_S: once the server holds it,
 the client's write is done, and the status reaches the client as sent.
 """
