@@ -400,7 +400,8 @@ class DecisionCore:
         v.agent_version, v.last_seen_wall_ns = hello.agent_version, now.wall_ns
         v.applied_generation, v.applied_digest = hello.applied_generation, hello.applied_digest
         v.applied_errors = []
-        v.hello_ports = {port.port: _port_info(port) for port in hello.ports}
+        v.port_carrier = {port.port: port.oper_up for port in hello.ports}
+        v.port_names = {port.port: port.ifname for port in hello.ports}
         self._event(
             out,
             ev.event(
@@ -529,7 +530,7 @@ class DecisionCore:
             )
             return self._finish(out, now)
         v.last_seen_wall_ns = now.wall_ns
-        v.hello_ports.setdefault(msg.port, control_pb2.PortInfo(port=msg.port)).oper_up = msg.up
+        v.port_carrier[msg.port] = msg.up
         change = admin_pb2.PortChange(
             up=msg.up,
             groups_repaired=msg.groups_repaired,
@@ -1460,13 +1461,6 @@ _LINK_STATE = {
     LinkState.DAMPED: admin_pb2.LINK_STATE_DAMPED,
     LinkState.UNKNOWN: admin_pb2.LINK_STATE_UNKNOWN,
 }
-
-
-def _port_info(port: control_pb2.PortInfo) -> control_pb2.PortInfo:
-    """A copy the view owns (PortStatus updates its carrier; the Hello stays as received)."""
-    out = control_pb2.PortInfo()
-    out.CopyFrom(port)
-    return out
 
 
 def link_state_message(state: LinkState) -> admin_pb2.LinkState.ValueType:

@@ -40,7 +40,7 @@ def interfaces(core: DecisionCore, switch: str, port: int) -> list[admin_pb2.Int
 
 def switch_ports(v: SwitchView) -> list[int]:
     """The planned ports and any the agent reported beyond them, ascending."""
-    return sorted(set(v.ports).union(v.hello_ports))
+    return sorted(set(v.ports).union(v.port_carrier))
 
 
 def _closest_port(port: int, ports: list[int]) -> str:
@@ -78,12 +78,12 @@ class _Switch:
     def interface(self, port: int) -> admin_pb2.Interface:
         v = self.v
         out = admin_pb2.Interface(switch_name=v.name, port=port)
-        reported = v.hello_ports.get(port)
-        if reported is None:
+        carrier = v.port_carrier.get(port)
+        if carrier is None:
             out.oper = admin_pb2.OPER_STATE_UNKNOWN
         else:
-            out.ifname = reported.ifname
-            out.oper = admin_pb2.OPER_STATE_UP if reported.oper_up else admin_pb2.OPER_STATE_DOWN
+            out.ifname = v.port_names.get(port, "")
+            out.oper = admin_pb2.OPER_STATE_UP if carrier else admin_pb2.OPER_STATE_DOWN
         out.speed_mbps = self.speed.get(port, 0)
         neighbor = self.neighbor.get(port)
         if neighbor is not None:
