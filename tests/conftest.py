@@ -47,11 +47,13 @@ def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> Generator[None
     if callable(inner):
 
         def tasks_then_inner(signum: int, frame: FrameType | None) -> None:
-            loop = asyncio.events._get_running_loop()
-            if loop is not None:
-                for task in asyncio.all_tasks(loop):
-                    print(f"~~~~ asyncio {task!r}", file=sys.stderr)
-                    task.print_stack(file=sys.stderr)
+            try:  # the handler runs on the main thread, inside its event loop if one runs
+                tasks = asyncio.all_tasks(asyncio.get_running_loop())
+            except RuntimeError:
+                tasks = set()
+            for task in tasks:
+                print(f"~~~~ asyncio {task!r}", file=sys.stderr)
+                task.print_stack(file=sys.stderr)
             inner(signum, frame)
 
         signal.signal(signal.SIGALRM, tasks_then_inner)

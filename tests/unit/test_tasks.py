@@ -9,6 +9,8 @@ import pytest
 
 from railfabric.tasks import cancel_and_wait
 
+pytestmark = pytest.mark.unit
+
 
 async def _slow_to_end(ended: asyncio.Event, then: BaseException | None = None) -> None:
     """A task that takes a while to end once cancelled (a stream closing), then raises `then`
