@@ -52,7 +52,7 @@ from controller.web.app import WebError, WebView
 from controller.web.live import Hub
 from controller.yamlnodes import IntentError
 from railfabric import cli, tls
-from railfabric.collector import freeze_start_up
+from railfabric.collector import freeze_start_up, full_collections
 from railfabric.grpcopts import server_options
 from railfabric.metrics import MetricsError
 from railfabric.tasks import cancel_and_wait
@@ -647,6 +647,9 @@ async def _serve(
                 tg.create_task(runner.timers(), name="core-timers"),
                 tg.create_task(runner.deliver(), name="push-delivery"),
                 tg.create_task(reloader.on_signals(reload), name="reload"),
+                tg.create_task(
+                    full_collections(lambda: runner.last_input_s), name="full-collections"
+                ),
             ]
             if where.etcd is not None:
                 log.info("state kept in %s (term %d)", where, control.term)

@@ -82,6 +82,9 @@ class Runner:
         ] = asyncio.Queue()
         self._deadline: int | None = None
         self._rescheduled = asyncio.Event()
+        # time.monotonic() of the last input applied: full collections wait for a quiet moment
+        # (railfabric.collector.full_collections).
+        self.last_input_s = 0.0
 
     def input(
         self, decide: Callable[[Now], Sequence[Effect]]
@@ -116,6 +119,7 @@ class Runner:
     def apply(self, effects: Sequence[Effect]) -> concurrent.futures.Future[bool] | None:
         if self.halted:
             return None
+        self.last_input_s = time.monotonic()
         durable: concurrent.futures.Future[bool] | None = None
         deliveries: list[Push | CloseSession] = []
         rebuilt = False  # routing recomputed from scratch: every desired state is new

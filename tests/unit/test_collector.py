@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import time
 import weakref
 
 import pytest
 
-from railfabric.collector import freeze_start_up
+from railfabric.collector import freeze_start_up, full_collections
 
 pytestmark = pytest.mark.unit
 
@@ -31,3 +33,55 @@ def test_start_up_is_frozen_and_its_garbage_collected_first() -> None:
     finally:
         gc.unfreeze()
     assert any(obj is kept for obj in gc.get_objects(2))
+
+
+async def test_full_collections_come_on_the_clock_at_a_quiet_moment() -> None:
+    """No automatic full collection while the task runs; one per period, after the inputs
+    have paused, or after the wait for a pause when they never do; thresholds restored."""
+    before = gc.get_threshold()
+    busy_until = time.monotonic() + 0.3  # inputs for the first 0.3 s
+    collected: list[float] = []
+    done = asyncio.Event()
+
+    def last_input() -> float:
+        now = time.monotonic()
+        return now if now < busy_until else busy_until
+
+    def collect() -> None:
+        collected.append(time.monotonic())
+        if len(collected) == 2:
+            done.set()
+
+    started = time.monotonic()
+    task = asyncio.create_task(
+        full_collections(last_input, every_s=0.05, quiet_s=0.02, quiet_wait_s=60, collect=collect)
+    )
+    await asyncio.sleep(0)
+    assert gc.get_threshold()[2] > 1_000_000  # the allocation-driven full collections are off
+    assert gc.get_threshold()[:2] == before[:2]
+    async with asyncio.timeout(30):
+        await done.wait()
+    assert collected[0] - started >= 0.3, "a full collection came while inputs ran"
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert gc.get_threshold() == before
+
+    # Inputs that never pause: the collection comes after the wait for a pause.
+    never_quiet: list[float] = []
+    task = asyncio.create_task(
+        full_collections(
+            time.monotonic,
+            every_s=0.01,
+            quiet_s=0.01,
+            quiet_wait_s=0.05,
+            collect=lambda: never_quiet.append(time.monotonic()),
+        )
+    )
+    async with asyncio.timeout(30):
+        while not never_quiet:  # noqa: ASYNC110  (polls what the task under test records)
+            await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert gc.get_threshold() == before

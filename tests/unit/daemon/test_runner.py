@@ -9,6 +9,7 @@ import asyncio
 import concurrent.futures
 import gc
 import threading
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import cast
 
@@ -167,3 +168,14 @@ async def test_a_routing_rebuild_takes_its_objects_out_of_full_collections(
         assert gc.get_freeze_count() >= len(kept)
     finally:
         gc.unfreeze()
+
+
+async def test_every_input_marks_the_time_full_collections_wait_after(
+    running: tuple[Runner, Writer, Outlet],
+) -> None:
+    """railfabric.collector.full_collections waits for a moment without input: the runner
+    says when its last one was."""
+    runner, _, _ = running
+    before = time.monotonic()
+    runner.apply([push("a", 1)])
+    assert before <= runner.last_input_s <= time.monotonic()
