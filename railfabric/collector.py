@@ -58,7 +58,8 @@ async def full_collections(
     collecting 0-5 objects, and so fell inside the cuts (bench.swarm ref-100k, gc callbacks).
     `last_input`: time.monotonic() of the daemon's last input. Until cancelled; the
     collector's thresholds are restored then. Cyclic garbage waits for the next full
-    collection, `every_s` at most (a full collection finds almost none here)."""
+    collection, `every_s` plus `quiet_wait_s` at most (a full collection finds almost none
+    here)."""
     thresholds = gc.get_threshold()
     gc.set_threshold(thresholds[0], thresholds[1], _NO_AUTOMATIC_FULL)
     try:
