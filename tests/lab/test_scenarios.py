@@ -63,11 +63,13 @@ def test_failover_recovers_from_every_cut(lab: Lab) -> None:
     assert m["repetitions"] == BUDGET.failover_reps
     assert m["cuts"] == m["cuts_converged"] == 2 * BUDGET.failover_reps, r.reason
     # Every loss figure has a sample behind it; the probe really lost traffic at the cuts
-    # and really got through outside them.
+    # and really got through outside them. A local cut may lose nothing: the ToR's own repair
+    # can be faster than the probe's 1 ms interval (7 of 10,358 datagrams lost over 20 local
+    # cuts in bench.telemetry); a remote cut waits for the controller and always loses some.
     assert m["windows_with_empty_sample"] == 0, r.reason
     assert int(m["probe_sent"]) > int(m["probe_received"]) > 0
-    assert int(m["local_loss_sent"]) > int(m["local_loss_received"]) > 0
-    assert int(m["remote_loss_received"]) > 0
+    assert int(m["local_loss_sent"]) >= int(m["local_loss_received"]) > 0
+    assert int(m["remote_loss_sent"]) > int(m["remote_loss_received"]) > 0
     assert int(m["outside_cuts_received"]) >= 0.95 * int(m["outside_cuts_sent"]) > 0, r.reason
     # Outcomes with wide bounds: every loss window closed and every cut converged long
     # before the scenario's own 10 s waits. The targets (local loss p99 <= 50 ms, remote
