@@ -207,6 +207,7 @@ class Agent:
             self.codec,
             on_applied=lambda m: self._send(control_pb2.AgentMessage(applied=m)),
             on_port_status=lambda m: self._send(control_pb2.AgentMessage(port_status=m)),
+            on_local_repair=lambda m: self._send(control_pb2.AgentMessage(local_repair=m)),
             request_snapshot=self.session.resend_hello,
             switch_name=self.switch,
             on_repair=self.metrics.repaired,

@@ -63,7 +63,7 @@ from railfabric.v1 import control_pb2, state_pb2
 LOG = logging.getLogger("railfabric.agent.writer")
 
 # Log lines for people (a repair's latency, how much a sync wrote). Programs never read them
-# back: the same figures travel typed, in PortStatus.local_repair_ns / groups_repaired and
+# back: the same figures travel typed, in LocalRepair.latency_ns / groups_repaired and
 # Applied.updates_written.
 REPAIR_LOG_FORMAT = "port %d down: %d groups repaired in %.3f ms (netlink event -> committed Write)"
 WROTE_LOG_FORMAT = "wrote %d updates (generation %d)"
@@ -149,6 +149,7 @@ class Writer:
         *,
         on_applied: Callable[[control_pb2.Applied], None],
         on_port_status: Callable[[control_pb2.PortStatus], None],
+        on_local_repair: Callable[[control_pb2.LocalRepair], None],
         request_snapshot: Callable[[], object],
         queue_size: int = 1024,
         switch_name: str = "",
@@ -162,6 +163,7 @@ class Writer:
         self.codec = codec
         self._on_applied = on_applied
         self._on_port_status = on_port_status
+        self._on_local_repair = on_local_repair
         self._request_snapshot = request_snapshot
         self._ports: asyncio.Queue[PortEvent] = asyncio.Queue(queue_size)
         self._messages: asyncio.Queue[control_pb2.ControllerMessage] = asyncio.Queue(16)
@@ -268,17 +270,27 @@ class Writer:
             was_down = event.port in self.down
             self.down.add(event.port)
             self.held_out.discard(event.port)
-            record, commit_wall = await self._repair(event)
-            if not event.initial and not was_down:
+            report = not event.initial and not was_down
+            if report:
+                # Before the repair's Write: the controller's work for the other switches
+                # (a remote failure's repair) must not wait on this switch's target.
                 self._on_port_status(
                     control_pb2.PortStatus(
                         port=event.port,
                         up=False,
                         monotonic_ns=event.monotonic_ns,
                         wall_ns=event.wall_ns,
-                        local_repair_wall_ns=commit_wall,
-                        groups_repaired=record.groups if record else 0,
-                        local_repair_ns=record.latency_ns if record else 0,
+                    )
+                )
+            record, commit_wall = await self._repair(event)
+            if report and record is not None:
+                self._on_local_repair(
+                    control_pb2.LocalRepair(
+                        port=event.port,
+                        detected_wall_ns=event.wall_ns,
+                        committed_wall_ns=commit_wall,
+                        groups_repaired=record.groups,
+                        latency_ns=record.latency_ns,
                     )
                 )
             return

@@ -4,7 +4,7 @@
   P4Runtime client and writer in this process; the peer end of a port's veth goes down
   (a pulled cable) >= 50 times, and each time the time from the netlink event to the committed
   Write that removed the port from every group is taken, as the agent reports it in
-  PortStatus.local_repair_ns (the same figure it logs for people).
+  LocalRepair.latency_ns (the same figure it logs for people).
 - Programming: the largest switch of the ref-100k fabric (routes and groups from the
   controller's routing) written from scratch into softswitch by the agent's writer (entries
   and entries per second); `--fabric synthetic` programs a synthetic state instead.
@@ -236,6 +236,7 @@ async def agent_parts(
         codec,
         on_applied=lambda m: out.put_nowait(control_pb2.AgentMessage(applied=m)),
         on_port_status=lambda m: out.put_nowait(control_pb2.AgentMessage(port_status=m)),
+        on_local_repair=lambda m: out.put_nowait(control_pb2.AgentMessage(local_repair=m)),
         request_snapshot=lambda: None,
     )
     agent = Agent(writer, out)
@@ -292,11 +293,14 @@ async def measure_local_repair(
             for _ in range(flaps):
                 _ip("-n", net.wire_ns, "link", "set", net.wire_links[port], "down")
                 status = (await _next(out, "port_status")).port_status
-                assert not status.up and status.groups_repaired > 0, status
-                # The figure the agent reports (what the controller's PORT_DOWN event carries).
-                assert status.local_repair_ns > 0, status
-                latencies.append(status.local_repair_ns / 1e6)
-                groups = status.groups_repaired
+                assert not status.up, status
+                # The figure the agent reports (what the controller's LOCAL_REPAIR event
+                # carries).
+                repair = (await _next(out, "local_repair")).local_repair
+                assert repair.port == port and repair.groups_repaired > 0, repair
+                assert repair.latency_ns > 0, repair
+                latencies.append(repair.latency_ns / 1e6)
+                groups = repair.groups_repaired
                 _ip("-n", net.wire_ns, "link", "set", net.wire_links[port], "up")
                 await _next(out, "port_status")
                 current.generation += 1

@@ -41,13 +41,25 @@ def port_change(
 ) -> admin_pb2.Event:
     state = "up" if change.up else "down"
     text = f"carrier {state}"
-    if change.groups_repaired:
+    if change.groups_repaired:  # an agent older than LocalRepair
         text += (
             f", {change.groups_repaired} groups repaired locally in "
             f"{change.local_repair_ns / 1e6:.2f} ms"
         )
     kind = K.EVENT_KIND_PORT_UP if change.up else K.EVENT_KIND_PORT_DOWN
     e = event(wall_ns, kind, text, switch=switch, port=port)
+    e.port_change.CopyFrom(change)
+    return e
+
+
+def local_repair(
+    wall_ns: int, switch: str, port: int, change: admin_pb2.PortChange
+) -> admin_pb2.Event:
+    text = (
+        f"{change.groups_repaired} groups repaired locally in "
+        f"{change.local_repair_ns / 1e6:.2f} ms after carrier loss"
+    )
+    e = event(wall_ns, K.EVENT_KIND_LOCAL_REPAIR, text, switch=switch, port=port)
     e.port_change.CopyFrom(change)
     return e
 

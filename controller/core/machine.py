@@ -544,6 +544,29 @@ class DecisionCore:
             self._carrier(end, key, msg.up, now, out, event_wall_ns=msg.wall_ns or now.wall_ns)
         return self._finish(out, now)
 
+    def local_repair(self, name: str, msg: control_pb2.LocalRepair, now: Now) -> list[Effect]:
+        """An agent's committed local repair: an event with its figures (the routing heard of
+        the carrier loss from the PortStatus before it)."""
+        v = lookup(self.views, name)
+        out = _Out()
+        if msg.port not in v.ports:
+            self._refuse(
+                out,
+                "local_repair_unknown_port",
+                f"{name}: LocalRepair for port {msg.port}, "
+                "which the switch does not have in the intent; ignored",
+            )
+            return self._finish(out, now)
+        v.last_seen_wall_ns = now.wall_ns
+        change = admin_pb2.PortChange(
+            up=False,
+            groups_repaired=msg.groups_repaired,
+            local_repair_ns=msg.latency_ns,
+            detected_wall_ns=msg.detected_wall_ns,
+        )
+        self._event(out, ev.local_repair(now.wall_ns, name, msg.port, change))
+        return self._finish(out, now)
+
     def neighbors(self, name: str, msg: control_pb2.Neighbors, now: Now) -> list[Effect]:
         """A switch's LLDP table against the cabling plan (controller/core/cabling.py)."""
         v = lookup(self.views, name)

@@ -289,6 +289,8 @@ class ControlService(control_pb2_grpc.FabricControlServicer):
                     self.runner.input(partial(core.applied, name, msg.applied))
                 elif kind == "port_status":
                     self.runner.input(partial(core.port_status, name, msg.port_status))
+                elif kind == "local_repair":
+                    self.runner.input(partial(core.local_repair, name, msg.local_repair))
                 elif kind == "neighbors":
                     self.runner.input(partial(core.neighbors, name, msg.neighbors))
                 elif kind == "counters":

@@ -13,9 +13,10 @@ from (sent, and received of those), and a figure from an empty or broken sample 
 scenario; so does a probe that delivered less than MIN_DELIVERY outside the cut windows (a
 target that forwards nothing loses no time "at the cuts"). The controller's CONVERGED event
 for the link gives the breakdown in its typed ConvergenceFigures: detection (cut -> agent saw
-carrier loss), report, recomputation, push and applied; the PORT_DOWN event of the repairing
-switch's port gives its local repair time (carrier event -> committed P4Runtime Write,
-PortChange.local_repair_ns as the agent reported it). No figure is read back from text."""
+carrier loss), report, recomputation, push and applied; the LOCAL_REPAIR event of the
+repairing switch's port gives its local repair time (carrier event -> committed P4Runtime
+Write, PortChange.local_repair_ns as the agent reported it). No figure is read back from
+text."""
 
 from __future__ import annotations
 
@@ -145,13 +146,13 @@ def _converged_after(lab: Lab, link: str, usable: bool, after_wall_ns: int) -> C
 
 def _local_repair_ms(lab: Lab, switch: str, port: int, after_wall_ns: int) -> float:
     """The agent's local repair of `switch`:`port` (carrier loss -> committed Write, ms) as
-    the controller's PORT_DOWN event for it carries it; NaN when no such event arrived after
-    `after_wall_ns` or nothing needed repair (local_repair_ns 0)."""
-    kinds = (admin_pb2.EVENT_KIND_PORT_DOWN,)
+    the controller's LOCAL_REPAIR event for it carries it; NaN when no such event arrived
+    after `after_wall_ns` (nothing needed repair)."""
+    kinds = (admin_pb2.EVENT_KIND_LOCAL_REPAIR,)
     repairs = [
         e.port_change.local_repair_ns
         for e in lab.events(limit=200, types=kinds, after_wall_ns=after_wall_ns)
-        if e.type == admin_pb2.EVENT_KIND_PORT_DOWN
+        if e.type == admin_pb2.EVENT_KIND_LOCAL_REPAIR
         and e.WhichOneof("detail") == "port_change"
         and e.wall_ns >= after_wall_ns
         and (e.switch_name, e.port) == (switch, port)

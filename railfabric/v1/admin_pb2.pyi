@@ -120,6 +120,10 @@ class _EventKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_EventKind.V
     EVENT_KIND_DRAIN: _EventKind.ValueType  # 17
     """An operator drained a link, or returned it to routing (detail: drain)."""
     EVENT_KIND_UNDRAIN: _EventKind.ValueType  # 18
+    EVENT_KIND_LOCAL_REPAIR: _EventKind.ValueType  # 19
+    """An agent's local repair of a port that lost carrier was committed (detail: port; it
+    follows that port's PORT_DOWN).
+    """
 
 class EventKind(_EventKind, metaclass=_EventKindEnumTypeWrapper):
     """What happened. Figures travel in the typed detail of each kind, never in `message`."""
@@ -152,6 +156,10 @@ EVENT_KIND_SESSION_GRACE_ENDED: EventKind.ValueType  # 16
 EVENT_KIND_DRAIN: EventKind.ValueType  # 17
 """An operator drained a link, or returned it to routing (detail: drain)."""
 EVENT_KIND_UNDRAIN: EventKind.ValueType  # 18
+EVENT_KIND_LOCAL_REPAIR: EventKind.ValueType  # 19
+"""An agent's local repair of a port that lost carrier was committed (detail: port; it
+follows that port's PORT_DOWN).
+"""
 Global___EventKind: _TypeAlias = EventKind  # noqa: Y015
 
 class _Severity:
@@ -1092,11 +1100,11 @@ class PortChange(_message.Message):
     DETECTED_WALL_NS_FIELD_NUMBER: _builtins.int
     up: _builtins.bool
     groups_repaired: _builtins.int
-    """Groups the agent's local repair changed before it reported (down only)."""
-    local_repair_ns: _builtins.int
-    """Agent's carrier-loss detection to its repair Write committed, on the agent's monotonic
-    clock (PortStatus.local_repair_ns); 0 when nothing needed repair.
+    """LOCAL_REPAIR events (and PORT_DOWN from an agent older than LocalRepair): the groups the
+    agent's local repair changed, and its carrier-loss detection to its repair Write
+    committed on the agent's monotonic clock; 0 when nothing needed repair.
     """
+    local_repair_ns: _builtins.int
     detected_wall_ns: _builtins.int
     """When the agent saw the change, Unix ns."""
     def __init__(

@@ -445,8 +445,10 @@ class PortStatus(_message.Message):
     """
     wall_ns: _builtins.int
     local_repair_wall_ns: _builtins.int
-    """For a down event: when the local repair (group members on this port removed) was
-    committed, Unix ns; 0 when nothing needed repair.
+    """The local repair's figures, from agents before LocalRepair (0.1): they sent a down
+    event only once its repair was committed. Agents now send PortStatus at once and the
+    repair in LocalRepair, and leave these 0; the controller still reads them from an older
+    agent. For a down event: when the repair was committed, Unix ns (0: nothing needed it).
     """
     groups_repaired: _builtins.int
     """Number of groups the local repair changed."""
@@ -472,6 +474,46 @@ class PortStatus(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PortStatus: _TypeAlias = PortStatus  # noqa: Y015
+
+@_typing.final
+class LocalRepair(_message.Message):
+    """The agent's local repair of a port that lost carrier (its members taken out of every group
+    in one Write), sent once the Write is committed and only when there was something to
+    repair. The port's PortStatus goes first, before the Write: the controller's recomputation
+    for the other switches does not wait on this switch's target.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PORT_FIELD_NUMBER: _builtins.int
+    DETECTED_WALL_NS_FIELD_NUMBER: _builtins.int
+    COMMITTED_WALL_NS_FIELD_NUMBER: _builtins.int
+    GROUPS_REPAIRED_FIELD_NUMBER: _builtins.int
+    LATENCY_NS_FIELD_NUMBER: _builtins.int
+    port: _builtins.int
+    detected_wall_ns: _builtins.int
+    """The carrier loss repaired, as its PortStatus gave it (Unix ns)."""
+    committed_wall_ns: _builtins.int
+    """When the repair Write was committed, Unix ns."""
+    groups_repaired: _builtins.int
+    latency_ns: _builtins.int
+    """Carrier loss seen -> repair committed, on the agent's monotonic clock."""
+    def __init__(
+        self,
+        *,
+        port: _builtins.int = ...,
+        detected_wall_ns: _builtins.int = ...,
+        committed_wall_ns: _builtins.int = ...,
+        groups_repaired: _builtins.int = ...,
+        latency_ns: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["committed_wall_ns", b"committed_wall_ns", "detected_wall_ns", b"detected_wall_ns", "groups_repaired", b"groups_repaired", "latency_ns", b"latency_ns", "port", b"port"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LocalRepair: _TypeAlias = LocalRepair  # noqa: Y015
 
 @_typing.final
 class LldpNeighbor(_message.Message):
@@ -992,6 +1034,7 @@ class AgentMessage(_message.Message):
     COUNTERS_FIELD_NUMBER: _builtins.int
     TARGET_HEALTH_FIELD_NUMBER: _builtins.int
     TABLES_FIELD_NUMBER: _builtins.int
+    LOCAL_REPAIR_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def hello(self) -> Global___Hello: ...
     @_builtins.property
@@ -1006,6 +1049,8 @@ class AgentMessage(_message.Message):
     def target_health(self) -> Global___TargetHealth: ...
     @_builtins.property
     def tables(self) -> Global___TablesReport: ...
+    @_builtins.property
+    def local_repair(self) -> Global___LocalRepair: ...
     def __init__(
         self,
         *,
@@ -1016,12 +1061,13 @@ class AgentMessage(_message.Message):
         counters: Global___Counters | None = ...,
         target_health: Global___TargetHealth | None = ...,
         tables: Global___TablesReport | None = ...,
+        local_repair: Global___LocalRepair | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "counters", b"counters", "hello", b"hello", "msg", b"msg", "neighbors", b"neighbors", "port_status", b"port_status", "tables", b"tables", "target_health", b"target_health"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "counters", b"counters", "hello", b"hello", "local_repair", b"local_repair", "msg", b"msg", "neighbors", b"neighbors", "port_status", b"port_status", "tables", b"tables", "target_health", b"target_health"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "counters", b"counters", "hello", b"hello", "msg", b"msg", "neighbors", b"neighbors", "port_status", b"port_status", "tables", b"tables", "target_health", b"target_health"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "counters", b"counters", "hello", b"hello", "local_repair", b"local_repair", "msg", b"msg", "neighbors", b"neighbors", "port_status", b"port_status", "tables", b"tables", "target_health", b"target_health"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["hello", "applied", "port_status", "neighbors", "counters", "target_health", "tables"]  # noqa: Y015
+    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["hello", "applied", "port_status", "neighbors", "counters", "target_health", "tables", "local_repair"]  # noqa: Y015
     _WhichOneofArgType_msg: _TypeAlias = _typing.Literal["msg", b"msg"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_msg) -> _WhichOneofReturnType_msg | None: ...
 

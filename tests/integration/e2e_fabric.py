@@ -292,13 +292,19 @@ def converged_event(
     return None
 
 
-def port_downs(events: Iterable[admin_pb2.Event], switch: str, port: int) -> list[admin_pb2.Event]:
-    """The PORT_DOWN events of `switch`:`port` (each carries the agent's PortStatus figures
-    in `port_change`: groups_repaired, local_repair_ns, detected_wall_ns)."""
+def port_events(
+    events: Iterable[admin_pb2.Event],
+    kind: admin_pb2.EventKind.ValueType,
+    switch: str,
+    port: int,
+) -> list[admin_pb2.Event]:
+    """The PORT_DOWN or LOCAL_REPAIR events of `switch`:`port` (each carries the agent's
+    figures in `port_change`: detected_wall_ns, and for a repair groups_repaired and
+    local_repair_ns)."""
     return [
         e
         for e in events
-        if e.type == admin_pb2.EVENT_KIND_PORT_DOWN
+        if e.type == kind
         and (e.switch_name, e.port) == (switch, port)
         and e.WhichOneof("detail") == "port_change"
     ]

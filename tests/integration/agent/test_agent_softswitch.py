@@ -282,11 +282,18 @@ async def test_program_restart_with_zero_writes_and_local_repair(
         again = (await ctrl.next("applied")).applied
         assert (again.generation, again.updates_written, len(again.errors)) == (1, 0, 0)
 
-        # Pull the cable on port 1: members on port 1 leave every group before PortStatus.
+        # Pull the cable on port 1: PortStatus at once, then members on port 1 leave every
+        # group in one Write, and LocalRepair says so.
         ip("link", "set", rig.wire_links[1], "down", netns=rig.wire)
         status = (await ctrl.next("port_status")).port_status
-        assert (status.port, status.up, status.groups_repaired) == (1, False, 1)
-        assert status.local_repair_wall_ns >= status.wall_ns > 0
+        assert (status.port, status.up) == (1, False) and status.wall_ns > 0
+        repair = (await ctrl.next("local_repair")).local_repair
+        assert (repair.port, repair.groups_repaired, repair.detected_wall_ns) == (
+            1,
+            1,
+            status.wall_ns,
+        )
+        assert repair.committed_wall_ns >= status.wall_ns and repair.latency_ns > 0
         async with _reader(rig.target_addr, rig.tls_files) as reader:
             group = (await _read(reader)).entries[("group", 1)]
         assert group == GroupEntry(1, (GroupMember(2, 0, 1),))
@@ -420,7 +427,9 @@ async def test_silent_neighbour_is_a_one_way_failure(
         _stop(wire)
         wire = _wire(rig, processes, "2to1")
         status = (await ctrl.next("port_status")).port_status
-        assert (status.port, status.up, status.groups_repaired) == (2, False, 1)
+        assert (status.port, status.up) == (2, False)
+        repair = (await ctrl.next("local_repair")).local_repair
+        assert (repair.port, repair.groups_repaired) == (2, 1)
         assert {n.port for n in ctrl.neighbors.neighbors} == {1}
         _stop(wire)
         wire = _wire(rig, processes, "both")

@@ -88,12 +88,14 @@ class Harness:
         self.target = RecordingTarget(codec, self.log, holds)
         self.applied: list[control_pb2.Applied] = []
         self.statuses: list[control_pb2.PortStatus] = []
+        self.repairs: list[control_pb2.LocalRepair] = []
         self.snapshots = 0
         self.writer = Writer(
             self.target,
             codec,
             on_applied=self._applied,
             on_port_status=self._status,
+            on_local_repair=self._repaired,
             request_snapshot=self._snapshot,
         )
 
@@ -104,6 +106,10 @@ class Harness:
     def _status(self, msg: control_pb2.PortStatus) -> None:
         self.log.append(f"port {msg.port} {'up' if msg.up else 'down'}")
         self.statuses.append(msg)
+
+    def _repaired(self, msg: control_pb2.LocalRepair) -> None:
+        self.log.append(f"port {msg.port} repaired")
+        self.repairs.append(msg)
 
     def _snapshot(self) -> None:
         self.snapshots += 1
@@ -148,7 +154,7 @@ async def test_first_programming_then_a_restart_writes_nothing(codec: Codec) -> 
     assert again.writer.applied_digest == tor_state(1).digest
 
 
-async def test_carrier_loss_repairs_in_one_write_before_port_status(codec: Codec) -> None:
+async def test_carrier_loss_is_reported_before_its_repair_in_one_write(codec: Codec) -> None:
     want, _ = translate(tor_state(1))
     h = Harness(codec, holds=want)
     await h.writer.controller_message(_desired(tor_state(1)))
@@ -157,16 +163,24 @@ async def test_carrier_loss_repairs_in_one_write_before_port_status(codec: Codec
     h.log.clear()
     await h.writer.port_event(_port(1, False))
     await h.settle()
-    assert h.log == ["write 1", "port 1 down"]
-    status = h.statuses[0]
-    assert status.groups_repaired == 1 and status.local_repair_wall_ns >= status.wall_ns
+    # The controller hears of the loss before the repair's Write starts (its work for the
+    # other switches must not wait on this target), then of the committed repair.
+    assert h.log == ["port 1 down", "write 1", "port 1 repaired"]
+    status, repair = h.statuses[0], h.repairs[0]
+    assert (status.groups_repaired, status.local_repair_ns, status.local_repair_wall_ns) == (
+        0,
+        0,
+        0,
+    )
     assert h.target.entries[("group", 1)] == GroupEntry(1, (GroupMember(2, 0, 1),))
     assert ("member", 1) in h.target.entries  # identity kept
-    # The repair's latency travels typed in the PortStatus: the record's own figure.
+    # The repair's latency travels typed in LocalRepair: the record's own figure.
     record = h.writer.repairs[-1]
     assert record.latency_ns > 0
-    assert status.local_repair_ns == record.latency_ns
-    assert (record.port, record.groups) == (status.port, status.groups_repaired)
+    assert repair.latency_ns == record.latency_ns
+    assert (record.port, record.groups) == (repair.port, repair.groups_repaired) == (1, 1)
+    assert repair.detected_wall_ns == status.wall_ns
+    assert repair.committed_wall_ns >= status.wall_ns
 
     # Carrier back: the agent waits for the controller before using the port again.
     h.log.clear()
@@ -239,8 +253,8 @@ async def test_headless_restart_adopts_the_target_and_still_repairs(codec: Codec
     await h.settle()
     assert len(h.target.writes) == 1
     assert h.target.entries[("group", 1)] == GroupEntry(1, (GroupMember(1, 0, 1),))
-    assert h.statuses[0].groups_repaired == 1
-    assert h.statuses[0].local_repair_ns == h.writer.repairs[-1].latency_ns > 0
+    assert h.statuses[0].port == 2 and h.repairs[0].groups_repaired == 1
+    assert h.repairs[0].latency_ns == h.writer.repairs[-1].latency_ns > 0
 
 
 async def test_refused_updates_are_reported_by_object(codec: Codec) -> None:
@@ -351,10 +365,10 @@ async def test_repair_and_write_log_lines_for_people_carry_the_typed_figures(
     assert WROTE_LOG_FORMAT % (applied.updates_written, 1) in caplog.messages
     await h.writer.port_event(_port(1, False))
     await h.settle()
-    status, record = h.statuses[-1], h.writer.repairs[-1]
-    line = REPAIR_LOG_FORMAT % (1, status.groups_repaired, status.local_repair_ns / 1e6)
+    repair, record = h.repairs[-1], h.writer.repairs[-1]
+    line = REPAIR_LOG_FORMAT % (1, repair.groups_repaired, repair.latency_ns / 1e6)
     assert line in caplog.messages
-    assert status.local_repair_ns == record.latency_ns > 0
+    assert repair.latency_ns == record.latency_ns > 0
 
 
 class PiTarget(RecordingTarget):
@@ -390,7 +404,7 @@ async def test_repair_after_reading_back_pi_groups_removes_the_right_member(
     await h.settle()
     other = 3 - port
     assert h.target.entries[("group", 1)] == GroupEntry(1, (GroupMember(other, 0, 1),))
-    assert [s.groups_repaired for s in h.statuses] == [1]
+    assert [r.groups_repaired for r in h.repairs] == [1]
 
 
 def test_a_sole_member_watches_no_port_and_others_watch_their_own(codec: Codec) -> None:

@@ -443,7 +443,30 @@ def test_timers_run_on_the_monotonic_clock_whatever_the_wall_clock_does() -> Non
     assert h.core.tracker.usable(key)
 
 
-def test_port_events_carry_the_agents_local_repair_figures_as_fields() -> None:
+def test_local_repair_events_carry_the_agents_figures_as_fields() -> None:
+    h = connected()
+    down = control_pb2.PortStatus(port=3, up=False, wall_ns=h.now.wall_ns)
+    h.run(h.core.port_status("tor-r1-b1", down, h.now))
+    (e,) = events_of(h, admin_pb2.EVENT_KIND_PORT_DOWN)
+    assert (e.switch_name, e.port, e.kind) == ("tor-r1-b1", 3, "port_down")
+    assert not events_of(h, admin_pb2.EVENT_KIND_LOCAL_REPAIR)
+    repair = control_pb2.LocalRepair(
+        port=3, detected_wall_ns=down.wall_ns, groups_repaired=2, latency_ns=1_250_000
+    )
+    h.run(h.core.local_repair("tor-r1-b1", repair, h.now))
+    (r,) = events_of(h, admin_pb2.EVENT_KIND_LOCAL_REPAIR)
+    assert (r.switch_name, r.port, r.kind) == ("tor-r1-b1", 3, "local_repair")
+    assert (r.port_change.local_repair_ns, r.port_change.groups_repaired) == (1_250_000, 2)
+    assert r.port_change.detected_wall_ns == down.wall_ns and not r.port_change.up
+    # A port the switch does not have: refused and counted, no event.
+    h.run(h.core.local_repair("tor-r1-b1", control_pb2.LocalRepair(port=99), h.now))
+    assert len(events_of(h, admin_pb2.EVENT_KIND_LOCAL_REPAIR)) == 1
+    assert h.core.refused == {"local_repair_unknown_port": 1}
+
+
+def test_an_older_agents_repair_figures_in_port_status_still_reach_the_event() -> None:
+    """An agent of the previous release repaired before it reported, and sent the figures in
+    PortStatus (proto/README.md's compatibility rule)."""
     h = connected()
     msg = control_pb2.PortStatus(
         port=3, up=False, wall_ns=h.now.wall_ns, groups_repaired=2, local_repair_ns=1_250_000
