@@ -31,6 +31,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from railfabric.v1 import control_pb2
 from tests.unit.core.harness import LAB, Harness, S
 
 pytestmark = pytest.mark.unit
@@ -90,6 +91,24 @@ class CoreModel(RuleBasedStateMachine):
     @rule(data=st.data())
     def report(self, data: st.DataObject) -> None:
         self.h.report(data.draw(st.sampled_from(self.ends)))
+
+    @rule(data=st.data())
+    def local_repair(self, data: st.DataObject) -> None:
+        """An agent's committed local repair, reported after its PortStatus (or late, after
+        the port came back): an event for people, never a routing input."""
+        name, port = data.draw(st.sampled_from(self.ends))
+        if not self.h.agents[name].connected:
+            return
+        before = self._decided()
+        msg = control_pb2.LocalRepair(port=port, groups_repaired=1, latency_ns=1_000_000)
+        self.h.run(self.h.core.local_repair(name, msg, self.h.now))
+        assert self._decided() == before
+
+    def _decided(self) -> tuple[int, dict[str, bool], dict[str, int]]:
+        """What the core has pushed and decided: pushes, usable links, generations."""
+        core = self.h.core
+        usable = {key: core.tracker.usable(key) for key in self.links}
+        return len(self.h.pushed), usable, {n: v.state.generation for n, v in core.views.items()}
 
     @rule(dt=DELAYS)
     def advance(self, dt: int) -> None:
