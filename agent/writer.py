@@ -166,7 +166,10 @@ class Writer:
         self._on_local_repair = on_local_repair
         self._request_snapshot = request_snapshot
         self._ports: asyncio.Queue[PortEvent] = asyncio.Queue(queue_size)
-        self._messages: asyncio.Queue[control_pb2.ControllerMessage] = asyncio.Queue(16)
+        # Each with its arrival time (Applied.received_wall_ns): a message can wait here
+        # behind a local repair, and that wait is the apply's, not the push's.
+        self._messages: asyncio.Queue[tuple[control_pb2.ControllerMessage, int]]
+        self._messages = asyncio.Queue(16)
         self._wake = asyncio.Event()
         self._reconcile_pending = False
         self._reconciling = False
@@ -198,7 +201,7 @@ class Writer:
         self._wake.set()
 
     async def controller_message(self, msg: control_pb2.ControllerMessage) -> None:
-        await self._messages.put(msg)
+        await self._messages.put((msg, time.time_ns()))
         self._wake.set()
 
     async def target_ready(self) -> None:
@@ -238,7 +241,7 @@ class Writer:
                         await self._read_back()
                         await self._sync()
                     elif not self._messages.empty():
-                        await self._message(self._messages.get_nowait())
+                        await self._message(*self._messages.get_nowait())
                     else:
                         break
                 except TARGET_LOST as err:
@@ -355,8 +358,8 @@ class Writer:
         )
         return record, commit_wall
 
-    async def _message(self, msg: control_pb2.ControllerMessage) -> None:
-        self._received_wall_ns = time.time_ns()
+    async def _message(self, msg: control_pb2.ControllerMessage, received_wall_ns: int) -> None:
+        self._received_wall_ns = received_wall_ns
         kind = msg.WhichOneof("msg")
         name = getattr(msg, kind or "desired_state").switch_name
         if self.switch_name and name and name != self.switch_name:

@@ -53,6 +53,8 @@ class RecordingTarget:
         self.fail_keys: set[tuple[object, ...]] = set()
         self.pipeline_pushed = False
         self.lost = False
+        # When set and clear: every Write waits for it (a slow target).
+        self.gate: asyncio.Event | None = None
 
     async def ensure_pipeline(self) -> bool:
         self.pipeline_pushed = True
@@ -62,6 +64,8 @@ class RecordingTarget:
         return Pipeline(dict(self.entries)), []
 
     async def write(self, encoded: Encoded) -> list[UpdateError]:
+        if self.gate is not None:
+            await self.gate.wait()
         if self.lost:
             raise ConnectionError("target gone")
         updates = list(p4r.WriteRequest.FromString(encoded.data).updates)
@@ -197,6 +201,41 @@ async def test_carrier_loss_is_reported_before_its_repair_in_one_write(codec: Co
         1, (GroupMember(1, 1, 1), GroupMember(2, 2, 1))
     )
     assert h.applied[-1].generation == 2 and h.writer.applied_digest == delta.digest
+
+
+async def test_a_message_that_waits_behind_a_repair_is_received_when_it_arrived(
+    codec: Codec,
+) -> None:
+    """Applied.received_wall_ns splits the controller's push from the agent's apply: a delta
+    that arrives while the local repair's Write is in flight was received then, and its wait
+    for the repair is part of the apply."""
+    want, _ = translate(tor_state(1))
+    h = Harness(codec, holds=want)
+    await h.writer.controller_message(_desired(tor_state(1)))
+    await h.writer.target_ready()
+    await h.settle()
+    h.target.gate = asyncio.Event()
+    run = asyncio.create_task(h.writer.run())
+    await h.writer.port_event(_port(1, False))
+    for _ in range(100):
+        await asyncio.sleep(0)
+    assert len(h.statuses) == 1 and not h.repairs  # reported; the repair waits at the gate
+    nxt = tor_state(2)
+    nxt.ecn[0].kmin_bytes = 120_000
+    before = time.time_ns()
+    await h.writer.controller_message(
+        control_pb2.ControllerMessage(state_delta=diff_states(tor_state(1), nxt))
+    )
+    after = time.time_ns()
+    await asyncio.sleep(0.01)
+    h.target.gate.set()
+    for _ in range(100):
+        await asyncio.sleep(0)
+    run.cancel()
+    assert h.applied[-1].generation == 2
+    applied, repair = h.applied[-1], h.repairs[0]
+    assert before <= applied.received_wall_ns <= after < repair.committed_wall_ns
+    assert applied.wall_ns >= repair.committed_wall_ns
 
 
 async def test_a_servers_port_is_back_with_its_carrier(codec: Codec) -> None:
