@@ -518,18 +518,30 @@ class DecisionCore:
         self._release_ready(now, out)
         return self._finish(out, now)
 
+    def _port_of(
+        self, v: SwitchView, port: int, what: str, *, reason: str, out: _Out, now: Now
+    ) -> bool:
+        """Whether `port`, named by an agent's `what` message, is one of the switch's; else
+        the message is refused, counted under `reason`. A known port's message shows the
+        switch alive."""
+        if port not in v.ports:
+            self._refuse(
+                out,
+                reason,
+                f"{v.name}: {what} for port {port}, "
+                "which the switch does not have in the intent; ignored",
+            )
+            return False
+        v.last_seen_wall_ns = now.wall_ns
+        return True
+
     def port_status(self, name: str, msg: control_pb2.PortStatus, now: Now) -> list[Effect]:
         v = lookup(self.views, name)
         out = _Out()
-        if msg.port not in v.ports:
-            self._refuse(
-                out,
-                "port_status_unknown_port",
-                f"{name}: PortStatus for port {msg.port}, "
-                "which the switch does not have in the intent; ignored",
-            )
+        if not self._port_of(
+            v, msg.port, "PortStatus", reason="port_status_unknown_port", out=out, now=now
+        ):
             return self._finish(out, now)
-        v.last_seen_wall_ns = now.wall_ns
         v.port_carrier[msg.port] = msg.up
         change = admin_pb2.PortChange(
             up=msg.up,
@@ -549,15 +561,10 @@ class DecisionCore:
         the carrier loss from the PortStatus before it)."""
         v = lookup(self.views, name)
         out = _Out()
-        if msg.port not in v.ports:
-            self._refuse(
-                out,
-                "local_repair_unknown_port",
-                f"{name}: LocalRepair for port {msg.port}, "
-                "which the switch does not have in the intent; ignored",
-            )
+        if not self._port_of(
+            v, msg.port, "LocalRepair", reason="local_repair_unknown_port", out=out, now=now
+        ):
             return self._finish(out, now)
-        v.last_seen_wall_ns = now.wall_ns
         change = admin_pb2.PortChange(
             up=False,
             groups_repaired=msg.groups_repaired,
