@@ -40,7 +40,7 @@ from agent.translate import (
 )
 from railfabric import fabric_p4 as p4
 from railfabric.p4bytes import decode_unchecked, encode
-from railfabric.protowire import varint
+from railfabric.protowire import len_field, uint_field, varint
 
 T = TypeVar("T")
 LOG = logging.getLogger("railfabric.agent.codec")
@@ -97,20 +97,8 @@ _INSERT, _MODIFY, _DELETE = p4r.Update.INSERT, p4r.Update.MODIFY, p4r.Update.DEL
 # Compared by identity: an Enum's __hash__ is Python code, and a class attribute costs a lookup.
 _OP_INSERT, _OP_MODIFY, _OP_DELETE = Op.INSERT, Op.MODIFY, Op.DELETE
 
-# Protobuf wire types (encoding.md): a varint, or length-delimited bytes / a sub-message.
-_VARINT, _LEN = 0, 2
 # WriteRequest.updates: each encoded update goes out as one of these fields.
-_UPDATES_TAG = bytes([p4r.WriteRequest.UPDATES_FIELD_NUMBER << 3 | _LEN])
-
-
-def _uint(number: int, value: int) -> bytes:
-    """A varint field (a tag is one byte: every field number here is below 16)."""
-    return bytes([number << 3 | _VARINT]) + varint(value)
-
-
-def _sub(number: int, payload: bytes) -> bytes:
-    """A length-delimited field: bytes or a sub-message."""
-    return bytes([number << 3 | _LEN]) + varint(len(payload)) + payload
+_UPDATES_TAG = bytes([p4r.WriteRequest.UPDATES_FIELD_NUMBER << 3 | 2])  # length-delimited
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,29 +124,30 @@ class _RouteWire:
         """(head, middle) for these lengths: the whole update built around stand-in values
         (only their lengths matter), cut where the values go."""
         table_id, field_id, action_id, param_id = self._ids
-        param = _uint(p4r.Action.Param.PARAM_ID_FIELD_NUMBER, param_id) + _sub(
+        param = uint_field(p4r.Action.Param.PARAM_ID_FIELD_NUMBER, param_id) + len_field(
             p4r.Action.Param.VALUE_FIELD_NUMBER, b"\0" * lval
         )
-        action = _uint(p4r.Action.ACTION_ID_FIELD_NUMBER, action_id) + _sub(
+        action = uint_field(p4r.Action.ACTION_ID_FIELD_NUMBER, action_id) + len_field(
             p4r.Action.PARAMS_FIELD_NUMBER, param
         )
         # The table action is the entry's last field, and the entry is the update's last.
-        table_action = _sub(
-            p4r.TableEntry.ACTION_FIELD_NUMBER, _sub(p4r.TableAction.ACTION_FIELD_NUMBER, action)
+        table_action = len_field(
+            p4r.TableEntry.ACTION_FIELD_NUMBER,
+            len_field(p4r.TableAction.ACTION_FIELD_NUMBER, action),
         )
-        entry = _uint(p4r.TableEntry.TABLE_ID_FIELD_NUMBER, table_id)
+        entry = uint_field(p4r.TableEntry.TABLE_ID_FIELD_NUMBER, table_id)
         tail = table_action  # everything after the address
         if length > 0:  # a /0 route has no match field at all (P4Runtime §9.1.1)
-            prefix_len = _uint(p4r.FieldMatch.LPM.PREFIX_LEN_FIELD_NUMBER, length)
-            lpm = _sub(p4r.FieldMatch.LPM.VALUE_FIELD_NUMBER, b"\0" * lv) + prefix_len
-            match = _uint(p4r.FieldMatch.FIELD_ID_FIELD_NUMBER, field_id) + _sub(
+            prefix_len = uint_field(p4r.FieldMatch.LPM.PREFIX_LEN_FIELD_NUMBER, length)
+            lpm = len_field(p4r.FieldMatch.LPM.VALUE_FIELD_NUMBER, b"\0" * lv) + prefix_len
+            match = uint_field(p4r.FieldMatch.FIELD_ID_FIELD_NUMBER, field_id) + len_field(
                 p4r.FieldMatch.LPM_FIELD_NUMBER, lpm
             )
-            entry += _sub(p4r.TableEntry.MATCH_FIELD_NUMBER, match)
+            entry += len_field(p4r.TableEntry.MATCH_FIELD_NUMBER, match)
             tail = prefix_len + table_action
         entry += table_action
-        update = _uint(p4r.Update.TYPE_FIELD_NUMBER, kind) + _sub(
-            p4r.Update.ENTITY_FIELD_NUMBER, _sub(p4r.Entity.TABLE_ENTRY_FIELD_NUMBER, entry)
+        update = uint_field(p4r.Update.TYPE_FIELD_NUMBER, kind) + len_field(
+            p4r.Update.ENTITY_FIELD_NUMBER, len_field(p4r.Entity.TABLE_ENTRY_FIELD_NUMBER, entry)
         )
         whole = _UPDATES_TAG + varint(len(update)) + update
         return whole[: len(whole) - len(tail) - lv], tail[: len(tail) - lval]

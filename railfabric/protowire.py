@@ -13,3 +13,23 @@ def varint(value: int) -> bytes:
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+# Wire types (protobuf's encoding.md): a varint, or length-delimited (bytes, a sub-message).
+_VARINT, _LEN = 0, 2
+
+
+def _tag(number: int, wire_type: int) -> bytes:
+    if not 0 < number < 16:  # one-byte tags only: every field joined here is below 16
+        raise ValueError(f"field number {number}: only 1..15 have one-byte tags")
+    return bytes([number << 3 | wire_type])
+
+
+def uint_field(number: int, value: int) -> bytes:
+    """Field `number` (1..15) holding the varint `value`."""
+    return _tag(number, _VARINT) + varint(value)
+
+
+def len_field(number: int, payload: bytes) -> bytes:
+    """Field `number` (1..15) holding `payload`: bytes, or a serialized sub-message."""
+    return _tag(number, _LEN) + varint(len(payload)) + payload

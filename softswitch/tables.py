@@ -17,7 +17,7 @@ from typing import NamedTuple, Protocol
 from finsy.proto import p4r
 
 from railfabric import fabric_p4 as p4
-from railfabric.protowire import varint
+from railfabric.protowire import len_field, uint_field
 from softswitch.codes import Code, P4Error
 from softswitch.entities import (
     DELETE,
@@ -83,11 +83,6 @@ _TAG_LPM_PREFIX_LEN = p4r.FieldMatch.LPM.PREFIX_LEN_FIELD_NUMBER << 3  # a varin
 _TAG_ENTRY_ACTION = p4r.TableEntry.ACTION_FIELD_NUMBER << 3 | 2  # length-delimited
 
 
-def _sub(number: int, payload: bytes) -> bytes:
-    """A length-delimited field (field numbers here are below 16: one-byte tags)."""
-    return bytes([number << 3 | 2]) + varint(len(payload)) + payload
-
-
 @dataclass(frozen=True, slots=True)
 class _EntryShape:
     """The wire form of a plain entry of a table with one exact or LPM match field and direct
@@ -132,10 +127,10 @@ class _EntryShape:
             # Built around stand-ins: only the lengths matter (the value's, and for LPM the
             # prefix length's field after it: a tag and a one-byte varint).
             tail = b"\0\0" if lpm else b""
-            kind = _sub(kind_field, _sub(value_field, b"\0" * length) + tail)
-            match = bytes([fm.FIELD_ID_FIELD_NUMBER << 3]) + varint(field.id) + kind
-            entry = bytes([p4r.TableEntry.TABLE_ID_FIELD_NUMBER << 3]) + varint(table.id)
-            entry += _sub(p4r.TableEntry.MATCH_FIELD_NUMBER, match)
+            kind = len_field(kind_field, len_field(value_field, b"\0" * length) + tail)
+            match = uint_field(fm.FIELD_ID_FIELD_NUMBER, field.id) + kind
+            entry = uint_field(p4r.TableEntry.TABLE_ID_FIELD_NUMBER, table.id)
+            entry += len_field(p4r.TableEntry.MATCH_FIELD_NUMBER, match)
             heads[length] = entry[: len(entry) - length - len(tail)]
         sizes = {len(head) for head in heads.values()}
         if len(sizes) != 1:
