@@ -377,7 +377,9 @@ def test_link_cut_is_repaired_locally_then_globally_and_nothing_uses_it(
             downs = port_events(events, admin_pb2.EVENT_KIND_PORT_DOWN, switch, port)
             assert downs, f"no PORT_DOWN event for {switch}:{port}"
             change = downs[0].port_change
-            assert not change.up and downs[0].wall_ns <= converged.wall_ns
+            # Only the first report must come before convergence (checked below): on a loaded
+            # machine the other end's agent may report after every switch applied the first's.
+            assert not change.up
             # An end whose agent saw the carrier loss only after the controller, told by the
             # other end, had pushed it a state without the port has nothing left to repair
             # (a loaded machine can delay one agent that long); any other end repaired.
