@@ -36,7 +36,16 @@ from controller.core.drains import (
     DrainPlan,
     DrainRefused,
 )
-from controller.core.effects import CloseSession, Effect, Level, Log, Persist, Push, Schedule
+from controller.core.effects import (
+    CloseSession,
+    Effect,
+    Level,
+    Log,
+    Persist,
+    Push,
+    Schedule,
+    StateWire,
+)
 from controller.core.links import DampingParams, LinkState, LinkTracker, Transition
 from controller.core.planner import End, Isolation, PlannedLink, Planner
 from controller.core.records import (
@@ -1335,7 +1344,7 @@ class DecisionCore:
         return new, StateIndex(new, self.planner.route_counts(v.name))
 
     def _send_snapshot(self, v: SwitchView, out: _Out) -> None:
-        out.effects.append(Push(v.name, control_pb2.ControllerMessage(desired_state=v.state)))
+        out.effects.append(Push(v.name, StateWire.of(v.state)))
         v.sent_generation = v.state.generation
         out.pushed[v.name] = v.state.generation
         out.snapshots += 1

@@ -43,6 +43,7 @@ from controller.daemon.metrics import Metrics, snapshot
 from controller.daemon.reloads import DEFAULT_MAX_WITHDRAW, Reloader
 from controller.daemon.runner import Runner, now
 from controller.daemon.service import ControlService, Sessions
+from controller.daemon.service import add_to_server as add_control_to_server
 from controller.daemon.startup import StartupGate
 from controller.daemon.store import FILE_NAME, StoreError
 from controller.daemon.store_url import MEMORY, StoreUrl
@@ -56,7 +57,7 @@ from railfabric.collector import freeze_start_up, full_collections
 from railfabric.grpcopts import server_options
 from railfabric.metrics import MetricsError
 from railfabric.tasks import cancel_and_wait
-from railfabric.v1 import admin_pb2, admin_pb2_grpc, control_pb2, control_pb2_grpc
+from railfabric.v1 import admin_pb2, admin_pb2_grpc, control_pb2
 
 log = logging.getLogger("railfabric.controller")
 
@@ -545,7 +546,7 @@ async def _serve(
                 raise Fatal(str(err)) from None
 
         control = ControlService(runner, sessions, secure=server_tls is not None)
-        control_pb2_grpc.add_FabricControlServicer_to_server(control, server)
+        add_control_to_server(control, server)
         reloader = Reloader(args.fabric, runner, server_tls, args.reload_max_withdraw)
         admin = AdminService(
             core, sessions, insecure=server_tls is None, runner=runner, reloader=reloader

@@ -4,8 +4,8 @@ An agent that is slow to take its messages (a large snapshot on a loaded link, t
 sessions starting at once) must not be dropped for it: a reset costs a reconnect, a Hello and
 a full snapshot, which is the load that made it slow. So state messages coalesce:
 
-- a snapshot (DesiredState) replaces every state message queued before it, which it
-  contains;
+- a snapshot (a DesiredState, in its wire form: StateWire) replaces every state message
+  queued before it, which it contains;
 - a delta that would overflow the outbox replaces every queued state message with one
   *resync*: when the session gets to it, it sends the switch's state as of then (`current`),
   and skips the queued deltas that state already contains.
@@ -20,7 +20,11 @@ import asyncio
 from collections import deque
 from collections.abc import Callable
 
+from controller.core.effects import StateWire
 from railfabric.v1 import control_pb2, state_pb2
+
+# What a session sends: a message, or a snapshot already serialized.
+Outgoing = control_pb2.ControllerMessage | StateWire
 
 # Messages queued for one session before state messages coalesce.
 OUTBOX_SIZE = 256
@@ -47,7 +51,7 @@ class Outbox:
             raise ValueError(f"outbox size must be >= 1, got {size}")
         self._current = current
         self._size = size
-        self._queue: deque[control_pb2.ControllerMessage | object] = deque()
+        self._queue: deque[Outgoing | object] = deque()
         self._ready = asyncio.Event()
         self._closed: str | None = None
         self.coalesced = 0  # state messages dropped because a newer state covered them
@@ -55,10 +59,10 @@ class Outbox:
     def __len__(self) -> int:
         return len(self._queue)
 
-    def put(self, msg: control_pb2.ControllerMessage) -> None:
+    def put(self, msg: Outgoing) -> None:
         if self._closed is not None:
             return
-        kind = msg.WhichOneof("msg")
+        kind = _kind(msg)
         if kind == "desired_state":
             self._drop_state()
         elif kind == "state_delta" and len(self._queue) >= self._size:
@@ -76,7 +80,7 @@ class Outbox:
             self._queue.clear()
             self._ready.set()
 
-    async def get(self) -> control_pb2.ControllerMessage:
+    async def get(self) -> Outgoing:
         """The next message to send; raises Closed once the session is closed."""
         while True:
             if self._closed is not None:
@@ -92,14 +96,14 @@ class Outbox:
                     continue  # the switch left the intent; its session is being closed
                 # Deltas queued behind the resync that this state already contains.
                 self._drop_state(through=state.generation)
-                return control_pb2.ControllerMessage(desired_state=state)
-            assert isinstance(item, control_pb2.ControllerMessage)
+                return StateWire.of(state)
+            assert isinstance(item, Outgoing)
             return item
 
     def _drop_state(self, through: int | None = None) -> None:
         """Drop the queued state messages (resyncs included); with `through`, only the deltas
         that end at or before that generation."""
-        kept: deque[control_pb2.ControllerMessage | object] = deque()
+        kept: deque[Outgoing | object] = deque()
         for item in self._queue:
             if _covered(item, through):
                 self.coalesced += 1
@@ -108,10 +112,18 @@ class Outbox:
         self._queue = kept
 
 
-def _covered(item: control_pb2.ControllerMessage | object, through: int | None) -> bool:
-    if not isinstance(item, control_pb2.ControllerMessage):
+def _kind(msg: Outgoing) -> str | None:
+    return "desired_state" if isinstance(msg, StateWire) else msg.WhichOneof("msg")
+
+
+def _covered(item: Outgoing | object, through: int | None) -> bool:
+    if not isinstance(item, Outgoing):
         return through is None  # a resync
-    kind = item.WhichOneof("msg")
+    kind = _kind(item)
     if through is None:
         return kind in ("desired_state", "state_delta")
-    return kind == "state_delta" and item.state_delta.to_generation <= through
+    return (
+        isinstance(item, control_pb2.ControllerMessage)
+        and kind == "state_delta"
+        and item.state_delta.to_generation <= through
+    )

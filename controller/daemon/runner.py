@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import ParamSpec, Protocol
 
 from controller.core.clock import Now
-from controller.core.effects import CloseSession, Effect, Log, Persist, Push, Schedule
+from controller.core.effects import CloseSession, Effect, Log, Persist, Push, Schedule, StateWire
 from controller.core.machine import DecisionCore
 from controller.core.records import EventRecord, Record, RoutingReset
 from railfabric.collector import freeze_rebuilt
@@ -52,7 +52,7 @@ class Writer(Protocol):
 class Outlet(Protocol):
     """Where pushes go: the live agent sessions."""
 
-    def send(self, switch: str, msg: control_pb2.ControllerMessage) -> None: ...
+    def send(self, switch: str, msg: control_pb2.ControllerMessage | StateWire) -> None: ...
 
     def close(self, switch: str, reason: str) -> None: ...
 
@@ -161,7 +161,7 @@ class Runner:
             if not self.halted:
                 for d in deliveries:
                     if isinstance(d, Push):
-                        self.outlet.send(d.switch, d.message)
+                        self.outlet.send(d.switch, d.body)
                     else:
                         self.outlet.close(d.switch, d.reason)
             self._deliveries.task_done()

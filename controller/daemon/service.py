@@ -28,11 +28,12 @@ from functools import partial
 
 import grpc
 
+from controller.core.effects import StateWire
 from controller.core.switches import UnknownSwitch, shown_name
-from controller.daemon.outbox import Closed, Outbox
+from controller.daemon.outbox import Closed, Outbox, Outgoing
 from controller.daemon.runner import Runner
 from railfabric import tls
-from railfabric.v1 import control_pb2, control_pb2_grpc, state_pb2
+from railfabric.v1 import control_pb2, state_pb2
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,7 @@ class Sessions:
         recent.append(now)
         return len(recent) == FIGHT_REPLACEMENTS and now - recent[0] <= FIGHT_WINDOW_NS
 
-    def send(self, switch: str, msg: control_pb2.ControllerMessage) -> None:
+    def send(self, switch: str, msg: Outgoing) -> None:
         session = self.by_switch.get(switch)
         if session is not None:  # else the agent gets a snapshot when it says Hello
             session.outbox.put(msg)
@@ -153,7 +154,7 @@ class Sessions:
             session.table_reads.pop(request_id, None)
 
 
-class ControlService(control_pb2_grpc.FabricControlServicer):
+class ControlService:
     """Sessions in, core inputs out: every agent message becomes one `Runner.input`."""
 
     def __init__(self, runner: Runner, sessions: Sessions, *, secure: bool = False) -> None:
@@ -168,7 +169,9 @@ class ControlService(control_pb2_grpc.FabricControlServicer):
 
     async def Session(
         self, request_iterator: AsyncIterator[control_pb2.AgentMessage], context: _Context
-    ) -> AsyncIterator[control_pb2.ControllerMessage]:
+    ) -> AsyncIterator[control_pb2.ControllerMessage | bytes]:
+        """Yields messages, and snapshots as their wire (`add_to_server`'s serializer sends
+        bytes as they are)."""
         first = await anext(aiter(request_iterator), None)
         if first is None:
             return
@@ -228,6 +231,9 @@ class ControlService(control_pb2_grpc.FabricControlServicer):
                         reader.result()  # re-raises what ended the reader
                         return
                     await context.abort(grpc.StatusCode.ABORTED, closed.reason)
+                if isinstance(msg, StateWire):
+                    yield msg.with_term(self.term)
+                    continue
                 msg.term = self.term
                 yield msg
         finally:
@@ -320,3 +326,23 @@ class ControlService(control_pb2_grpc.FabricControlServicer):
             except Exception:
                 # A bad message must not take the controller down; log it with its switch.
                 log.exception("%s: %s message could not be handled", name, kind)
+
+
+def _serialize(msg: control_pb2.ControllerMessage | bytes) -> bytes:
+    return msg if isinstance(msg, bytes) else msg.SerializeToString()
+
+
+def add_to_server(service: ControlService, server: grpc.aio.Server) -> None:
+    """Serve FabricControl as the generated `add_FabricControlServicer_to_server` does, with
+    a response serializer that sends a snapshot's wire (bytes) as it is."""
+    handlers = {
+        "Session": grpc.stream_stream_rpc_method_handler(
+            service.Session,
+            request_deserializer=control_pb2.AgentMessage.FromString,
+            response_serializer=_serialize,
+        )
+    }
+    name = control_pb2.DESCRIPTOR.services_by_name["FabricControl"].full_name
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
+    # As the generated code does (grpc >= 1.63's registered methods; grpc-stubs lacks it).
+    server.add_registered_method_handlers(name, handlers)  # type: ignore[attr-defined]

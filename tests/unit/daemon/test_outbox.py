@@ -13,6 +13,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from controller.core.effects import StateWire
 from controller.daemon.outbox import Closed, Outbox
 from railfabric.v1 import control_pb2, state_pb2
 
@@ -29,7 +30,11 @@ def _state(generation: int, content: frozenset[int]) -> state_pb2.DesiredState:
 
 
 def _take(outbox: Outbox) -> control_pb2.ControllerMessage:
-    return asyncio.run(asyncio.wait_for(outbox.get(), 5))
+    """The next message as the agent parses it (snapshots leave as their wire)."""
+    msg = asyncio.run(asyncio.wait_for(outbox.get(), 5))
+    if isinstance(msg, StateWire):
+        return control_pb2.ControllerMessage.FromString(msg.with_term(0))
+    return msg
 
 
 class Coalescing(RuleBasedStateMachine):
@@ -39,7 +44,7 @@ class Coalescing(RuleBasedStateMachine):
         self.head = 1
         self.history = {1: frozenset[int]()}
         self.outbox = Outbox(lambda: _state(self.head, self.history[self.head]), size=SIZE)
-        self.outbox.put(control_pb2.ControllerMessage(desired_state=_state(1, self.history[1])))
+        self.outbox.put(StateWire.of(_state(1, self.history[1])))
         # The agent: the generation and content it holds (none yet).
         self.generation = 0
         self.content: frozenset[int] = frozenset()
@@ -67,9 +72,7 @@ class Coalescing(RuleBasedStateMachine):
     @rule()
     def snapshot(self) -> None:
         """The core sends the whole state (the agent said Hello again)."""
-        self.outbox.put(
-            control_pb2.ControllerMessage(desired_state=_state(self.head, self.history[self.head]))
-        )
+        self.outbox.put(StateWire.of(_state(self.head, self.history[self.head])))
 
     @rule()
     def read_tables(self) -> None:
@@ -150,3 +153,11 @@ def test_closed_outbox_says_why_and_takes_nothing_more() -> None:
 def test_size_must_be_positive() -> None:
     with pytest.raises(ValueError, match="outbox size must be >= 1"):
         Outbox(lambda: None, size=0)
+
+
+@pytest.mark.parametrize("term", [0, 1, 2**40])
+def test_a_snapshot_leaves_as_the_message_it_stands_for(term: int) -> None:
+    state = _state(7, frozenset({3, 1, 2}))
+    state.digest = "v2:ab"
+    sent = control_pb2.ControllerMessage.FromString(StateWire.of(state).with_term(term))
+    assert sent == control_pb2.ControllerMessage(desired_state=state, term=term)

@@ -15,7 +15,7 @@ from typing import cast
 
 import pytest
 
-from controller.core.effects import Persist, Push
+from controller.core.effects import Persist, Push, StateWire
 from controller.core.machine import DecisionCore
 from controller.core.records import Meta, Record, RoutingReset
 from controller.daemon.runner import Runner
@@ -39,7 +39,8 @@ class Outlet:
     def __init__(self) -> None:
         self.sent: list[tuple[str, int]] = []
 
-    def send(self, switch: str, msg: control_pb2.ControllerMessage) -> None:
+    def send(self, switch: str, msg: control_pb2.ControllerMessage | StateWire) -> None:
+        assert isinstance(msg, control_pb2.ControllerMessage)
         self.sent.append((switch, msg.term))
 
     def close(self, switch: str, reason: str) -> None:
