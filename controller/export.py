@@ -104,9 +104,9 @@ def _intent_part(routing: FabricRouting, x: int, params: qos.QosParams) -> tuple
         parts = _INTENT_PARTS[routing.topo] = {}
     hit = parts.get((x, params))
     if hit is None:
-        state, known = _intent_objects(routing, x, params)
+        state, (qos_wire, known) = _intent_objects(routing, x, params)
         hit = parts[(x, params)] = (
-            state.SerializeToString(deterministic=True),
+            state.SerializeToString(deterministic=True) + qos_wire,
             state_sum(state, known),
         )
     return hit
@@ -114,9 +114,10 @@ def _intent_part(routing: FabricRouting, x: int, params: qos.QosParams) -> tuple
 
 def _intent_objects(
     routing: FabricRouting, x: int, params: qos.QosParams
-) -> tuple[state_pb2.DesiredState, dict[Tag, int]]:
-    """Switch `x`'s objects that only the intent decides, and the digest sums already known
-    of them (the shared QoS objects')."""
+) -> tuple[state_pb2.DesiredState, tuple[bytes, dict[Tag, int]]]:
+    """Switch `x`'s objects that only the intent decides but its ports' QoS (ECN, PFC, DSCP
+    map: shared by every switch of its port layout), and those as `_port_layout_qos` gives
+    them: serialized, with their digest sums."""
     topo = routing.topo
     fabric = topo.fabric
     state = state_pb2.DesiredState(switch_name=topo.names[x])
@@ -161,14 +162,11 @@ def _intent_objects(
             state.nak_sampling.ports.extend(host_ports)
             state.nak_sampling.interval_us = interval
     _add_probing(state, routing, x)
-    shared, known = _port_layout_qos(tuple(layout), params)
-    state.ecn.extend(shared.ecn)
-    state.pfc.extend(shared.pfc)
-    state.dscp_map.extend(shared.dscp_map)
+    shared = _port_layout_qos(tuple(layout), params)
     state.pfc_watchdog.detect_ns = params.pfc_watchdog_detect_ns
     state.pfc_watchdog.restore_ns = params.pfc_watchdog_restore_ns
     state.ecmp_hash = ECMP_HASH[fabric.ecmp_hash]
-    return state, known
+    return state, shared
 
 
 def _add_probing(state: state_pb2.DesiredState, routing: FabricRouting, x: int) -> None:
@@ -453,10 +451,11 @@ def _routes_by_runs(routing: FabricRouting, x: int, rows: _RouteRows) -> tuple[b
 @functools.lru_cache(maxsize=256)
 def _port_layout_qos(
     layout: tuple[tuple[int, int, float], ...], params: qos.QosParams
-) -> tuple[state_pb2.DesiredState, dict[Tag, int]]:
-    """The QoS objects of a switch with these (port, speed, cable length) ports, and their
-    digest sums: thousands of switches share a handful of layouts, so each is built and
-    hashed once (they are most of a switch's objects without routes)."""
+) -> tuple[bytes, dict[Tag, int]]:
+    """The QoS objects of a switch with these (port, speed, cable length) ports, serialized
+    as DesiredState fields, and their digest sums: thousands of switches share a handful of
+    layouts, so each is built, serialized and hashed once (they are most of a switch's
+    objects without routes; copied into every state, they were a third of a cold start's)."""
     shared = state_pb2.DesiredState()
     add_ecn = shared.ecn.add
     add_pfc = shared.pfc.add
@@ -486,7 +485,7 @@ def _port_layout_qos(
         "pfc": field_sum("pfc", shared.pfc),
         "dscp": field_sum("dscp", shared.dscp_map),
     }
-    return shared, known
+    return shared.SerializeToString(deterministic=True), known
 
 
 def state_delta(
