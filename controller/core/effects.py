@@ -4,8 +4,10 @@ in order (controller/daemon/runner.py)."""
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from controller.core.rebuild import Rebuilt
 from controller.core.records import Record
 from railfabric.protowire import len_field, uint_field
 from railfabric.v1 import control_pb2, state_pb2
@@ -34,6 +36,13 @@ class StateWire:
         field = control_pb2.ControllerMessage.DESIRED_STATE_FIELD_NUMBER
         return cls(len_field(field, state.SerializeToString()))
 
+    @classmethod
+    def of_serialized(cls, state: bytes, generation: int) -> StateWire:
+        """A state serialized without its generation (off the event loop), and that."""
+        field = control_pb2.ControllerMessage.DESIRED_STATE_FIELD_NUMBER
+        number = state_pb2.DesiredState.GENERATION_FIELD_NUMBER
+        return cls(len_field(field, state + uint_field(number, generation)))
+
     def with_term(self, term: int) -> bytes:
         """The message as sent: `term` (ControllerMessage.term, 0: none) appended."""
         if not term:
@@ -54,6 +63,15 @@ class Push:
         if isinstance(self.body, StateWire):
             return control_pb2.ControllerMessage.FromString(self.body.wire)
         return self.body
+
+
+@dataclass(frozen=True, slots=True)
+class Rebuild:
+    """Run `job` off the event loop and give its result to `DecisionCore.rebuilt` with
+    `token` (controller/core/rebuild.py says why)."""
+
+    token: int
+    job: Callable[[], Rebuilt]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,4 +102,4 @@ class Log:
     text: str
 
 
-Effect = Persist | Push | CloseSession | Schedule | Log
+Effect = Persist | Push | Rebuild | CloseSession | Schedule | Log

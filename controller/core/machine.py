@@ -22,6 +22,7 @@ import hashlib
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from controller.core import drains, latency, matrix, roce
 from controller.core import events as ev
@@ -43,11 +44,13 @@ from controller.core.effects import (
     Log,
     Persist,
     Push,
+    Rebuild,
     Schedule,
     StateWire,
 )
 from controller.core.links import DampingParams, LinkState, LinkTracker, Transition
 from controller.core.planner import End, Isolation, PlannedLink, Planner
+from controller.core.rebuild import Rebuilt, rebuild
 from controller.core.records import (
     AlarmCleared,
     AlarmRecord,
@@ -141,6 +144,16 @@ class _Discovered:
 
 
 @dataclass
+class _Rebuilding:
+    """A computation from scratch under way off the event loop (controller/core/rebuild.py):
+    its token, why (for its event), and the links discovered that join routing with it."""
+
+    token: int
+    why: str
+    joining: set[str]
+
+
+@dataclass
 class _Out:
     """What one input produced, turned into effects by `_finish`."""
 
@@ -182,6 +195,7 @@ class DecisionCore:
         self.planner = planner
         self.damping = damping
         self.grace_ns = grace_ns
+        self.routing_log_limit = ROUTING_LOG_LIMIT
         self.views = {}
         # Switches without a session whose ports still count as observed, with the monotonic
         # time their grace ends.
@@ -197,6 +211,8 @@ class DecisionCore:
         self._pending: dict[int, Convergence] = {}
         self._held = HeldDeltas()
         self._discovered = _Discovered()
+        self._rebuilding: _Rebuilding | None = None
+        self._rebuilds = 0  # tokens given out
         # Switches that have not said Hello since the controller started.
         self._unheard: set[str] = set()
         self._next_event = 0
@@ -271,6 +287,9 @@ class DecisionCore:
     ) -> None:
         """`planner` from now on (`announce`: a new intent, said in an event; `same_intent`:
         the same intent computed afresh, so its cabling plan holds)."""
+        # A computation from scratch under way is for the routing replaced here: its links
+        # join this one, and its result is dropped when it comes.
+        self._rebuilding = None
         for switch in self._held.switches():
             for h in self._held.take_all(switch):
                 self._release(switch, h, now, out)
@@ -804,7 +823,7 @@ class DecisionCore:
             # Most of the fabric at once (a cold start), and little left out: from scratch.
             left_out = len(self.unroutable_links())
             if batch and 2 * len(batch) > len(self._links) and 10 * left_out < len(self._links):
-                self._discovered_from_scratch(len(batch), left_out, now, out)
+                self._discovered_from_scratch(batch, left_out, now, out)
             elif batch:
                 self._route_batch(batch, now, found.first_wall_ns, out, None)
         for name, deadline in sorted(self._absent.items()):
@@ -850,9 +869,10 @@ class DecisionCore:
         return min(present) if present else None
 
     def _discovery_deadline_ns(self) -> int | None:
-        """When the discovered links join routing (DISCOVERY_* above)."""
+        """When the discovered links join routing (DISCOVERY_* above); while a computation
+        from scratch is under way, they wait for it to be taken in."""
         deadline = self._discovered.deadline_ns
-        if deadline is None:
+        if deadline is None or self._rebuilding is not None:
             return None
         if self._waiting_for_quorum():
             return max(deadline, self._discovered.first_mono_ns + DISCOVERY_START_MAX_NS)
@@ -1016,12 +1036,17 @@ class DecisionCore:
             self.tracker.usable(key)
             and key not in self.drains
             and key not in self._discovered.transitions
+            and (self._rebuilding is None or key not in self._rebuilding.joining)
         )
 
     def unroutable_links(self) -> list[str]:
         """Links routing avoids: unusable as observed, drained, or discovered and waiting."""
+        joining = self._rebuilding.joining if self._rebuilding is not None else set()
         return sorted(
-            set(self.tracker.down_links()) | set(self.drains) | set(self._discovered.transitions)
+            set(self.tracker.down_links())
+            | set(self.drains)
+            | set(self._discovered.transitions)
+            | joining
         )
 
     def held_deltas(self, switch: str) -> list[state_pb2.StateDelta]:
@@ -1083,6 +1108,8 @@ class DecisionCore:
                     f"is found for {DISCOVERY_SETTLE_NS / 1e9:g} s (at most "
                     f"{DISCOVERY_MAX_NS / 1e9:g} s)"
                 )
+            if self._rebuilding is not None and key in self._rebuilding.joining:
+                return "discovered: joins routing with the computation from scratch under way"
             return ""
         if state is LinkState.HOLD_DOWN:
             return (
@@ -1105,8 +1132,14 @@ class DecisionCore:
         return prefix + ("; ".join(why) or "not observed")
 
     def quiescent(self) -> bool:
-        """Nothing held back, no convergence in flight, no discovered link waiting."""
-        return not self._held and not self._pending and not self._discovered.transitions
+        """Nothing held back, no convergence in flight, no discovered link waiting, no
+        computation from scratch under way."""
+        return (
+            not self._held
+            and not self._pending
+            and not self._discovered.transitions
+            and self._rebuilding is None
+        )
 
     # -- routing
     def _carrier(
@@ -1140,6 +1173,9 @@ class DecisionCore:
                     continue
                 if self._discovered.transitions.pop(t.link, None) is not None:
                     continue  # went away before routing used it: nothing to take out
+                if self._rebuilding is not None and t.link in self._rebuilding.joining:
+                    self._rebuilding.joining.discard(t.link)
+                    continue  # the same, and the rebuild's catch-up leaves it out
             link = self._links[t.link]
             if planned is None and not t.usable:
                 # A link that went away: what its own switches hold back (a drain's removal
@@ -1343,8 +1379,9 @@ class DecisionCore:
         new.generation, new.digest = v.state.generation + 1, new.digest or state_digest(new)
         return new, StateIndex(new, self.planner.route_counts(v.name))
 
-    def _send_snapshot(self, v: SwitchView, out: _Out) -> None:
-        out.effects.append(Push(v.name, StateWire.of(v.state)))
+    def _send_snapshot(self, v: SwitchView, out: _Out, wire: StateWire | None = None) -> None:
+        """`wire`: `v.state`'s, when made already."""
+        out.effects.append(Push(v.name, wire or StateWire.of(v.state)))
         v.sent_generation = v.state.generation
         out.pushed[v.name] = v.state.generation
         out.snapshots += 1
@@ -1369,37 +1406,97 @@ class DecisionCore:
         if (
             not self._pending
             and not self._held
-            and len(self.routing_log) > ROUTING_LOG_LIMIT
-            and sum(not step.joined for step in self.routing_log) > ROUTING_LOG_LIMIT
+            and len(self.routing_log) > self.routing_log_limit
+            and sum(not step.joined for step in self.routing_log) > self.routing_log_limit
             # Last: it reads every link (135k on ref-100k, ~80 ms a convergence).
             and not self.tracker.down_links()
         ):
             self._compact(now, out)
 
-    def _discovered_from_scratch(self, links: int, left_out: int, now: Now, out: _Out) -> None:
+    def _discovered_from_scratch(
+        self, batch: Sequence[Transition[str]], left_out: int, now: Now, out: _Out
+    ) -> None:
         """Most of the fabric was discovered at once and few links are left out of routing
         (a cold start): routing from scratch over every link, then the links left out taken
-        out in one computation (the catch-up of `_load`, which a restart replays the same way),
-        a full state to every switch whose state changed. Incrementally, ref-100k's 135k links
-        were one computation of 20 s and deltas thrown away for whole states; from scratch
-        it is one computation of about 1.5 s."""
-        why = f"{links} links discovered together joined routing, recomputed from scratch"
-        self._from_scratch(why + (f" ({left_out} links left out)" if left_out else ""), now, out)
+        out in one computation (as a restart replays it), a full state to every switch whose
+        state changed. Incrementally, ref-100k's 135k links were one computation of 20 s and
+        deltas thrown away for whole states; from scratch it is one computation of about
+        1.5 s, and every state built: off the event loop (`_from_scratch`)."""
+        why = f"{len(batch)} links discovered together joined routing, recomputed from scratch"
+        why += f" ({left_out} links left out)" if left_out else ""
+        self._from_scratch(why, out, joining={t.link for t in batch})
 
     def _compact(self, now: Now, out: _Out) -> None:
         """Forget the routing history: recompute from scratch and send full states to the
         switches whose group ids that renames. Forwarding does not change (every link is up)."""
         why = f"routing recomputed from scratch after {len(self.routing_log)} link changes"
-        self._from_scratch(why, now, out)
+        self._from_scratch(why, out)
 
-    def _from_scratch(self, why: str, now: Now, out: _Out) -> None:
-        """Routing over every link from scratch, what routing avoids taken out by `_load`'s
-        catch-up, the log starting again there; `why` goes in the event."""
+    def _from_scratch(self, why: str, out: _Out, joining: set[str] | None = None) -> None:
+        """Ask for routing from scratch without the links routing avoids (a `Rebuild` off the
+        event loop; `rebuilt` takes it in). Meanwhile decisions go on with the routing there
+        is, and `joining` (discovered links) waits for it. One at a time: a compaction asked
+        for meanwhile is left to the next convergence."""
+        if self._rebuilding is not None:
+            return
+        # Before the joining links wait: the computation has them.
+        unusable = [key for key in self._links if not self.routable(key)]
+        self._rebuilds += 1
+        self._rebuilding = _Rebuilding(self._rebuilds, why, set(joining or ()))
+        out.effects.append(Rebuild(self._rebuilds, partial(rebuild, self.planner, unusable)))
+
+    def rebuilt(self, token: int, result: Rebuilt, now: Now) -> list[Effect]:
+        """A `Rebuild`'s result: the new routing, caught up with the link changes decided
+        since it was asked for (one more computation), its log starting again from every link
+        usable (what a restart replays), and a full state to every switch whose state changed.
+        A result for a routing the core no longer has (a new intent came first) is dropped."""
+        out = _Out()
+        rebuilding = self._rebuilding
+        if rebuilding is None or rebuilding.token != token:
+            return self._finish(out, now)
+        for switch in self._held.switches():
+            for h in self._held.take_all(switch):
+                self._release(switch, h, now, out)
+        self._pending.clear()
+        self._rebuilding = None  # its links join routing now
         self.routing_log = []
         self._baseline_usable = True
         out.records += [RoutingReset(), Meta(ROUTING_BASELINE, EVERY_LINK_USABLE)]
-        self._reload(self.planner.fresh(), now, out, announce=False, same_intent=True)
-        self._event(out, ev.event(now.wall_ns, ev.K.EVENT_KIND_ROUTING_COMPACTED, why))
+        for i, key in enumerate(result.unusable):
+            self._routing_step(RoutingStep(key, False, joined=i > 0), out)
+        planner = result.planner
+        left_out = set(result.unusable)
+        catch_up = [
+            (key, ok) for key in self._links if (ok := self.routable(key)) == (key in left_out)
+        ]
+        changed: set[str] = set()
+        if catch_up:
+            changed = set(planner.set_links_usable(catch_up))
+            for i, (key, ok) in enumerate(catch_up):
+                self._routing_step(RoutingStep(key, ok, joined=i > 0), out)
+        self.planner = planner
+        self.roce.routing_changed()
+        for name, v in self.views.items():
+            wire: bytes | None = None
+            if name in changed:
+                state = planner.full_state(name)
+                state.switch_name = name
+                state.digest = state.digest or state_digest(state)
+                index = StateIndex(state, planner.route_counts(name))
+            else:
+                state, index, wire = result.states[name]
+            if state.digest == v.state.digest:
+                continue
+            state.generation = v.state.generation + 1
+            v.state, v.index = state, index
+            out.generations[name] = SwitchGeneration(name, state.generation, state.digest)
+            if v.connected:
+                serialized = (
+                    None if wire is None else StateWire.of_serialized(wire, state.generation)
+                )
+                self._send_snapshot(v, out, serialized)
+        self._event(out, ev.event(now.wall_ns, ev.K.EVENT_KIND_ROUTING_COMPACTED, rebuilding.why))
+        return self._finish(out, now)
 
     # -- alarms and events
     def _raise(self, alarm: AlarmRecord, out: _Out) -> None:

@@ -647,6 +647,7 @@ async def _serve(
             tasks = [
                 tg.create_task(runner.timers(), name="core-timers"),
                 tg.create_task(runner.deliver(), name="push-delivery"),
+                tg.create_task(runner.rebuilds(), name="core-rebuilds"),
                 tg.create_task(reloader.on_signals(reload), name="reload"),
                 tg.create_task(
                     full_collections(lambda: runner.last_input_s), name="full-collections"

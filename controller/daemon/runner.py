@@ -27,10 +27,20 @@ import concurrent.futures
 import logging
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import ParamSpec, Protocol
 
 from controller.core.clock import Now
-from controller.core.effects import CloseSession, Effect, Log, Persist, Push, Schedule, StateWire
+from controller.core.effects import (
+    CloseSession,
+    Effect,
+    Log,
+    Persist,
+    Push,
+    Rebuild,
+    Schedule,
+    StateWire,
+)
 from controller.core.machine import DecisionCore
 from controller.core.records import EventRecord, Record, RoutingReset
 from railfabric.collector import freeze_rebuilt
@@ -80,6 +90,7 @@ class Runner:
         self._deliveries: asyncio.Queue[
             tuple[concurrent.futures.Future[bool] | None, list[Push | CloseSession]]
         ] = asyncio.Queue()
+        self._rebuilds: asyncio.Queue[Rebuild] = asyncio.Queue()
         self._deadline: int | None = None
         self._rescheduled = asyncio.Event()
         # time.monotonic() of the last input applied: full collections wait for a quiet moment
@@ -138,6 +149,8 @@ class Runner:
             elif isinstance(effect, Schedule):
                 self._deadline = effect.at_mono_ns
                 self._rescheduled.set()
+            elif isinstance(effect, Rebuild):
+                self._rebuilds.put_nowait(effect)
         if deliveries:
             fence = durable if self.on_unwritten is not None else None
             self._deliveries.put_nowait((fence, deliveries))
@@ -169,6 +182,16 @@ class Runner:
     async def drain(self) -> None:
         """Wait until every queued push has been handed to its session (shutdown)."""
         await self._deliveries.join()
+
+    async def rebuilds(self) -> None:
+        """Owned task: run each Rebuild's job in a thread, one at a time, and give the core
+        its result; the event loop serves sessions and admin calls meanwhile. A job that
+        raises ends this task, and the daemon with it: routing that cannot be computed is no
+        state to serve from."""
+        while True:
+            effect = await self._rebuilds.get()
+            result = await asyncio.to_thread(effect.job)
+            self.input(partial(self.core.rebuilt, effect.token, result))
 
     async def timers(self) -> None:
         """Owned task: call the core's `tick` at the deadline it last scheduled."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from controller import export
 from controller.core.clock import Now
-from controller.core.effects import Effect, Level, Log, Persist, Push, Schedule
+from controller.core.effects import Effect, Level, Log, Persist, Push, Rebuild, Schedule
 from controller.core.links import DampingParams
 from controller.core.machine import DecisionCore, DrainError, DrainRefused
 from controller.core.records import Restored, as_records
@@ -80,8 +80,12 @@ class Agent:
 
 
 class Harness:
-    def __init__(self, fabric: Path = LAB, hold_down_s: float = 2.0) -> None:
+    def __init__(
+        self, fabric: Path = LAB, hold_down_s: float = 2.0, routing_log_limit: int | None = None
+    ) -> None:
         self.fabric = fabric
+        # The cores' compaction threshold (DecisionCore.routing_log_limit), when not the default.
+        self.routing_log_limit = routing_log_limit
         self._loaded: Fabric | None = None  # the intent, parsed once for fresh computations
         self.damping = DampingParams(hold_down_ns=int(hold_down_s * S))
         self.store = SqliteStore.open(":memory:")
@@ -93,6 +97,10 @@ class Harness:
         # Log lines at ERROR the core asked for: a correct core never needs one.
         self.errors: list[str] = []
         self.warnings: list[str] = []
+        # Computations from scratch the core asked for (Rebuild), run when `run` is done
+        # with its effects unless deferred (`finish_rebuild` runs one, other inputs between).
+        self.defer_rebuilds = False
+        self.rebuilds: list[Rebuild] = []
         self.core = self._start()
         self.agents = {name: Agent(name) for name in self.core.views}
         # Physical carrier of every switch-to-switch port.
@@ -100,7 +108,10 @@ class Harness:
 
     def _start(self) -> DecisionCore:
         core = DecisionCore(load_planner(self.fabric), self.damping)
+        if self.routing_log_limit is not None:
+            core.routing_log_limit = self.routing_log_limit
         self.deadline = None
+        self.rebuilds = []  # a dead controller's: nobody takes them in
         self.run(core.start(self.store.load(), self.now), core)
         return core
 
@@ -152,6 +163,15 @@ class Harness:
                 self.errors.append(e.text)
             elif isinstance(e, Log) and e.level == Level.WARNING:
                 self.warnings.append(e.text)
+            elif isinstance(e, Rebuild):
+                self.rebuilds.append(e)
+        while self.rebuilds and not self.defer_rebuilds:
+            self.finish_rebuild()
+
+    def finish_rebuild(self) -> None:
+        """The oldest Rebuild's job ends (off the loop, in the daemon) and the core takes it."""
+        e = self.rebuilds.pop(0)
+        self.run(self.core.rebuilt(e.token, e.job(), self.now))
 
     # -- agents
     def hello(self, name: str, unmapped: frozenset[int] = frozenset()) -> None:
@@ -368,6 +388,9 @@ class Harness:
             idle = not any(a.inbox for a in self.agents.values())
             if self.core.quiescent() and idle and self.deadline is None:
                 return
+            if self.rebuilds:
+                self.finish_rebuild()
+                continue
             self.advance(max(S, (self.deadline or 0) - self.now.mono_ns))
         raise AssertionError("the core did not settle")
 

@@ -757,6 +757,57 @@ def test_links_discovered_by_a_storm_of_hellos_are_routed_in_one_computation() -
     h.check_matches_fresh_computation()
 
 
+def test_routing_from_scratch_is_taken_in_after_the_changes_decided_meanwhile() -> None:
+    """The computation from scratch runs off the event loop (a Rebuild): meanwhile a cut is
+    routed at once on the routing there is, the discovered links wait and say why, and the
+    result, once taken in, catches up with the cut in one more computation that a restart
+    replays to the same group ids."""
+    h = Harness()
+    h.defer_rebuilds = True
+    for name in h.agents:
+        h.hello(name)
+    h.advance(machine.DISCOVERY_SETTLE_NS)
+    assert len(h.rebuilds) == 1 and not h.core.quiescent()
+    joining = uplinks(h, "tor-r1-b1")
+    assert not h.core.routable(joining[0]) and joining[0] in h.core.unroutable_links()
+    assert "computation from scratch under way" in h.core.link_reason(joining[0])
+    assert not events_of(h, admin_pb2.EVENT_KIND_ROUTING_COMPACTED)
+    h.check_decided_routes_match_a_fresh_computation()
+    h.cut(joining[1])  # a discovered link that goes away: the result must leave it out
+    assert not h.core.routable(joining[1])
+    h.check_decided_routes_match_a_fresh_computation()
+    h.finish_rebuild()
+    assert h.core.routable(joining[0]) and not h.core.routable(joining[1])
+    assert events_of(h, admin_pb2.EVENT_KIND_ROUTING_COMPACTED)
+    # The log from every link usable: the catch-up, one computation taking the cut link out.
+    assert [(s.link, s.usable) for s in h.core.routing_log] == [(joining[1], False)]
+    h.settle()
+    h.check_matches_fresh_computation()
+    h.take_pushed()
+    h.restart_controller()
+    for name in h.agents:
+        h.hello(name)
+    assert h.take_pushed() == []
+
+
+def test_a_rebuild_for_an_intent_replaced_meanwhile_is_dropped() -> None:
+    h = Harness()
+    h.defer_rebuilds = True
+    for name in h.agents:
+        h.hello(name)
+    h.advance(machine.DISCOVERY_SETTLE_NS)
+    assert len(h.rebuilds) == 1
+    h.reload()  # the same file, loaded afresh: the discovered links join this routing
+    assert h.core.unroutable_links() == [] and h.core.quiescent()
+    generations = {n: v.state.generation for n, v in h.core.views.items()}
+    h.finish_rebuild()
+    assert h.rebuilds == []
+    assert {n: v.state.generation for n, v in h.core.views.items()} == generations
+    assert not events_of(h, admin_pb2.EVENT_KIND_ROUTING_COMPACTED)
+    h.settle()
+    h.check_matches_fresh_computation()
+
+
 def test_links_discovered_while_others_are_out_join_routing_in_one_computation() -> None:
     h = Harness()
     h.set_carrier(uplinks(h, "tor-r1-b1")[0], False)

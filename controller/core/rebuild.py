@@ -1,0 +1,46 @@
+"""Routing from scratch, off the event loop: the job the core hands the runner, and its result.
+
+On ref-100k a computation from scratch (a cold start's links discovered together, or the
+routing log compacted) is seconds of routing and of building every switch's full state; on
+the event loop it froze the controller that long (no cut handled, no admin call answered).
+The core asks for it with the `Rebuild` effect and goes on deciding with the routing it has;
+`DecisionCore.rebuilt` takes the result in and catches up with what changed meanwhile.
+
+The job reads only what the core never changes in place: the planner's compiled fabric
+(`Planner.fresh` starts from it) and the list of links it leaves out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from controller.core.planner import Planner
+from railfabric.delta import StateIndex
+from railfabric.digest import state_digest
+from railfabric.v1 import state_pb2
+
+
+@dataclass(frozen=True)
+class Rebuilt:
+    """Routing from scratch without `unusable` (taken out in this order, one computation),
+    and each switch's full state: digest set, generation not yet, its index, and its wire."""
+
+    planner: Planner
+    unusable: tuple[str, ...]
+    states: Mapping[str, tuple[state_pb2.DesiredState, StateIndex, bytes]]
+
+
+def rebuild(planner: Planner, unusable: Sequence[str]) -> Rebuilt:
+    """What `DecisionCore.rebuilt` takes: pure, and safe off the event loop."""
+    fresh = planner.fresh()
+    if unusable:
+        fresh.set_links_usable([(key, False) for key in unusable], deltas=False)
+    states: dict[str, tuple[state_pb2.DesiredState, StateIndex, bytes]] = {}
+    for info in fresh.switches():
+        state = fresh.full_state(info.name)
+        state.switch_name = info.name
+        state.digest = state.digest or state_digest(state)
+        index = StateIndex(state, fresh.route_counts(info.name))
+        states[info.name] = (state, index, state.SerializeToString())
+    return Rebuilt(fresh, tuple(unusable), states)
