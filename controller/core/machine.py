@@ -50,7 +50,7 @@ from controller.core.effects import (
 )
 from controller.core.links import DampingParams, LinkState, LinkTracker, Transition
 from controller.core.planner import End, Isolation, PlannedLink, Planner
-from controller.core.rebuild import Rebuilt, rebuild
+from controller.core.rebuild import Rebuilt, planned_state, rebuild
 from controller.core.records import (
     AlarmCleared,
     AlarmRecord,
@@ -1374,10 +1374,9 @@ class DecisionCore:
 
     def _planned_state(self, v: SwitchView) -> tuple[state_pb2.DesiredState, StateIndex]:
         """The planner's state for `v` as the next generation of its chain, and its index."""
-        new = self.planner.full_state(v.name)
-        new.switch_name = v.name
-        new.generation, new.digest = v.state.generation + 1, new.digest or state_digest(new)
-        return new, StateIndex(new, self.planner.route_counts(v.name))
+        new, index = planned_state(self.planner, v.name)
+        new.generation = v.state.generation + 1
+        return new, index
 
     def _send_snapshot(self, v: SwitchView, out: _Out, wire: StateWire | None = None) -> None:
         """`wire`: `v.state`'s, when made already."""
@@ -1479,10 +1478,7 @@ class DecisionCore:
         for name, v in self.views.items():
             wire: bytes | None = None
             if name in changed:
-                state = planner.full_state(name)
-                state.switch_name = name
-                state.digest = state.digest or state_digest(state)
-                index = StateIndex(state, planner.route_counts(name))
+                state, index = planned_state(planner, name)
             else:
                 state, index, wire = result.states[name]
             if state.digest == v.state.digest:

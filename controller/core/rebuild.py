@@ -38,9 +38,15 @@ def rebuild(planner: Planner, unusable: Sequence[str]) -> Rebuilt:
         fresh.set_links_usable([(key, False) for key in unusable], deltas=False)
     states: dict[str, tuple[state_pb2.DesiredState, StateIndex, bytes]] = {}
     for info in fresh.switches():
-        state = fresh.full_state(info.name)
-        state.switch_name = info.name
-        state.digest = state.digest or state_digest(state)
-        index = StateIndex(state, fresh.route_counts(info.name))
+        state, index = planned_state(fresh, info.name)
         states[info.name] = (state, index, state.SerializeToString())
     return Rebuilt(fresh, tuple(unusable), states)
+
+
+def planned_state(planner: Planner, switch: str) -> tuple[state_pb2.DesiredState, StateIndex]:
+    """`planner`'s full state of `switch`, named and digested (generation not set), and its
+    index."""
+    state = planner.full_state(switch)
+    state.switch_name = switch
+    state.digest = state.digest or state_digest(state)
+    return state, StateIndex(state, planner.route_counts(switch))

@@ -39,12 +39,12 @@ from controller.core.effects import (
     Push,
     Rebuild,
     Schedule,
-    StateWire,
 )
 from controller.core.machine import DecisionCore
 from controller.core.records import EventRecord, Record, RoutingReset
+from controller.daemon.outbox import Outgoing
 from railfabric.collector import freeze_rebuilt
-from railfabric.v1 import admin_pb2, control_pb2
+from railfabric.v1 import admin_pb2
 
 log = logging.getLogger("railfabric.controller")
 
@@ -62,7 +62,7 @@ class Writer(Protocol):
 class Outlet(Protocol):
     """Where pushes go: the live agent sessions."""
 
-    def send(self, switch: str, msg: control_pb2.ControllerMessage | StateWire) -> None: ...
+    def send(self, switch: str, msg: Outgoing) -> None: ...
 
     def close(self, switch: str, reason: str) -> None: ...
 
