@@ -280,6 +280,7 @@ def run(path: Path, cuts: int, seed: int, storm_s: float) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     core.start(Restored(), clock.now)
+    core.sessions_open(clock.now)
     out["cold_start_s"] = round(time.perf_counter() - t0, 2)
     # Diagnose's worst case: every link down, every switch without its agent (one ranking
     # per read of its pages).

@@ -268,6 +268,17 @@ class DecisionCore:
         self._unheard = set(self.views)
         return self._finish(out, now)
 
+    def sessions_open(self, now: Now) -> list[Effect]:
+        """Agents' sessions reach the core from `now` on (the daemon's start-up gate opened).
+        The grace of each switch not heard from counts from here, not from `start`: on a
+        large fabric the start takes longer than the grace while every session waits at the
+        gate, and counting from it would forget every switch's links at once."""
+        out = _Out()
+        deadline = now.mono_ns + self.grace_ns
+        for name in self._absent:
+            self._absent[name] = max(self._absent[name], deadline)
+        return self._finish(out, now)
+
     def reload(self, planner: Planner, now: Now) -> list[Effect]:
         """Serve a new intent. Switches whose state changed get a full DesiredState at the
         next generation; link states, timers and everything agents reported carry over;

@@ -634,6 +634,7 @@ async def _serve(
         # Before the fabric's calls are let in: the first full collection takes 0.3 s at
         # 100k GPUs, and after it the plan and the desired states are out of every other.
         freeze_start_up()
+        runner.input(core.sessions_open)  # the grace of absent switches counts from here
         gate.open()
         log.info(
             "desired states of %d switches ready in %.1f s (%d calls waited for them)",

@@ -106,19 +106,23 @@ class Harness:
         # Physical carrier of every switch-to-switch port.
         self.carrier = {end: True for link in self.core.links() for end in (link.a, link.b)}
 
-    def _start(self) -> DecisionCore:
+    def _start(self, start_ns: int = 0) -> DecisionCore:
         core = DecisionCore(load_planner(self.fabric), self.damping)
         if self.routing_log_limit is not None:
             core.routing_log_limit = self.routing_log_limit
         self.deadline = None
         self.rebuilds = []  # a dead controller's: nobody takes them in
         self.run(core.start(self.store.load(), self.now), core)
+        # The daemon's gate holds sessions, and its timers wait, until the start is done.
+        self._to(self.now.mono_ns + start_ns)
+        self.run(core.sessions_open(self.now), core)
         return core
 
-    def restart_controller(self, store_held: Restored | None = None) -> None:
+    def restart_controller(self, store_held: Restored | None = None, start_ns: int = 0) -> None:
         """The controller process dies and starts again from its store; sessions drop. Drains
         survive it. `store_held`: what the store held when it died, instead of everything
-        committed (a crash that lost the last transactions after their pushes had left)."""
+        committed (a crash that lost the last transactions after their pushes had left).
+        `start_ns`: how long its start takes (agents' sessions wait at the gate meanwhile)."""
         drained = dict(self.core.drains)
         if store_held is not None:
             self.store.close()
@@ -126,7 +130,7 @@ class Harness:
             self.store.commit(as_records(store_held))
             held = {d.link for d in store_held.drains}
             drained = {k: d for k, d in drained.items() if k in held}
-        self.core = self._start()
+        self.core = self._start(start_ns)
         assert self.core.drains == drained, "drains differ after a restart"
         for agent in self.agents.values():
             agent.connected = False

@@ -587,6 +587,22 @@ def test_a_controller_restart_inside_the_grace_writes_nothing() -> None:
     assert h.core.tracker.down_links() == [] and h.take_pushed() == []
 
 
+def test_the_grace_counts_from_when_sessions_can_reach_the_core_not_from_the_start() -> None:
+    """At 100k GPUs the start takes longer than the grace, with every agent's session held
+    at the daemon's gate meanwhile: no switch may be forgotten for that wait."""
+    h = connected()
+    h.restart_controller(start_ns=machine.SESSION_GRACE_NS + S)
+    h.take_pushed()
+    h.advance(machine.SESSION_GRACE_NS - S)
+    assert h.core.tracker.down_links() == []
+    assert not events_of(h, admin_pb2.EVENT_KIND_SESSION_GRACE_ENDED)
+    for name in h.agents:
+        h.hello(name)
+    assert h.take_pushed() == []
+    h.advance(2 * S)
+    assert h.core.tracker.down_links() == [] and h.take_pushed() == []
+
+
 def test_an_unreachable_target_makes_the_switch_not_converged_with_the_reason() -> None:
     h = connected()
     name = "tor-r1-b1"
