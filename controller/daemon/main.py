@@ -54,6 +54,7 @@ from controller.web.live import Hub
 from controller.yamlnodes import IntentError
 from railfabric import cli, tls
 from railfabric.collector import freeze_start_up, full_collections
+from railfabric.grpc_wakeups import drain_wakeups_or_warn
 from railfabric.grpcopts import server_options
 from railfabric.metrics import MetricsError
 from railfabric.tasks import cancel_and_wait
@@ -572,6 +573,9 @@ async def _serve(
         # Listening and SERVING while the core computes every desired state off the loop;
         # the fabric's calls wait at the gate until it is done (controller.daemon.startup).
         await server.start()
+        # Completions must reach the loop as fast as they come when thousands of sessions
+        # are busy (railfabric.grpc_wakeups).
+        drain_wakeups_or_warn(loop)
         await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
         if isinstance(store, EtcdStore):
             election = Election(
