@@ -32,6 +32,7 @@ from controller.core.effects import StateWire
 from controller.core.switches import UnknownSwitch, shown_name
 from controller.daemon.outbox import Closed, Outbox, Outgoing
 from controller.daemon.runner import Runner
+from controller.daemon.turns import Turns
 from railfabric import tls
 from railfabric.v1 import control_pb2, state_pb2
 
@@ -166,6 +167,8 @@ class ControlService:
         self.secure = secure
         # The leader's term (controller.daemon.election), stamped on every message; 0 alone.
         self.term = 0
+        # Agents' inputs are decided a few per turn of the event loop (controller.daemon.turns).
+        self.turns = Turns()
 
     async def Session(
         self, request_iterator: AsyncIterator[control_pb2.AgentMessage], context: _Context
@@ -199,6 +202,7 @@ class ControlService:
             self.core.view(name)
         except UnknownSwitch as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        await self.turns.wait()
         old = self.sessions.by_switch.get(name)
         if old is not None and self.sessions.fighting(name):
             if not await self._wait_turn(name, old, peer, context):
@@ -288,7 +292,9 @@ class ControlService:
         self, name: str, requests: AsyncIterator[control_pb2.AgentMessage], session: _Session
     ) -> None:
         core = self.core
+        turns = self.turns
         async for msg in requests:
+            await turns.wait()
             kind = msg.WhichOneof("msg")
             try:
                 if kind == "applied":
