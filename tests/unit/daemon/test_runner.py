@@ -10,6 +10,7 @@ import concurrent.futures
 import gc
 import threading
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from typing import cast
 
@@ -18,7 +19,7 @@ import pytest
 from controller.core.effects import Persist, Push, StateWire
 from controller.core.machine import DecisionCore
 from controller.core.records import Meta, Record, RoutingReset
-from controller.daemon.runner import Runner
+from controller.daemon.runner import PUSHES_PER_TURN, Runner
 from railfabric.v1 import control_pb2
 
 pytestmark = pytest.mark.unit
@@ -86,6 +87,56 @@ async def test_held_pushes_wait_for_the_release_then_leave_in_order(
     runner.release(tokens[0])
     await settle()
     assert outlet.sent == [("a", 1), ("b", 2), ("c", 3)]
+
+
+class Turn:
+    """Counts turns of the event loop: a callback that reschedules itself once per turn."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self._loop = asyncio.get_running_loop()
+        self._handle = self._loop.call_soon(self._tick)
+
+    def _tick(self) -> None:
+        self.n += 1
+        self._handle = self._loop.call_soon(self._tick)
+
+    def stop(self) -> None:
+        self._handle.cancel()
+
+
+async def test_a_large_input_leaves_a_slice_per_turn_in_order_and_stops_at_a_hold(
+    running: tuple[Runner, Writer, Outlet],
+) -> None:
+    """4,672 full states at once must not hold the loop: the pushes of one input leave
+    PUSHES_PER_TURN per turn (the sessions send each slice and calls are served between);
+    a hold taken between two slices keeps the rest back until it is released."""
+    runner, _, outlet = running
+    turn = Turn()
+    turns: list[int] = []
+    send = outlet.send
+
+    def counted(switch: str, msg: control_pb2.ControllerMessage | StateWire) -> None:
+        turns.append(turn.n)
+        send(switch, msg)
+
+    outlet.send = counted  # type: ignore[method-assign]
+    n = 3 * PUSHES_PER_TURN + 5
+    runner.apply([push(f"s{i}", i) for i in range(n)])
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    token = runner.hold()  # after at least one slice, before the last
+    await settle()
+    held_at = len(outlet.sent)
+    assert 0 < held_at < n
+    assert held_at % PUSHES_PER_TURN == 0  # a slice is never split by a hold
+    runner.release(token)
+    await settle()
+    turn.stop()
+    assert outlet.sent == [(f"s{i}", i) for i in range(n)]
+    per_turn = Counter(turns)
+    assert max(per_turn.values()) == PUSHES_PER_TURN
+    assert len(per_turn) == -(-n // PUSHES_PER_TURN)
 
 
 async def test_a_release_of_an_older_hold_releases_nothing(
