@@ -120,8 +120,9 @@ def _penalty(value: str) -> float:
 
 
 # The fabric's own services: held while the desired states are computed at start-up.
+CONTROL = control_pb2.DESCRIPTOR.services_by_name["FabricControl"].full_name
 FABRIC_SERVICES = (
-    control_pb2.DESCRIPTOR.services_by_name["FabricControl"].full_name,
+    CONTROL,
     admin_pb2.DESCRIPTOR.services_by_name["FabricAdmin"].full_name,
 )
 
@@ -432,7 +433,7 @@ async def serve(args: argparse.Namespace) -> int:
     # An agent that lost the leader waits at a follower for the next one: a lease and 1 s.
     leader_gate = LeaderGate(FABRIC_SERVICES, hold_s=args.lease_ttl_s + 1.0)
     # A follower's reads are answered from its warm copy, not held for the leader's state.
-    gate = StartupGate(FABRIC_SERVICES, holds=lambda: leader_gate.leading)
+    gate = StartupGate(FABRIC_SERVICES, holds=lambda: leader_gate.leading, paced=(CONTROL,))
     if where.etcd is None:
         leader_gate.lead()  # alone: always the leader
     # Bound first: a second controller on the address stops here, before it opens the store.

@@ -1,12 +1,15 @@
 """The start-up gate (controller.daemon.startup) on a real gRPC server over loopback: a call
 of a gated service made while the desired states are computed waits and then runs; other
-services answer at once; a held call still ends at its own deadline."""
+services answer at once; a held call still ends at its own deadline. And, called directly,
+the release of held sessions a few per turn once it opens."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import Counter
 from collections.abc import AsyncIterator
+from typing import NamedTuple
 
 import grpc
 import pytest
@@ -15,6 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
 from controller.daemon.startup import StartupGate
+from controller.daemon.turns import INPUTS_PER_TURN
 
 pytestmark = pytest.mark.integration
 
@@ -71,3 +75,49 @@ async def test_a_held_call_ends_at_its_own_deadline() -> None:
             health_pb2.HealthCheckRequest(), timeout=30
         )
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+class _Details(NamedTuple):
+    method: str
+    invocation_metadata: tuple[tuple[str, str], ...] = ()
+
+
+async def test_held_sessions_go_on_a_few_per_turn_and_other_calls_at_once() -> None:
+    """Thousands of agents wait at the gate on a large fabric: when it opens they must not all
+    run in one turn of the loop, ahead of an operator's call held with them."""
+    session, admin = "/railfabric.v1.FabricControl/Session", "/railfabric.v1.FabricAdmin/ListAlarms"
+    gate = StartupGate(
+        {"railfabric.v1.FabricControl", "railfabric.v1.FabricAdmin"},
+        paced={"railfabric.v1.FabricControl"},
+    )
+    loop = asyncio.get_running_loop()
+    turn = 0
+    handles: list[asyncio.Handle] = []
+
+    def tick() -> None:
+        nonlocal turn
+        turn += 1
+        handles.append(loop.call_soon(tick))
+
+    handles.append(loop.call_soon(tick))
+    went: list[tuple[str, int]] = []
+
+    async def call(method: str) -> None:
+        async def continuation(details: grpc.HandlerCallDetails) -> None:
+            went.append((details.method, turn))
+
+        await gate.intercept_service(continuation, _Details(method))  # type: ignore[arg-type]
+
+    calls = [asyncio.create_task(call(session)) for _ in range(100)]
+    calls.append(asyncio.create_task(call(admin)))
+    await asyncio.sleep(0.05)
+    assert went == [] and gate.held == 101
+    opened = turn
+    gate.open()
+    await asyncio.gather(*calls)
+    handles[-1].cancel()
+    admin_turn = next(t for m, t in went if m == admin)
+    assert admin_turn <= opened + 2  # not behind the sessions
+    sessions_per_turn = Counter(t for m, t in went if m == session)
+    assert max(sessions_per_turn.values()) <= 2 * INPUTS_PER_TURN
+    assert len(sessions_per_turn) >= 100 // (2 * INPUTS_PER_TURN)
