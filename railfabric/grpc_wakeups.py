@@ -45,13 +45,13 @@ def _is_grpc_reader(callback: Callable[..., Any]) -> bool:
 def keep_one(sock: socket.socket) -> int:
     """Discard every byte waiting on `sock` but one (the reader that runs next reads it);
     returns how many were discarded."""
-    try:
-        pending = len(sock.recv(_CHUNK, socket.MSG_PEEK))
+    try:  # never blocking, whatever mode the socket is in: this runs on the event loop
+        pending = len(sock.recv(_CHUNK, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+        if pending <= 1:
+            return 0
+        return len(sock.recv(pending - 1, socket.MSG_DONTWAIT))
     except (BlockingIOError, InterruptedError):
         return 0
-    if pending <= 1:
-        return 0
-    return len(sock.recv(pending - 1))
 
 
 class _Drained:
