@@ -18,6 +18,7 @@ import grpc
 import pytest
 
 from railfabric.grpc_wakeups import drain_wakeups, keep_one
+from tests.loop_turns import TurnCounter
 
 pytestmark = pytest.mark.integration
 
@@ -29,25 +30,6 @@ METHOD = "/railfabric.test.Wakeups/Echo"
 async def _echo(requests: AsyncIterator[bytes], _context: object) -> AsyncIterator[bytes]:
     async for request in requests:
         yield request
-
-
-class BusyTurns:
-    """Each turn of the loop costs TURN_S of work (a loop serving thousands of sessions)."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._loop = asyncio.get_running_loop()
-        self._handle = self._loop.call_soon(self._turn)
-
-    def _turn(self) -> None:
-        self.count += 1
-        end = time.perf_counter() + TURN_S
-        while time.perf_counter() < end:
-            pass
-        self._handle = self._loop.call_soon(self._turn)
-
-    def stop(self) -> None:
-        self._handle.cancel()
 
 
 async def _turns_for_one_echo_each(drained: bool) -> int:
@@ -69,7 +51,7 @@ async def _turns_for_one_echo_each(drained: bool) -> int:
             for call in calls:  # every stream accepted and echoing before the burst
                 await call.write(b"up")
                 assert await call.read() == b"up"
-            turns = BusyTurns()
+            turns = TurnCounter(busy_s=TURN_S)
 
             async def echo_once(call: grpc.aio.StreamStreamCall) -> bytes:  # type: ignore[type-arg]
                 await call.write(b"burst")
@@ -86,7 +68,7 @@ async def _turns_for_one_echo_each(drained: bool) -> int:
             assert echoes == [b"burst"] * STREAMS
             for call in calls:
                 await call.done_writing()
-            return turns.count
+            return turns.n
     finally:
         await server.stop(None)
 

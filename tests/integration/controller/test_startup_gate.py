@@ -19,6 +19,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_g
 
 from controller.daemon.startup import StartupGate
 from controller.daemon.turns import INPUTS_PER_TURN
+from tests.loop_turns import TurnCounter
 
 pytestmark = pytest.mark.integration
 
@@ -90,21 +91,12 @@ async def test_held_sessions_go_on_a_few_per_turn_and_other_calls_at_once() -> N
         {"railfabric.v1.FabricControl", "railfabric.v1.FabricAdmin"},
         paced={"railfabric.v1.FabricControl"},
     )
-    loop = asyncio.get_running_loop()
-    turn = 0
-    handles: list[asyncio.Handle] = []
-
-    def tick() -> None:
-        nonlocal turn
-        turn += 1
-        handles.append(loop.call_soon(tick))
-
-    handles.append(loop.call_soon(tick))
+    turns = TurnCounter()
     went: list[tuple[str, int]] = []
 
     async def call(method: str) -> None:
         async def continuation(details: grpc.HandlerCallDetails) -> None:
-            went.append((details.method, turn))
+            went.append((details.method, turns.n))
 
         await gate.intercept_service(continuation, _Details(method))  # type: ignore[arg-type]
 
@@ -112,10 +104,10 @@ async def test_held_sessions_go_on_a_few_per_turn_and_other_calls_at_once() -> N
     calls.append(asyncio.create_task(call(admin)))
     await asyncio.sleep(0.05)
     assert went == [] and gate.held == 101
-    opened = turn
+    opened = turns.n
     gate.open()
     await asyncio.gather(*calls)
-    handles[-1].cancel()
+    turns.stop()
     admin_turn = next(t for m, t in went if m == admin)
     assert admin_turn <= opened + 2  # not behind the sessions
     sessions_per_turn = Counter(t for m, t in went if m == session)

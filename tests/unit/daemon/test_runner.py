@@ -21,6 +21,7 @@ from controller.core.machine import DecisionCore
 from controller.core.records import Meta, Record, RoutingReset
 from controller.daemon.runner import PUSHES_PER_TURN, Runner
 from railfabric.v1 import control_pb2
+from tests.loop_turns import TurnCounter
 
 pytestmark = pytest.mark.unit
 
@@ -89,22 +90,6 @@ async def test_held_pushes_wait_for_the_release_then_leave_in_order(
     assert outlet.sent == [("a", 1), ("b", 2), ("c", 3)]
 
 
-class Turn:
-    """Counts turns of the event loop: a callback that reschedules itself once per turn."""
-
-    def __init__(self) -> None:
-        self.n = 0
-        self._loop = asyncio.get_running_loop()
-        self._handle = self._loop.call_soon(self._tick)
-
-    def _tick(self) -> None:
-        self.n += 1
-        self._handle = self._loop.call_soon(self._tick)
-
-    def stop(self) -> None:
-        self._handle.cancel()
-
-
 async def test_a_large_input_leaves_a_slice_per_turn_in_order_and_stops_at_a_hold(
     running: tuple[Runner, Writer, Outlet],
 ) -> None:
@@ -112,7 +97,7 @@ async def test_a_large_input_leaves_a_slice_per_turn_in_order_and_stops_at_a_hol
     PUSHES_PER_TURN per turn (the sessions send each slice and calls are served between);
     a hold taken between two slices keeps the rest back until it is released."""
     runner, _, outlet = running
-    turn = Turn()
+    turn = TurnCounter()
     turns: list[int] = []
     send = outlet.send
 

@@ -10,22 +10,9 @@ from collections import Counter
 import pytest
 
 from controller.daemon.turns import Turns
+from tests.loop_turns import TurnCounter
 
 pytestmark = pytest.mark.unit
-
-
-class TurnCounter:
-    def __init__(self) -> None:
-        self.n = 0
-        self._loop = asyncio.get_running_loop()
-        self._handle = self._loop.call_soon(self._tick)
-
-    def _tick(self) -> None:
-        self.n += 1
-        self._handle = self._loop.call_soon(self._tick)
-
-    def stop(self) -> None:
-        self._handle.cancel()
 
 
 async def test_a_burst_goes_on_a_few_per_turn_in_order() -> None:
