@@ -29,7 +29,7 @@ class Turns:
         self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
         self._granted = 0  # this turn's
         self._next_turn_scheduled = False
-        self.waited = 0  # callers that had to wait, for tests and metrics
+        self.waited = 0  # callers that had to wait (the tests read it; no metric does yet)
 
     async def wait(self) -> None:
         if not self._waiting and self._granted < self.per_turn:
