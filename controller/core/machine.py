@@ -30,6 +30,7 @@ from controller.core.alarms import Alarms
 from controller.core.cabling import MISWIRE, SILENT, CablingCheck, CablingPlan, ServerLldp
 from controller.core.clock import Now
 from controller.core.convergence import DEFER_LIMIT_NS, Convergence, Gate, Held, HeldDeltas
+from controller.core.deadlines import Deadlines
 from controller.core.drains import (
     DrainConflict,
     DrainError,
@@ -199,7 +200,7 @@ class DecisionCore:
         self.views = {}
         # Switches without a session whose ports still count as observed, with the monotonic
         # time their grace ends.
-        self._absent: dict[str, int] = {}
+        self._absent = Deadlines()
         self.alarms = Alarms()
         self.cabling = CablingCheck(CablingPlan(()), ServerLldp())  # _load makes the real one
         self.events: deque[admin_pb2.Event] = deque(maxlen=EVENTS_IN_MEMORY)
@@ -264,7 +265,9 @@ class DecisionCore:
             if v is not None:
                 v.applied_generation = s.applied_generation
         # The links as last observed hold while the agents reconnect.
-        self._absent = dict.fromkeys(self.views, now.mono_ns + self.grace_ns)
+        self._absent.clear()
+        for name in self.views:
+            self._absent.set(name, now.mono_ns + self.grace_ns)
         self._unheard = set(self.views)
         return self._finish(out, now)
 
@@ -275,8 +278,8 @@ class DecisionCore:
         gate, and counting from it would forget every switch's links at once."""
         out = _Out()
         deadline = now.mono_ns + self.grace_ns
-        for name in self._absent:
-            self._absent[name] = max(self._absent[name], deadline)
+        for name, at in list(self._absent.items()):
+            self._absent.set(name, max(at, deadline))
         return self._finish(out, now)
 
     def reload(self, planner: Planner, now: Now) -> list[Effect]:
@@ -318,11 +321,11 @@ class DecisionCore:
                 self._send_snapshot(carried, out)
         gone = sorted(set(old_views) - set(self.views))
         for name in gone:
-            self._absent.pop(name, None)
+            self._absent.discard(name)
             self._unheard.discard(name)
         for name, v in self.views.items():
             if name not in old_views and not v.connected:
-                self._absent[name] = now.mono_ns + self.grace_ns
+                self._absent.set(name, now.mono_ns + self.grace_ns)
         for name in gone:
             if old_views[name].connected:
                 out.effects.append(CloseSession(name, "switch is no longer in the fabric intent"))
@@ -456,7 +459,7 @@ class DecisionCore:
                 generation=hello.applied_generation,
             ),
         )
-        self._absent.pop(v.name, None)
+        self._absent.discard(v.name)
         if v.name in self._unheard:
             waiting = self._waiting_for_quorum()
             self._unheard.discard(v.name)
@@ -503,7 +506,7 @@ class DecisionCore:
             return []
         out = _Out()
         v.connected, v.sent_generation = False, None
-        self._absent[name] = now.mono_ns + self.grace_ns
+        self._absent.set(name, now.mono_ns + self.grace_ns)
         self._event(
             out,
             ev.event(
@@ -837,10 +840,7 @@ class DecisionCore:
                 self._discovered_from_scratch(batch, left_out, now, out)
             elif batch:
                 self._route_batch(batch, now, found.first_wall_ns, out, None)
-        for name, deadline in sorted(self._absent.items()):
-            if deadline > now.mono_ns:
-                continue
-            del self._absent[name]
+        for name in self._absent.pop_due(now.mono_ns):
             self._forget_switch(name, now, out)
         return self._finish(out, now)
 
@@ -873,7 +873,7 @@ class DecisionCore:
         deadlines = (
             self._held.next_deadline_ns(),
             self.tracker.next_deadline_ns(),
-            min(self._absent.values(), default=None),
+            self._absent.earliest_ns(),
             self._discovery_deadline_ns(),
         )
         present = [d for d in deadlines if d is not None]
