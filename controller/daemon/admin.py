@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 import weakref
 import zlib
 from collections.abc import Callable, Mapping, Sequence
@@ -54,6 +55,8 @@ MAX_MATRIX_CELLS = 50_000
 LATENCY_PAGES_KEPT_S = 30
 # ListEvents' `limit` when the request leaves it 0.
 DEFAULT_EVENT_LIMIT = 100
+# The longest a page being read holds the event loop before others get a turn (_read).
+PAGE_SLICE_S = 0.02
 _DRAIN_STATUS = {
     DrainNotFound: grpc.StatusCode.NOT_FOUND,
     DrainConflict: grpc.StatusCode.ALREADY_EXISTS,
@@ -244,6 +247,7 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
         # The agents' sessions, for the requests that go to an agent (GetTables).
         self.sessions = sessions if sessions is not None else Sessions()
         self._index_cache: PlanIndex | None = None
+        self.slice_s = PAGE_SLICE_S
         self._diagnosis: _HeldDiagnosis | None = None
         # GetLatency's last heat map: (query, when, (heat, window_ns, outliers)).
         self._latency_cache: (
@@ -284,8 +288,36 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
     ) -> _Reply:
         """Answer `request` with its page of `sections` and the next page's token."""
         size, cursor, method, query = await self._paging(context, request, len(sections))
-        page = pages.read(sections, cursor, size)
+        page = await self._read(context, sections, cursor, size)
         return _with_token(answer(page.items), page.last, method, query)
+
+    async def _read(
+        self, context: _Ctx, sections: Sequence[Section], cursor: Cursor | None, size: int
+    ) -> pages.Page:
+        """`pages.read` in slices of at most `slice_s` of the event loop: a page of 5,000
+        links held every other call (agents' inputs, other admin calls) for 0.3-0.8 s during
+        the session storm on ref-100k (bench.swarm, py-spy). Between slices the core goes on;
+        a page whose intent was reloaded meanwhile is refused (ABORTED: ask again), as the
+        links and switches it was reading are no longer the fabric's."""
+        core = self.fabric
+        tracker, views = core.tracker, core.views  # a new plan's links and switches replace both
+        steps = pages.read_steps(sections, cursor, size)
+        until = time.perf_counter() + self.slice_s
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                page: pages.Page = done.value
+                return page
+            if time.perf_counter() < until:
+                continue
+            await asyncio.sleep(0)
+            if core.tracker is not tracker or core.views is not views:
+                await context.abort(
+                    grpc.StatusCode.ABORTED,
+                    "the fabric intent was reloaded while this page was read; ask for it again",
+                )
+            until = time.perf_counter() + self.slice_s
 
     async def _scope(self, context: _Ctx, switch: str, rail: int | None) -> _Scope:
         """The switch and rail filters of a request, checked: NOT_FOUND for a switch the
@@ -500,7 +532,9 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
                     start, found = i, found + 1
         else:
             left, start = cursor.extra, 0  # the token carries what is left of the limit
-        page = pages.read([_EventSection(history, start, match)], cursor, min(size, left))
+        page = await self._read(
+            context, [_EventSection(history, start, match)], cursor, min(size, left)
+        )
         events = page.items[0]
         last = page.last
         if last is not None:
@@ -778,7 +812,8 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
             cells = list(heat.cells)
         else:
             cells = [c for c in heat.cells if scope.link(c.src, c.dst)]
-        page = pages.read(
+        page = await self._read(
+            context,
             [
                 SortedSection(
                     [c.key for c in cells], lambda pos: (latency_view.cell_message(cells[pos]),)

@@ -2,9 +2,10 @@
 
 A list is a sequence of sections (GetTopology: switches, then links), each an ordered sequence
 of candidates that yield zero or more items (a link passing the filters yields its LinkInfo;
-a switch yields its diagnose findings). A page is read at once on the event loop and holds at
-most `page_size` items and MAX_PAGE_BYTES of them, so that a client with gRPC's default 4 MiB
-receive limit reads every page, whatever the fabric.
+a switch yields its diagnose findings). A page holds at most `page_size` items and
+MAX_PAGE_BYTES of them, so that a client with gRPC's default 4 MiB receive limit reads every
+page, whatever the fabric. `read_steps` reads it one candidate at a time, so that the admin
+service can let the event loop run between slices of a long page (admin.py).
 
 The page token names the last item given: its section, the candidate's key (a link key, a
 switch name) and position, and its index among the candidate's items. It is base64 of
@@ -20,15 +21,16 @@ import binascii
 import bisect
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
 from google.protobuf.message import Message
 
 # AIP-158: the most one page holds, and the page size when the request leaves it 0. 5,000
-# LinkInfo take ~0.15 s to build on a 2-core machine: the longest a page holds up the loop.
-# The default is as large: a client that knows no pages still gets every switch of a
-# 100k-GPU fabric (4,672) and a ListEvents `limit` of up to 5,000 in its one answer.
+# LinkInfo take ~0.15 s to build on a 2-core machine, 0.3-0.8 s during a session storm at 100k
+# GPUs: the admin service builds a page in slices (admin.py). The default is as large: a
+# client that knows no pages still gets every switch of a 100k-GPU fabric (4,672) and a
+# ListEvents `limit` of up to 5,000 in its one answer.
 MAX_PAGE_SIZE = 5_000
 DEFAULT_PAGE_SIZE = MAX_PAGE_SIZE
 # Half of gRPC's default receive limit: the response's own fields and framing fit in the rest.
@@ -171,6 +173,23 @@ def read(
     """The page after `after` (the first page when None): up to `size` items and `max_bytes`
     of them (MAX_PAGE_BYTES unless given; at least one item). `last` is set only when an item
     follows the page."""
+    steps = read_steps(sections, after, size, max_bytes)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            page: Page = done.value
+            return page
+
+
+def read_steps(
+    sections: Sequence[Section],
+    after: Cursor | None,
+    size: int,
+    max_bytes: int | None = None,
+) -> Generator[None, None, Page]:
+    """`read`, pausing (a bare yield) after each candidate it looked at; its return value is
+    the page. Whatever runs during a pause may change what later candidates show."""
     budget = MAX_PAGE_BYTES if max_bytes is None else max_bytes
     out: list[list[Message]] = [[] for _ in sections]
     if size <= 0:
@@ -199,4 +218,5 @@ def read(
                 used += n
                 last = (s, pos, j)
             skip = 0
+            yield
     return Page(out, None)

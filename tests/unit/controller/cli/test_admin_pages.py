@@ -5,7 +5,9 @@ pages (controller/cli/admin_commands.py)."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
+import math
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -18,6 +20,7 @@ from controller.cli import admin_commands, railctl
 from controller.daemon import pages
 from controller.daemon.admin import AdminService
 from railfabric.v1 import admin_pb2
+from tests.loop_turns import TurnCounter
 from tests.unit.core.harness import ROOT, Harness
 
 pytestmark = pytest.mark.unit
@@ -291,6 +294,47 @@ async def test_a_list_that_changes_between_pages_goes_on_after_the_last_item() -
         admin_pb2.ListAlarmsRequest(page_size=1, page_token=first_alarms.next_page_token), CTX
     )
     assert [a.kind for a in later.alarms] == ["store_unavailable"] and not later.next_page_token
+
+
+async def test_a_page_is_read_in_slices_and_others_run_between_them() -> None:
+    """A page holds the event loop for at most `slice_s` at a time; read in slices (here one
+    link each) it holds the same items as read at once."""
+    h = lab()
+    api = AdminService(h.core)
+    request = admin_pb2.ListLinksRequest(page_size=pages.MAX_PAGE_SIZE)
+    api.slice_s = math.inf
+    turns = TurnCounter()
+    at_once = await api.ListLinks(request, CTX)
+    during_at_once = turns.n
+    api.slice_s = 0.0
+    turns = TurnCounter()
+    sliced = await api.ListLinks(request, CTX)
+    during_sliced = turns.n
+    turns.stop()
+    links = len(h.core.links())
+    assert len(at_once.links) == links >= 8
+    assert sliced == at_once
+    assert during_at_once <= 1  # the call never awaits: at most the turn it began in
+    assert during_sliced >= links - 1  # a turn for others after (nearly) every link
+
+
+async def test_a_page_read_across_an_intent_reload_is_refused_with_aborted() -> None:
+    """The links and switches a page was reading are not the fabric's after a reload: the
+    call says so (ABORTED: ask again) instead of mixing two plans in one page."""
+    h = lab()
+    api = AdminService(h.core)
+    api.slice_s = 0.0
+    call = asyncio.ensure_future(api.ListLinks(admin_pb2.ListLinksRequest(), CTX))
+    await asyncio.sleep(0)  # the call reads its first slice
+    assert not call.done()
+    h.reload(ROOT / "tests/unit/core/fabrics/pods.yaml")
+    with pytest.raises(Aborted) as err:
+        await call
+    assert err.value.code == grpc.StatusCode.ABORTED
+    assert "reloaded while this page was read" in err.value.details
+    # Asked again, it reads the new plan's links.
+    again = await api.ListLinks(admin_pb2.ListLinksRequest(), CTX)
+    assert len(again.links) == len(h.core.links())
 
 
 async def test_events_page_oldest_first_and_survive_a_full_history() -> None:
