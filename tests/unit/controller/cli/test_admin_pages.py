@@ -311,7 +311,7 @@ async def test_a_page_is_read_in_slices_and_others_run_between_them() -> None:
     sliced = await api.ListLinks(request, CTX)
     during_sliced = turns.n
     turns.stop()
-    links = len(h.core.links())
+    links = len(list(h.core.links()))
     assert len(at_once.links) == links >= 8
     assert sliced == at_once
     assert during_at_once <= 1  # the call never awaits: at most the turn it began in
@@ -334,7 +334,7 @@ async def test_a_page_read_across_an_intent_reload_is_refused_with_aborted() -> 
     assert "reloaded while this page was read" in err.value.details
     # Asked again, it reads the new plan's links.
     again = await api.ListLinks(admin_pb2.ListLinksRequest(), CTX)
-    assert len(again.links) == len(h.core.links())
+    assert len(again.links) == len(list(h.core.links()))
 
 
 async def test_events_page_oldest_first_and_survive_a_full_history() -> None:
