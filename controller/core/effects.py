@@ -6,11 +6,14 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from controller.core.rebuild import Rebuilt
 from controller.core.records import Record
 from railfabric.protowire import len_field, uint_field
 from railfabric.v1 import control_pb2, state_pb2
+
+if TYPE_CHECKING:  # rebuild.py makes StateWires
+    from controller.core.rebuild import Rebuilt
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,13 +38,6 @@ class StateWire:
     def of(cls, state: state_pb2.DesiredState) -> StateWire:
         field = control_pb2.ControllerMessage.DESIRED_STATE_FIELD_NUMBER
         return cls(len_field(field, state.SerializeToString()))
-
-    @classmethod
-    def of_serialized(cls, state: bytes, generation: int) -> StateWire:
-        """A state serialized without its generation (off the event loop), and that."""
-        field = control_pb2.ControllerMessage.DESIRED_STATE_FIELD_NUMBER
-        number = state_pb2.DesiredState.GENERATION_FIELD_NUMBER
-        return cls(len_field(field, state + uint_field(number, generation)))
 
     def with_term(self, term: int) -> bytes:
         """The message as sent: `term` (ControllerMessage.term, 0: none) appended."""

@@ -835,7 +835,7 @@ class DecisionCore:
             found, self._discovered = self._discovered, _Discovered()
             batch = [t for t in found.transitions.values() if t.link not in self.drains]
             # Most of the fabric at once (a cold start), and little left out: from scratch.
-            left_out = len(self.unroutable_links())
+            left_out = len(self._unroutable())
             if batch and 2 * len(batch) > len(self._links) and 10 * left_out < len(self._links):
                 self._discovered_from_scratch(batch, left_out, now, out)
             elif batch:
@@ -1052,8 +1052,12 @@ class DecisionCore:
 
     def unroutable_links(self) -> list[str]:
         """Links routing avoids: unusable as observed, drained, or discovered and waiting."""
+        return sorted(self._unroutable())
+
+    def _unroutable(self) -> set[str]:
+        """The links `routable` says no to, found at once."""
         joining = self._rebuilding.joining if self._rebuilding is not None else set()
-        return sorted(
+        return (
             set(self.tracker.down_links())
             | set(self.drains)
             | set(self._discovered.transitions)
@@ -1453,7 +1457,9 @@ class DecisionCore:
         unusable = [key for key in self._links if not self.routable(key)]
         self._rebuilds += 1
         self._rebuilding = _Rebuilding(self._rebuilds, why, set(joining or ()))
-        out.effects.append(Rebuild(self._rebuilds, partial(rebuild, self.planner, unusable)))
+        generations = {name: v.state.generation + 1 for name, v in self.views.items()}
+        job = partial(rebuild, self.planner, unusable, generations)
+        out.effects.append(Rebuild(self._rebuilds, job))
 
     def rebuilt(self, token: int, result: Rebuilt, now: Now) -> list[Effect]:
         """A `Rebuild`'s result: the new routing, caught up with the link changes decided
@@ -1475,10 +1481,11 @@ class DecisionCore:
         for i, key in enumerate(result.unusable):
             self._routing_step(RoutingStep(key, False, joined=i > 0), out)
         planner = result.planner
-        left_out = set(result.unusable)
-        catch_up = [
-            (key, ok) for key in self._links if (ok := self.routable(key)) == (key in left_out)
-        ]
+        # The links whose routability changed since the job was asked for: one set against
+        # the other (asking `routable` of each of ref-100k's 135,168 links took 0.17 s).
+        unroutable = self._unroutable()
+        differs = unroutable ^ set(result.unusable)
+        catch_up = [(key, key not in unroutable) for key in self._links if key in differs]
         changed: set[str] = set()
         if catch_up:
             changed = set(planner.set_links_usable(catch_up))
@@ -1487,21 +1494,19 @@ class DecisionCore:
         self.planner = planner
         self.roce.routing_changed()
         for name, v in self.views.items():
-            wire: bytes | None = None
+            wire: StateWire | None = None
             if name in changed:
                 state, index = planned_state(planner, name)
             else:
                 state, index, wire = result.states[name]
             if state.digest == v.state.digest:
                 continue
-            state.generation = v.state.generation + 1
+            if state.generation != v.state.generation + 1:  # moved on while the job ran
+                state.generation, wire = v.state.generation + 1, None
             v.state, v.index = state, index
             out.generations[name] = SwitchGeneration(name, state.generation, state.digest)
             if v.connected:
-                serialized = (
-                    None if wire is None else StateWire.of_serialized(wire, state.generation)
-                )
-                self._send_snapshot(v, out, serialized)
+                self._send_snapshot(v, out, wire)
         self._event(out, ev.event(now.wall_ns, ev.K.EVENT_KIND_ROUTING_COMPACTED, rebuilding.why))
         return self._finish(out, now)
 

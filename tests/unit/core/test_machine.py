@@ -362,6 +362,50 @@ def test_a_long_routing_history_is_compacted_once_the_fabric_is_healthy(
     assert h.take_pushed() == []
 
 
+def test_a_rebuild_taken_in_after_deltas_moved_a_switch_on_sends_its_next_generation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The job serializes each snapshot at the generation the switch was expected to take; a
+    switch sent deltas while it ran (a cable cut and back: routing as the job left it) is at a
+    later one, and its snapshot is made again at the generation after that."""
+    monkeypatch.setattr(machine, "ROUTING_LOG_LIMIT", 3)
+    h = connected(hold_down_s=0)
+    h.defer_rebuilds = True
+
+    def applied() -> None:  # settle() would take the rebuild in
+        for _ in range(3):
+            for name in h.agents:
+                h.ack(name)
+            h.advance(S)
+
+    key = uplinks(h, "tor-r1-b1")[0]
+    for step in (h.cut, h.restore, h.cut, h.restore):
+        step(key)
+        applied()
+    assert len(h.rebuilds) == 1
+    asked = {n: v.state.generation for n, v in h.core.views.items()}
+    other = uplinks(h, "tor-r2-b1")[0]
+    h.cut(other)
+    applied()
+    h.restore(other)
+    applied()
+    assert len(h.rebuilds) == 1  # still under way
+    moved = {n for n, v in h.core.views.items() if v.state.generation > asked[n] + 1}
+    assert moved  # the cut and its return reached some switches twice
+    h.take_pushed()
+    h.finish_rebuild()
+    assert events_of(h, admin_pb2.EVENT_KIND_ROUTING_COMPACTED)
+    h.settle()
+    h.check_acked_hold_what_the_controller_believes()
+    h.check_matches_fresh_computation()
+    h.check_no_error()
+    assert moved & set(h.pushed)  # the compaction renamed their group ids: snapshots
+    for name in moved & set(h.pushed):
+        held = h.agents[name].held
+        assert held is not None
+        assert held.generation == h.core.views[name].state.generation > asked[name] + 2
+
+
 def test_compaction_counts_computations_not_the_steps_joined_in_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
