@@ -279,14 +279,26 @@ def _affected(a: admin_pb2.FindingImpact) -> str:
 
 
 _Paged = TypeVar("_Paged", bound=Message)
+# A page read across an intent reload is ABORTED (admin.proto); reloads are rare, so one that
+# keeps coming is not waited out.
+ABORTED_RETRIES = 3
 
 
 async def every_page(call: Callable[..., Awaitable[_Paged]], request: Message) -> _Paged:
     """All pages of a paged list as one answer: the repeated fields of every page in order,
-    the other fields as the last page has them (the newest), no next_page_token."""
+    the other fields as the last page has them (the newest), no next_page_token. A page the
+    controller refused because the intent was reloaded while it read it (ABORTED) is asked
+    for again, ABORTED_RETRIES times at most."""
     replies: list[_Paged] = []
+    aborted = 0
     while True:
-        reply = await call(request, timeout=RPC_TIMEOUT_S)
+        try:
+            reply = await call(request, timeout=RPC_TIMEOUT_S)
+        except grpc.aio.AioRpcError as err:
+            if err.code() != grpc.StatusCode.ABORTED or aborted == ABORTED_RETRIES:
+                raise
+            aborted += 1
+            continue
         replies.append(reply)
         token = getattr(reply, "next_page_token")  # noqa: B009
         if not token:

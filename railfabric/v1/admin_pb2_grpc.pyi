@@ -44,10 +44,11 @@ class FabricAdminStub:
       `page_token` gets the first page; an older client that sends neither field gets the first
       page alone (everything, on a fabric whose list fits in one page).
     - Tokens are opaque, and good for the request they came from only: one with other filters, or
-      from another method, is INVALID_ARGUMENT naming `page_token`. Each page is read at once;
-      the list may change between pages (links go down, the intent is reloaded): a page then
-      continues after the last item given, in the list's order, and never fails because the
-      item the token names is gone.
+      from another method, is INVALID_ARGUMENT naming `page_token`. The list may change between
+      pages (links go down, the intent is reloaded): a page then continues after the last item
+      given, in the list's order, and never fails because the item the token names is gone. A
+      long page is read in slices, so states may also change within one; a page during which
+      the intent is reloaded is ABORTED (ask for it again).
     - Filters are ANDed. A switch filter naming no switch of the intent is NOT_FOUND with the
       closest name; a rail the fabric does not have is INVALID_ARGUMENT.
     """
@@ -138,10 +139,11 @@ class FabricAdminAsyncStub(FabricAdminStub):
       `page_token` gets the first page; an older client that sends neither field gets the first
       page alone (everything, on a fabric whose list fits in one page).
     - Tokens are opaque, and good for the request they came from only: one with other filters, or
-      from another method, is INVALID_ARGUMENT naming `page_token`. Each page is read at once;
-      the list may change between pages (links go down, the intent is reloaded): a page then
-      continues after the last item given, in the list's order, and never fails because the
-      item the token names is gone.
+      from another method, is INVALID_ARGUMENT naming `page_token`. The list may change between
+      pages (links go down, the intent is reloaded): a page then continues after the last item
+      given, in the list's order, and never fails because the item the token names is gone. A
+      long page is read in slices, so states may also change within one; a page during which
+      the intent is reloaded is ABORTED (ask for it again).
     - Filters are ANDed. A switch filter naming no switch of the intent is NOT_FOUND with the
       closest name; a rail the fabric does not have is INVALID_ARGUMENT.
     """
@@ -228,10 +230,11 @@ class FabricAdminServicer(metaclass=_abc_1.ABCMeta):
       `page_token` gets the first page; an older client that sends neither field gets the first
       page alone (everything, on a fabric whose list fits in one page).
     - Tokens are opaque, and good for the request they came from only: one with other filters, or
-      from another method, is INVALID_ARGUMENT naming `page_token`. Each page is read at once;
-      the list may change between pages (links go down, the intent is reloaded): a page then
-      continues after the last item given, in the list's order, and never fails because the
-      item the token names is gone.
+      from another method, is INVALID_ARGUMENT naming `page_token`. The list may change between
+      pages (links go down, the intent is reloaded): a page then continues after the last item
+      given, in the list's order, and never fails because the item the token names is gone. A
+      long page is read in slices, so states may also change within one; a page during which
+      the intent is reloaded is ABORTED (ask for it again).
     - Filters are ANDed. A switch filter naming no switch of the intent is NOT_FOUND with the
       closest name; a rail the fabric does not have is INVALID_ARGUMENT.
     """

@@ -421,6 +421,25 @@ async def test_railctl_follows_every_page_into_one_answer() -> None:
         request.page_size = 2
         return await api.Diagnose(request, CTX)
 
+    # A page read across an intent reload (ABORTED) is asked for again; others are errors.
+    refusals = [grpc.StatusCode.ABORTED, grpc.StatusCode.ABORTED]
+
+    async def reloaded_meanwhile(request: admin_pb2.ListLinksRequest, **_kw: Any) -> Any:
+        if refusals:
+            code, empty = refusals.pop(), grpc.aio.Metadata()
+            raise grpc.aio.AioRpcError(code, empty, empty, "refused", None)
+        return await small_pages(request)
+
+    calls = 0
+    again = await admin_commands.every_page(reloaded_meanwhile, admin_pb2.ListLinksRequest())
+    assert again == whole and calls == 3
+    refusals = [grpc.StatusCode.ABORTED] * (admin_commands.ABORTED_RETRIES + 1)
+    with pytest.raises(grpc.aio.AioRpcError):
+        await admin_commands.every_page(reloaded_meanwhile, admin_pb2.ListLinksRequest())
+    refusals = [grpc.StatusCode.UNAVAILABLE]
+    with pytest.raises(grpc.aio.AioRpcError):
+        await admin_commands.every_page(reloaded_meanwhile, admin_pb2.ListLinksRequest())
+
     merged_d = await admin_commands.every_page(diagnose_pages, admin_pb2.DiagnoseRequest())
     assert merged_d == await api.Diagnose(admin_pb2.DiagnoseRequest(), CTX)
     # JSON has the whole list's shape, as before pages: no next_page_token.
