@@ -294,11 +294,12 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
     async def _read(
         self, context: _Ctx, sections: Sequence[Section], cursor: Cursor | None, size: int
     ) -> pages.Page:
-        """`pages.read` in slices of at most `slice_s` of the event loop: a page of 5,000
-        links held every other call (agents' inputs, other admin calls) for 0.3-0.8 s during
-        the session storm on ref-100k (bench.swarm, py-spy). Between slices the core goes on;
-        a page whose intent was reloaded meanwhile is refused (ABORTED: ask again), as the
-        links and switches it was reading are no longer the fabric's."""
+        """`pages.read` in slices of at most `slice_s` of the event loop: in one piece, a page
+        of 5,000 links holds every other call (agents' inputs, other admin calls) for 40-100
+        ms of an idle core on ref-100k, longer when a session storm shares the core (the
+        admin probe of bench.swarm waited behind its own ListLinks pages). Between slices the
+        core goes on; a page whose intent was reloaded meanwhile is refused (ABORTED: ask
+        again), as the links and switches it was reading are no longer the fabric's."""
         core = self.fabric
         tracker, views = core.tracker, core.views  # a new plan's links and switches replace both
         steps = pages.read_steps(sections, cursor, size)

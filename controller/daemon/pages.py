@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from google.protobuf.message import Message
 
 # AIP-158: the most one page holds, and the page size when the request leaves it 0. 5,000
-# LinkInfo take ~0.15 s to build on a 2-core machine, 0.3-0.8 s during a session storm at 100k
-# GPUs: the admin service builds a page in slices (admin.py). The default is as large: a
-# client that knows no pages still gets every switch of a 100k-GPU fabric (4,672) and a
-# ListEvents `limit` of up to 5,000 in its one answer.
+# LinkInfo take 40-100 ms to build on ref-100k (idle core; more when the loop's core is shared):
+# the admin service builds a page in slices (admin.py). The default is as large: a client that
+# knows no pages still gets every switch of a 100k-GPU fabric (4,672) and a ListEvents `limit`
+# of up to 5,000 in its one answer.
 MAX_PAGE_SIZE = 5_000
 DEFAULT_PAGE_SIZE = MAX_PAGE_SIZE
 # Half of gRPC's default receive limit: the response's own fields and framing fit in the rest.
