@@ -35,9 +35,9 @@ class Rebuilt:
 
 def rebuild(planner: Planner, unusable: Sequence[str], generations: Mapping[str, int]) -> Rebuilt:
     """What `DecisionCore.rebuilt` takes: pure, and safe off the event loop. `generations`:
-    the generation each switch's new state is expected to take (the core's next when it asked;
-    it serializes again the few that moved on meanwhile). Serialized here, the snapshots'
-    ~180 MB on ref-100k are no longer copied on the event loop when the result is taken in."""
+    the generation each switch's new state is expected to take (its next when the core asked;
+    the core serializes again the few that moved on meanwhile). Serialized here, the
+    snapshots' ~180 MB on ref-100k are not copied on the event loop when it takes them in."""
     fresh = planner.fresh()
     if unusable:
         fresh.set_links_usable([(key, False) for key in unusable], deltas=False)
