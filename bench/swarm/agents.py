@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from bench.swarm.plan import AgentSpec
+from railfabric.grpc_wakeups import drain_wakeups_or_warn
 from railfabric.grpcopts import channel_options
 from railfabric.v1 import control_pb2, control_pb2_grpc
 
@@ -243,6 +244,10 @@ class SimAgent:
             channel = grpc.aio.secure_channel(
                 self.address, self.credentials, options=_CHANNEL_OPTIONS
             )
+        # Thousands of sessions share this process's loop: without the drain, grpc.aio's
+        # completions reach it one per turn once it falls behind, and the swarm would time
+        # its own stall (railfabric/grpc_wakeups.py; idempotent, cheap once installed).
+        drain_wakeups_or_warn(asyncio.get_running_loop())
         async with channel:
             stub = control_pb2_grpc.FabricControlStub(channel)
             async with asyncio.timeout(self.connect_timeout_s):

@@ -37,6 +37,7 @@ from bench.swarm.daemon import Controller, ControllerFailed, plan_pinning, wait_
 from bench.swarm.figures import EmptySample, distribution, one
 from bench.swarm.fleet import Fleet
 from bench.swarm.plan import Cut, Plan, make_plan
+from railfabric.grpc_wakeups import drain_wakeups_or_warn
 
 # No message for this long closes a window (the storm's, a cut's).
 QUIET_S = 0.3
@@ -214,6 +215,9 @@ class Run:
         rss = {"idle": controller.rss_mib()}
         self.say(f"SERVING after {_s(serving_ns - controller.started_ns):.1f} s; the storm begins")
         self.admin = Admin(address, reader)
+        # The admin probe's latencies are the controller's, not this loop's stall behind the
+        # large pages it also reads (railfabric/grpc_wakeups.py).
+        drain_wakeups_or_warn(asyncio.get_running_loop())
 
         storm = await self._storm(plan, controller, self.admin)
         phases.end("storm")
