@@ -8,14 +8,14 @@ event loop spent ~0.5 s finding the same minimum again and again (bench.swarm, p
 from __future__ import annotations
 
 import heapq
-from collections.abc import ItemsView, Iterator
+from collections.abc import ItemsView
 
 
 class Deadlines:
     """A mapping name -> deadline (ns) and a heap of (deadline, name) beside it. Setting a
     name pushes a new entry; an entry that no longer matches its name's deadline is stale and
-    is dropped when it reaches the top, so the heap is rebuilt only when it holds more stale
-    entries than live ones."""
+    is dropped when it reaches the top; the heap is rebuilt from the mapping when stale entries
+    outnumber live ones by more than 64."""
 
     __slots__ = ("_at", "_heap")
 
@@ -28,9 +28,6 @@ class Deadlines:
 
     def __contains__(self, key: object) -> bool:
         return key in self._at
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._at)
 
     def items(self) -> ItemsView[str, int]:
         return self._at.items()

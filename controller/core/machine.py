@@ -1454,7 +1454,8 @@ class DecisionCore:
         if self._rebuilding is not None:
             return
         # Before the joining links wait: the computation has them.
-        unusable = [key for key in self._links if not self.routable(key)]
+        unroutable = self._unroutable()
+        unusable = [key for key in self._links if key in unroutable]
         self._rebuilds += 1
         self._rebuilding = _Rebuilding(self._rebuilds, why, set(joining or ()))
         generations = {name: v.state.generation + 1 for name, v in self.views.items()}

@@ -4,9 +4,9 @@ behind thousands of them.
 gRPC hands the event loop every completion that arrived since its last turn at once. In a
 session storm on ref-100k that is hundreds of agents' Hellos a turn (~1.5 ms each), and each
 step of an admin call (accept, read, answer) waits a whole turn: a ListAlarms took 6.7 s, with
-gRPC's wake-ups drained (railfabric.grpc_wakeups). With
-at most `per_turn` agent inputs decided per turn, the others wait in order and a turn stays
-near `per_turn` inputs long; the inputs' throughput is the same.
+gRPC's wake-ups drained (railfabric.grpc_wakeups). With at most `per_turn` agent inputs
+decided per turn, the others wait in order and a turn stays near `per_turn` inputs long; the
+inputs' throughput is the same.
 """
 
 from __future__ import annotations
