@@ -299,6 +299,12 @@ def measure(cuts: Sequence[Cut], packets: Sequence[Packet], sent: int, interval_
 
 
 def run(lab: Lab, budget: Budget) -> Result:
+    return judge(*cut_repeatedly(lab, budget), budget)
+
+
+def cut_repeatedly(lab: Lab, budget: Budget) -> tuple[list[Cut], Probe]:
+    """Make `budget.failover_reps` local and as many remote cuts under the probe flow: the
+    cuts and what the probe did (`judge` gives the verdict)."""
     src_tor, dst_tor = tor_pair(lab)
     src, dst = nics_on(lab, src_tor)[0], nics_on(lab, dst_tor)[0]
     probe = flow(0, src, dst, 49152)
@@ -327,7 +333,38 @@ def run(lab: Lab, budget: Budget) -> Result:
     packets = [p for p in lab.records(out) if p.flow == probe.flow]
     sent = summary.get("sent")
     sent_n = int(sent.get(str(probe.flow), 0)) if isinstance(sent, dict) else 0
-    return judge(cuts, measure(cuts, packets, sent_n, interval_ns), budget)
+    return cuts, measure(cuts, packets, sent_n, interval_ns)
+
+
+@dataclass(frozen=True)
+class Figures:
+    """Each cut's figures in ms, one tuple per figure, in cut order; a cut whose figure was
+    not measured (an empty sample, no convergence event) is left out of that tuple. `judge`
+    summarises them; a benchmark pools them over runs."""
+
+    local_loss: tuple[float, ...]
+    remote_loss: tuple[float, ...]
+    restore_loss: tuple[float, ...]
+    convergence: tuple[float, ...]
+    detection: tuple[float, ...]
+    local_repair: tuple[float, ...]
+
+    @classmethod
+    def of(cls, cuts: Sequence[Cut]) -> Figures:
+        def loss(windows: Sequence[Window]) -> tuple[float, ...]:
+            return tuple(w.loss_ms for w in windows if not w.sample.empty)
+
+        down = [c.down for c in cuts if c.down]
+        return cls(
+            local_loss=loss([c.window for c in cuts if c.kind == "local"]),
+            remote_loss=loss([c.window for c in cuts if c.kind == "remote"]),
+            restore_loss=loss([c.restore for c in cuts]),
+            convergence=tuple(d.total_ms for d in down),
+            detection=tuple((c.down.event_wall_ns - c.cut_wall_ns) / 1e6 for c in cuts if c.down),
+            local_repair=tuple(
+                c.local_repair_ms for c in cuts if not math.isnan(c.local_repair_ms)
+            ),
+        )
 
 
 def judge(cuts: Sequence[Cut], probe: Probe, budget: Budget) -> Result:
@@ -369,17 +406,19 @@ def judge(cuts: Sequence[Cut], probe: Probe, budget: Budget) -> Result:
         tuple(rows),
     )  # fmt: skip
 
-    def measured(windows: list[Window]) -> tuple[list[float], Sample]:
-        """The figures of the windows with a sample, and all their samples together."""
-        figures = [w.loss_ms for w in windows if not w.sample.empty]
-        return figures, sum((w.sample for w in windows), Sample(0, 0))
+    def sample(windows: list[Window]) -> Sample:
+        return sum((w.sample for w in windows), Sample(0, 0))
 
-    local_loss, local_sample = measured([c.window for c in cuts if c.kind == "local"])
-    remote_loss, remote_sample = measured([c.window for c in cuts if c.kind == "remote"])
-    restore_loss, restore_sample = measured([c.restore for c in cuts])
-    conv = [c.down.total_ms for c in cuts if c.down]
-    detect = [(c.down.event_wall_ns - c.cut_wall_ns) / 1e6 for c in cuts if c.down]
-    repair = [c.local_repair_ms for c in cuts if c.local_repair_ms == c.local_repair_ms]
+    figures = Figures.of(cuts)
+    local_loss, remote_loss, restore_loss = (
+        figures.local_loss,
+        figures.remote_loss,
+        figures.restore_loss,
+    )
+    conv, detect, repair = figures.convergence, figures.detection, figures.local_repair
+    local_sample = sample([c.window for c in cuts if c.kind == "local"])
+    remote_sample = sample([c.window for c in cuts if c.kind == "remote"])
+    restore_sample = sample([c.restore for c in cuts])
     outside = probe.outside
     empty = sum(w.sample.empty for c in cuts for w in (c.window, c.restore))
     metrics: dict[str, float | int | str] = {
