@@ -9,10 +9,11 @@ Figures are pooled over the runs of a side: every cut's loss, convergence and de
 into one sample per side, whose mean, p50, p90 and p99 are compared. A run's own p99 is its
 slowest cut (20 cuts: the largest), and it moves between two identical runs on a busy machine
 by more than the 10% being judged; pooled, p99 is a rank among hundreds of cuts. Each
-difference carries a 90% bootstrap interval (cuts resampled within each side, a fixed seed)
-and the same difference between the first and the last run off (the noise of the
-measurement); the verdict is on the pooled figures: no statistic more than 10% or SLACK_MS
-worse with telemetry on.
+difference carries a 90% bootstrap interval (runs resampled within each side, then cuts
+within each run, a fixed seed: runs of one side differ by more than cuts of one run) and the
+same difference between the first and the last run off (the noise of the measurement); the
+verdict is on the pooled figures: no statistic more than 10% or SLACK_MS worse with
+telemetry on. `--json` keeps every cut's figures of every run.
 
 Needs root (the lab's namespaces). Every figure carries its sample: the cuts each statistic
 is over, the failover datagrams sent and received in each run, and the latency probes the
@@ -25,6 +26,7 @@ daemons' logs to look at that moment.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import random
 import statistics
@@ -97,12 +99,21 @@ def statistic(name: str, values: Sequence[float]) -> float:
 
 
 def interval(
-    name: str, off: Sequence[float], on: Sequence[float], rng: random.Random
+    name: str,
+    off: Sequence[Sequence[float]],
+    on: Sequence[Sequence[float]],
+    rng: random.Random,
 ) -> tuple[float, float]:
-    """The CONFIDENCE bootstrap interval of statistic(on) - statistic(off)."""
+    """The CONFIDENCE bootstrap interval of statistic(on) - statistic(off), each side given
+    run by run. Runs are resampled, then cuts within each run drawn: a run's cuts share its
+    lab (process placement, the machine's load then), and runs of the same side differ by
+    more than the cuts of one run do, so resampling cuts alone would be overconfident."""
+
+    def resampled(runs: Sequence[Sequence[float]]) -> list[float]:
+        return [x for run in rng.choices(runs, k=len(runs)) for x in rng.choices(run, k=len(run))]
+
     deltas = sorted(
-        statistic(name, rng.choices(on, k=len(on))) - statistic(name, rng.choices(off, k=len(off)))
-        for _ in range(BOOTSTRAP)
+        statistic(name, resampled(on)) - statistic(name, resampled(off)) for _ in range(BOOTSTRAP)
     )
     tail = (1 - CONFIDENCE) / 2
     return deltas[int(tail * BOOTSTRAP)], deltas[int((1 - tail) * BOOTSTRAP) - 1]
@@ -115,11 +126,14 @@ def compare(runs: Sequence[Run]) -> tuple[dict[str, object], list[str]]:
     rng = random.Random(14)
     offs = [r for r in runs if r.which == "off"]
     for key in COMPARED:
-        pooled = {
-            side: [x for r in runs if r.which == side for x in getattr(r.figures, key)]
+        by_run = {
+            side: [
+                getattr(r.figures, key) for r in runs if r.which == side and getattr(r.figures, key)
+            ]
             for side in ("off", "on")
         }
-        off, on = pooled["off"], pooled["on"]
+        off = [x for run in by_run["off"] for x in run]
+        on = [x for run in by_run["on"] for x in run]
         figures[f"{key}.cuts"] = {"off": len(off), "on": len(on)}
         if not off or not on:
             problems.append(
@@ -129,7 +143,7 @@ def compare(runs: Sequence[Run]) -> tuple[dict[str, object], list[str]]:
         first, last = getattr(offs[0].figures, key), getattr(offs[-1].figures, key)
         for name in STATISTICS:
             a, b = statistic(name, off), statistic(name, on)
-            lo, hi = interval(name, off, on, rng)
+            lo, hi = interval(name, by_run["off"], by_run["on"], rng)
             allowed = max(WITHIN * a, SLACK_MS)
             row: dict[str, object] = {
                 "off": round(a, 3),
@@ -179,6 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         run = _run(args.fabric, args.reps, telemetry=which == "on", keep_logs=args.keep_logs)
         runs.append(run)
         figures |= {f"{i}.{which}.{k}": v for k, v in run.summary.items()}
+        if args.json:  # each cut's figures, for another look at the sample
+            figures[f"{i}.{which}.cuts"] = dataclasses.asdict(run.figures)
         if not run.summary["passed"] or not run.summary["probe_received"]:
             problems.append(f"run {i} ({which}): the failover scenario failed or had no sample")
         answered, sent = run.summary["latency_probes_answered"], run.summary["latency_probes_sent"]

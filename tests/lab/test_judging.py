@@ -27,6 +27,7 @@ from mininet_labs.scenarios.failover import (
     MIN_DELIVERY,
     Convergence,
     Cut,
+    Figures,
     measure,
     windows,
 )
@@ -197,6 +198,13 @@ def test_a_healthy_probe_passes_with_its_samples_reported() -> None:
     assert f"{2 * (window - 20):,}/{2 * window:,}" in reason
     r = judge_failover(cuts, measure(cuts, got, sent, INTERVAL), BUDGET)
     (table,) = r.tables
+    # The per-cut figures a benchmark pools are the ones the verdict summarised.
+    figures = Figures.of(cuts)
+    assert figures.local_loss == figures.remote_loss == (20.0, 20.0)
+    assert figures.restore_loss == (0.0,) * 4
+    assert figures.convergence == (30.0,) * 4
+    assert figures.detection == (10.0,) * 4  # converged 40 ms after the cut, 30 ms long
+    assert figures.local_repair == ()  # no LOCAL_REPAIR event in these cuts
     assert table.header[3:6] == ("loss ms", "sent", "received")
     assert table.rows[0][3:6] == ("20.0", f"{window:,}", f"{window - 20:,}")
 

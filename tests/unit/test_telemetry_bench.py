@@ -70,3 +70,24 @@ def test_a_figure_no_cut_measured_is_a_problem_not_a_pass() -> None:
     pooled, problems = compare(unmeasured)
     assert problems == ["remote_loss: no cut measured it with telemetry on"]
     assert pooled["remote_loss.cuts"] == {"off": 100, "on": 0}
+
+
+def test_the_interval_carries_the_spread_between_runs_not_only_between_cuts() -> None:
+    """Two runs off at 10 and 30 ms, two on at 20 ms: the means agree, and the interval
+    must say how little two runs a side tell (resampling cuts alone would give ~0 width)."""
+
+    def level(ms: float, seed: int) -> Figures:
+        rng = random.Random(seed)
+        cuts = tuple(ms + rng.uniform(-0.5, 0.5) for _ in range(50))
+        return Figures(cuts, cuts, (0.0,) * 50, cuts, cuts, cuts)
+
+    pooled, problems = compare(
+        [Run("off", level(10, 1), {}), Run("on", level(20, 2), {}), Run("off", level(30, 3), {}),
+         Run("on", level(20, 4), {})]
+    )  # fmt: skip
+    row = pooled["remote_loss.mean"]
+    assert isinstance(row, dict)
+    assert abs(row["delta"]) < 0.5 and not any(p.startswith("remote_loss mean") for p in problems)
+    lo, hi = row["ci90"]
+    assert lo < -5 and hi > 5, row
+    assert row["off_noise"] > 19  # the last run off against the first
