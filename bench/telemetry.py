@@ -58,8 +58,11 @@ BOOTSTRAP = 2000
 CONFIDENCE = 0.90
 
 
-@dataclass
+@dataclass(frozen=True)
 class Run:
+    """One run of the failover scenario: telemetry "off" or "on", each cut's figures, and
+    the scenario's metrics with the run's latency probe counts."""
+
     which: str
     figures: failover.Figures
     summary: dict[str, object]
