@@ -129,12 +129,10 @@ def compare(runs: Sequence[Run]) -> tuple[dict[str, object], list[str]]:
     rng = random.Random(14)
     offs = [r for r in runs if r.which == "off"]
     for key in COMPARED:
-        by_run = {
-            side: [
-                getattr(r.figures, key) for r in runs if r.which == side and getattr(r.figures, key)
-            ]
-            for side in ("off", "on")
-        }
+        by_run: dict[str, list[tuple[float, ...]]] = {"off": [], "on": []}
+        for r in runs:
+            if cut_figures := getattr(r.figures, key):
+                by_run[r.which].append(cut_figures)
         off = [x for run in by_run["off"] for x in run]
         on = [x for run in by_run["on"] for x in run]
         figures[f"{key}.cuts"] = {"off": len(off), "on": len(on)}

@@ -354,13 +354,13 @@ class Figures:
         def loss(windows: Sequence[Window]) -> tuple[float, ...]:
             return tuple(w.loss_ms for w in windows if not w.sample.empty)
 
-        down = [c.down for c in cuts if c.down]
+        converged = [(c, c.down) for c in cuts if c.down]
         return cls(
             local_loss=loss([c.window for c in cuts if c.kind == "local"]),
             remote_loss=loss([c.window for c in cuts if c.kind == "remote"]),
             restore_loss=loss([c.restore for c in cuts]),
-            convergence=tuple(d.total_ms for d in down),
-            detection=tuple((c.down.event_wall_ns - c.cut_wall_ns) / 1e6 for c in cuts if c.down),
+            convergence=tuple(d.total_ms for _, d in converged),
+            detection=tuple((d.event_wall_ns - c.cut_wall_ns) / 1e6 for c, d in converged),
             local_repair=tuple(
                 c.local_repair_ms for c in cuts if not math.isnan(c.local_repair_ms)
             ),
@@ -409,13 +409,9 @@ def judge(cuts: Sequence[Cut], probe: Probe, budget: Budget) -> Result:
     def sample(windows: list[Window]) -> Sample:
         return sum((w.sample for w in windows), Sample(0, 0))
 
-    figures = Figures.of(cuts)
-    local_loss, remote_loss, restore_loss = (
-        figures.local_loss,
-        figures.remote_loss,
-        figures.restore_loss,
-    )
-    conv, detect, repair = figures.convergence, figures.detection, figures.local_repair
+    f = Figures.of(cuts)
+    local_loss, remote_loss, restore_loss = f.local_loss, f.remote_loss, f.restore_loss
+    conv, detect, repair = f.convergence, f.detection, f.local_repair
     local_sample = sample([c.window for c in cuts if c.kind == "local"])
     remote_sample = sample([c.window for c in cuts if c.kind == "remote"])
     restore_sample = sample([c.restore for c in cuts])
