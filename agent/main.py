@@ -19,6 +19,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
+from agent import phase
 from agent.codec import Codec, P4InfoMismatch
 from agent.counters import PortCounterReader
 from agent.lldp import NeighborChange, NeighborTable, build_lldp
@@ -427,9 +428,9 @@ class Agent:
         """Send a round of latency probes every Probing.interval_ms, each stamped just before
         it goes out, spread over PROBE_PACE_SHARE of the round: a round sent at once is a burst
         of packet-outs and answers that a link event arriving with it waits behind (failover's
-        tail grew with it in bench.telemetry)."""
+        tail grew with it in bench.telemetry). Rounds start on this switch's own tick
+        (agent/phase.py), not with every other agent's."""
         while True:
-            started = time.monotonic()
             self.prober.configure(self.writer.held)
             interval = self.prober.interval_s
             if interval is not None and self.target.primary.is_set():
@@ -444,12 +445,17 @@ class Agent:
                         await self.target.packet_out(frame, planned.port)
                     except TARGET_LOST:
                         break  # the P4 stream reconnects by itself; the rest time out
-            elapsed = time.monotonic() - started
-            await asyncio.sleep(max(0.0, (interval or PROBE_IDLE_S) - elapsed))
+            await asyncio.sleep(
+                phase.until_next(f"{self.switch}/probes", interval or PROBE_IDLE_S, time.time())
+            )
 
     async def counters_loop(self) -> None:
+        """Read and report the counters every --counters-interval, on this switch's own tick
+        of it (agent/phase.py): agents started together do not all read at once."""
         while True:
-            await asyncio.sleep(self.counters_interval)
+            await asyncio.sleep(
+                phase.until_next(f"{self.switch}/counters", self.counters_interval, time.time())
+            )
             # Read without a controller too: metrics show the counters (sending is a no-op).
             if not self.target.primary.is_set():
                 continue
