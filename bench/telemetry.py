@@ -4,6 +4,7 @@ OFF_COUNTERS_S) and on as deployed (probes at the intent's default rate, counter
 and the difference of each figure (issue 14: within 10%).
 
     python -m bench.telemetry [FABRIC] [--reps N] [--order off-on-off-on] [--json] [--keep-logs]
+    python -m bench.telemetry --from RUNS.json [RUNS.json ...] [--json]
 
 Figures are pooled over the runs of a side: every cut's loss, convergence and detection go
 into one sample per side, whose mean, p50, p90 and p99 are compared. A run's own p99 is its
@@ -13,7 +14,10 @@ difference carries a 90% bootstrap interval (runs resampled within each side, th
 within each run, a fixed seed: runs of one side differ by more than cuts of one run) and the
 same difference between the first and the last run off (the noise of the measurement); the
 verdict is on the pooled figures: no statistic more than 10% or SLACK_MS worse with
-telemetry on. `--json` keeps every cut's figures of every run.
+telemetry on. `--json` keeps every cut's figures of every run (and the commit measured), and
+`--from` pools the runs kept in several such outputs of one fabric and repetitions, listing
+each file's commit, and compares them as one sample: more runs than one sitting holds,
+reproduced by one command.
 
 Needs root (the lab's namespaces). Every figure carries its sample: the cuts each statistic
 is over, the failover datagrams sent and received in each run, and the latency probes the
@@ -27,9 +31,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
+import json
 import os
 import random
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -165,6 +172,121 @@ def compare(runs: Sequence[Run]) -> tuple[dict[str, object], list[str]]:
     return figures, problems
 
 
+def run_problems(i: int, run: Run) -> list[str]:
+    """Why run `i` is no sample (the scenario failed, no failover datagram came back, telemetry
+    was not what its side says); [] for a good run."""
+    problems = []
+    summary = run.summary
+    if not summary["passed"] or not summary["probe_received"]:
+        problems.append(f"run {i} ({run.which}): the failover scenario failed or had no sample")
+    answered, sent = summary["latency_probes_answered"], summary["latency_probes_sent"]
+    if run.which == "on" and not answered:
+        problems.append(f"run {i} (on): no latency probe was answered (no sample)")
+    if run.which == "off" and sent:
+        problems.append(f"run {i} (off): {sent} latency probes sent")
+    return problems
+
+
+def _commit() -> str | None:
+    """The commit measured (with "+changes" when the tree differs from it); None outside git."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        changed = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+changes" if changed else "")
+
+
+class RunsFileError(Exception):
+    """An earlier output that cannot be pooled; the text names the file and why."""
+
+
+def runs_of(path: Path) -> tuple[dict[str, object], list[Run]]:
+    """The runs an earlier `--json` output kept, in order, and what they were measured on
+    (fabric, reps, and the commit when the output has it). Raises RunsFileError."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise RunsFileError(f"{path}: cannot read it as JSON: {err}") from err
+    if not isinstance(data, dict) or "fabric" not in data or "reps" not in data:
+        raise RunsFileError(f"{path}: not an output of bench.telemetry --json (no fabric, reps)")
+    meta = {key: data.get(key) for key in ("fabric", "reps", "commit")}
+    runs: list[Run] = []
+    fields = [f.name for f in dataclasses.fields(failover.Figures)]
+    for i in itertools.count(1):
+        sides = [w for w in ("off", "on") if f"{i}.{w}.passed" in data]
+        if not sides:
+            break
+        which = sides[0]
+        prefix = f"{i}.{which}."
+        cuts = data.get(prefix + "cuts")
+        if not isinstance(cuts, dict) or set(fields) - set(cuts):
+            raise RunsFileError(
+                f"{path}: run {i} ({which}) has no per-cut figures {fields}: "
+                "only outputs written with --json can be pooled"
+            )
+        summary = {
+            key.removeprefix(prefix): value
+            for key, value in data.items()
+            if key.startswith(prefix) and key != prefix + "cuts"
+        }
+        figures = failover.Figures(**{f: tuple(float(x) for x in cuts[f]) for f in fields})
+        runs.append(Run(which, figures, summary))
+    if not runs:
+        raise RunsFileError(f"{path}: no run in it")
+    return meta, runs
+
+
+def pooled_from(paths: Sequence[Path]) -> tuple[dict[str, object], list[Run]]:
+    """Every run of `paths`, in order; the fabric and repetitions they share, and each file
+    with the commit it measured (pooling says the code measured is the same: the commits
+    show it). Raises RunsFileError when the files disagree on the fabric or repetitions."""
+    shared: dict[str, object] | None = None
+    sources: list[dict[str, object]] = []
+    runs: list[Run] = []
+    for path in paths:
+        meta, more = runs_of(path)
+        setup = {"fabric": meta["fabric"], "reps": meta["reps"]}
+        if shared is None:
+            shared = setup
+        elif setup != shared:
+            raise RunsFileError(
+                f"{path}: measured on {setup}, but {paths[0]} on {shared}: not one sample"
+            )
+        sources.append({"file": str(path), "commit": meta["commit"], "runs": len(more)})
+        runs += more
+    assert shared is not None  # argparse asks for at least one file
+    return shared | {"from": sources}, runs
+
+
+def report(
+    figures: dict[str, object], runs: Sequence[Run], problems: list[str], *, as_json: bool
+) -> int:
+    """Print every run's summary (its cuts too with `as_json`), the pooled comparison and
+    the verdict; 0 when telemetry is within 10%."""
+    for i, run in enumerate(runs, 1):
+        figures |= {f"{i}.{run.which}.{k}": v for k, v in run.summary.items()}
+        if as_json:  # each cut's figures, for another look at the sample (and --from)
+            figures[f"{i}.{run.which}.cuts"] = dataclasses.asdict(run.figures)
+    pooled, worse = compare(runs)
+    figures |= pooled
+    problems = problems + worse
+    figures["within_10pct"] = not problems
+    figures["problems"] = problems
+    print_figures(figures, as_json=as_json)
+    return 0 if not problems else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("fabric", type=Path, nargs="?", default=FABRIC)
@@ -178,7 +300,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--keep-logs", action="store_true", help="keep each run's directory (daemons' logs)"
     )
+    parser.add_argument(
+        "--from",
+        dest="sources",
+        type=Path,
+        nargs="+",
+        metavar="RUNS_JSON",
+        help="run nothing: pool the runs kept in these earlier --json outputs and compare them",
+    )
     args = parser.parse_args(argv)
+    if args.sources:
+        try:
+            meta, kept = pooled_from(args.sources)
+        except RunsFileError as err:
+            parser.error(f"--from: {err}")
+        # Runs of one side only: compare names every figure that lacks the other.
+        problems = [p for i, run in enumerate(kept, 1) for p in run_problems(i, run)]
+        return report(meta, kept, problems, as_json=args.json)
     order = args.order.split("-")
     if os.geteuid() != 0:
         parser.error("needs root: the lab builds network namespaces")
@@ -187,29 +325,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if set(order) != {"off", "on"} or len(order) > 8:
         parser.error(f"--order {args.order}: off and on, each at least once, at most 8 runs")
     figures: dict[str, object] = {"fabric": str(args.fabric), "reps": args.reps}
+    figures["commit"] = _commit()
     runs: list[Run] = []
     problems = []
     for i, which in enumerate(order, 1):
         print(f"run {i}/{len(order)}: failover with telemetry {which}", file=sys.stderr)
         run = _run(args.fabric, args.reps, telemetry=which == "on", keep_logs=args.keep_logs)
         runs.append(run)
-        figures |= {f"{i}.{which}.{k}": v for k, v in run.summary.items()}
-        if args.json:  # each cut's figures, for another look at the sample
-            figures[f"{i}.{which}.cuts"] = dataclasses.asdict(run.figures)
-        if not run.summary["passed"] or not run.summary["probe_received"]:
-            problems.append(f"run {i} ({which}): the failover scenario failed or had no sample")
-        answered, sent = run.summary["latency_probes_answered"], run.summary["latency_probes_sent"]
-        if which == "on" and not answered:
-            problems.append(f"run {i} (on): no latency probe was answered (no sample)")
-        if which == "off" and sent:
-            problems.append(f"run {i} (off): {sent} latency probes sent")
-    pooled, worse = compare(runs)
-    figures |= pooled
-    problems += worse
-    figures["within_10pct"] = not problems
-    figures["problems"] = problems
-    print_figures(figures, as_json=args.json)
-    return 0 if not problems else 1
+        problems += run_problems(i, run)
+    return report(figures, runs, problems, as_json=args.json)
 
 
 if __name__ == "__main__":
