@@ -55,9 +55,6 @@ PROBE_IP_PROTO = bytes([latency.PROBE_IP_PROTO])
 PROBE_IDLE_S = 1.0
 # A round of probes is spread over this share of its interval (the rest is quiet).
 PROBE_PACE_SHARE = 0.5
-# A probe or a counter read waits at most this long for the writer to be idle: a writer busy
-# for longer (a large reconcile) must not silence telemetry.
-YIELD_TO_WRITES_S = 0.5
 # What makes a port whose LLDP neighbour went silent usable again (not a shutdown LLDPDU).
 HEARD = (NeighborChange.NEW, NeighborChange.CHANGED, NeighborChange.REFRESHED)
 # Between two read-backs of the target (an entry deleted behind the agent's back is back within
@@ -427,21 +424,12 @@ class Agent:
                 self._send(control_pb2.AgentMessage(neighbors=self.neighbors.report(now)))
             await asyncio.sleep(self.lldp_interval)
 
-    async def yield_to_writes(self) -> None:
-        """Until the writer is idle, at most YIELD_TO_WRITES_S: a probe or a counter read sent
-        while a local repair or a delta is being written shares the target's stream and the CPU
-        with it, and failover waits for the difference (bench.telemetry)."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(YIELD_TO_WRITES_S):
-                await self.writer.idle.wait()
-
     async def probe_loop(self) -> None:
         """Send a round of latency probes every Probing.interval_ms, each stamped just before
         it goes out, spread over PROBE_PACE_SHARE of the round: a round sent at once is a burst
         of packet-outs and answers that a link event arriving with it waits behind (failover's
         tail grew with it in bench.telemetry). Rounds start on this switch's own tick
-        (agent/phase.py), not with every other agent's, and a probe waits while the writer
-        writes (yield_to_writes)."""
+        (agent/phase.py), not with every other agent's."""
         while True:
             self.prober.configure(self.writer.held)
             interval = self.prober.interval_s
@@ -452,7 +440,6 @@ class Agent:
                 for i, planned in enumerate(round_):
                     if i:
                         await asyncio.sleep(gap)
-                    await self.yield_to_writes()
                     frame = self.prober.request(planned, time.monotonic_ns())
                     try:
                         await self.target.packet_out(frame, planned.port)
@@ -464,8 +451,7 @@ class Agent:
 
     async def counters_loop(self) -> None:
         """Read and report the counters every --counters-interval, on this switch's own tick
-        of it (agent/phase.py): agents started together do not all read at once. A read
-        waits while the writer writes (yield_to_writes)."""
+        of it (agent/phase.py): agents started together do not all read at once."""
         while True:
             await asyncio.sleep(
                 phase.until_next(f"{self.switch}/counters", self.counters_interval, time.time())
@@ -473,7 +459,6 @@ class Agent:
             # Read without a controller too: metrics show the counters (sending is a no-op).
             if not self.target.primary.is_set():
                 continue
-            await self.yield_to_writes()
             try:
                 counters = await self.target.read_port_counters(self.port_counters)
             except Exception as err:  # a failed poll is retried next period

@@ -171,11 +171,6 @@ class Writer:
         self._messages: asyncio.Queue[tuple[control_pb2.ControllerMessage, int]]
         self._messages = asyncio.Queue(16)
         self._wake = asyncio.Event()
-        # Set while the writer has nothing queued or in flight. Work that can wait (latency
-        # probes, counter reads) waits for it rather than share the target's stream and the
-        # CPU with a local repair or a delta (agent.main's yield_to_writes).
-        self.idle = asyncio.Event()
-        self.idle.set()
         self._reconcile_pending = False
         self._reconciling = False
         self._verify_pending = False
@@ -203,25 +198,21 @@ class Writer:
 
     async def port_event(self, event: PortEvent) -> None:
         await self._ports.put(event)
-        self._kick()
+        self._wake.set()
 
     async def controller_message(self, msg: control_pb2.ControllerMessage) -> None:
         await self._messages.put((msg, time.time_ns()))
-        self._kick()
+        self._wake.set()
 
     async def target_ready(self) -> None:
         """The target (re)connected and we are primary: read back and reconcile."""
         self._reconcile_pending = True
-        self._kick()
+        self._wake.set()
 
     def verify(self) -> None:
         """Read the target back and put right what changed behind the agent's back (the
         periodic check; a (re)connection's reconcile does the same)."""
         self._verify_pending = True
-        self._kick()
-
-    def _kick(self) -> None:
-        self.idle.clear()
         self._wake.set()
 
     @property
@@ -233,40 +224,35 @@ class Writer:
     # -- the task ---------------------------------------------------------------------
 
     async def run(self) -> None:
-        try:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
             while True:
-                await self._wake.wait()
-                self._wake.clear()
-                while True:
-                    try:
-                        # Port events first: local repair must not wait behind a large state.
-                        if not self._ports.empty():
-                            await self._port(self._ports.get_nowait())
-                        elif self._reconcile_pending and self.target.primary.is_set():
-                            self._reconcile_pending = self._verify_pending = False
-                            self._reconciling = True
-                            await self._reconcile()
-                        elif self._verify_pending and self.target.primary.is_set():
-                            self._verify_pending = False
-                            await self._read_back()
-                            await self._sync()
-                        elif not self._messages.empty():
-                            await self._message(*self._messages.get_nowait())
-                        else:
-                            break
-                    except TARGET_LOST as err:
-                        # What we hold is kept; the target is read back and reconciled when the
-                        # P4 stream is primary again (it calls target_ready).
-                        LOG.warning("target lost mid-operation (%s); will reconcile", err)
-                        self.installed = None
-                        self._reconcile_pending = True
-                        self._reconciling = False
-                        # The P4 stream may not have noticed yet: do not spin on a dead target.
-                        await asyncio.sleep(LOST_PAUSE_S)
-                if not self._wake.is_set():
-                    self.idle.set()
-        finally:
-            self.idle.set()  # nothing is in flight once the task has ended
+                try:
+                    # Port events first: local repair must not wait behind a large state.
+                    if not self._ports.empty():
+                        await self._port(self._ports.get_nowait())
+                    elif self._reconcile_pending and self.target.primary.is_set():
+                        self._reconcile_pending = self._verify_pending = False
+                        self._reconciling = True
+                        await self._reconcile()
+                    elif self._verify_pending and self.target.primary.is_set():
+                        self._verify_pending = False
+                        await self._read_back()
+                        await self._sync()
+                    elif not self._messages.empty():
+                        await self._message(*self._messages.get_nowait())
+                    else:
+                        break
+                except TARGET_LOST as err:
+                    # What we hold is kept; the target is read back and reconciled when the
+                    # P4 stream is primary again (it calls target_ready).
+                    LOG.warning("target lost mid-operation (%s); will reconcile", err)
+                    self.installed = None
+                    self._reconcile_pending = True
+                    self._reconciling = False
+                    # The P4 stream may not have noticed yet: do not spin on a dead target.
+                    await asyncio.sleep(LOST_PAUSE_S)
 
     # -- what is wanted ---------------------------------------------------------------
 
@@ -357,7 +343,7 @@ class Writer:
             )
             self.installed = None
             self._reconcile_pending = True
-            self._kick()
+            self._wake.set()
             return None, 0
         self.installed = self.installed.replaced(u.entry for u in batch)
         record = RepairRecord(event.port, len(batch), commit_mono - event.monotonic_ns)

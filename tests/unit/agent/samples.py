@@ -70,27 +70,3 @@ def with_nak_sampling(
     out.nak_sampling.interval_us = interval_us
     out.digest = state_digest(out)
     return out
-
-
-A_ADDR, B_ADDR, C_ADDR = 0x0A000101, 0x0A000201, 0x0A000301
-UPLINKS = (3, 4)
-HOST_PORT = 1
-
-
-def probing_state(
-    address: int, *, per_round: int = 1, targets: int = 2, uplinks: tuple[int, ...] = UPLINKS
-) -> state_pb2.DesiredState:
-    """tor-a probing its uplinks and up to two other ToRs (agent/probes.py)."""
-    s = state_pb2.DesiredState(switch_name="tor-a")
-    for port in uplinks:
-        s.neighbors.add(port=port, kind=state_pb2.PEER_KIND_SWITCH, peer_mac=0x0200000000F0 + port)
-    s.neighbors.add(port=HOST_PORT, kind=state_pb2.PEER_KIND_HOST)
-    s.probing.interval_ms = 1000
-    s.probing.links = True
-    s.probing.address = address
-    s.probing.targets_per_round = per_round
-    s.probing.timeout_ms = 500
-    s.probing.dscp = 26
-    for name, addr in (("tor-b", B_ADDR), ("tor-c", C_ADDR))[:targets]:
-        s.probing.targets.add(name=name, address=addr)
-    return s

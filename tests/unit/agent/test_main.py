@@ -8,14 +8,12 @@ import gc
 
 import pytest
 
-from agent import main as agent_main
 from agent.lldp import build_lldp
 from agent.main import Agent, _serve, build_parser, main
 from railfabric import __version__
 from railfabric.p4info import DEFAULT_P4INFO
 from railfabric.v1 import control_pb2, state_pb2
 from tests import pki
-from tests.unit.agent.samples import A_ADDR, probing_state
 
 pytestmark = pytest.mark.unit
 
@@ -119,59 +117,3 @@ def test_start_up_objects_are_frozen_out_of_the_collectors_full_scans() -> None:
         gc.unfreeze()
     assert seen["frozen"] > 10_000
     assert not seen["codec_scanned"]
-
-
-def _probing_agent() -> Agent:
-    """An agent whose controller asks for probes on its two uplinks (3, 4) and to one ToR,
-    its target primary, and its packet-outs recorded instead of sent."""
-    agent = Agent(build_parser().parse_args([*BASE, "--port-map", "1=eth1,3=eth3,4=eth4"]))
-    agent.writer.held = probing_state(A_ADDR, targets=1)
-    agent.effective.update({3: True, 4: True})
-    agent.target.primary.set()
-    return agent
-
-
-def _record_packet_outs(agent: Agent) -> list[int]:
-    sent: list[int] = []
-
-    async def packet_out(frame: bytes, port: int) -> None:
-        sent.append(port)
-
-    agent.target.packet_out = packet_out  # type: ignore[method-assign]
-    return sent
-
-
-async def test_a_probe_waits_while_the_writer_writes() -> None:
-    """A probe sent while a local repair or a delta is being written shares the target's
-    stream and the CPU with it, and failover waits for the difference: probes hold until the
-    writer is idle."""
-    agent = _probing_agent()
-    sent = _record_packet_outs(agent)
-    agent.writer.idle.clear()  # a Write in flight
-    loop = asyncio.create_task(agent.probe_loop())
-    try:
-        await asyncio.sleep(0.1)
-        assert sent == []
-        agent.writer.idle.set()
-        await asyncio.sleep(0.01)
-        assert len(sent) == 1  # the round's first probe; the rest are paced after it
-    finally:
-        loop.cancel()
-
-
-async def test_a_writer_busy_for_long_does_not_silence_probes(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(agent_main, "YIELD_TO_WRITES_S", 0.02)
-    agent = _probing_agent()
-    sent = _record_packet_outs(agent)
-    agent.writer.idle.clear()  # and never set again
-    loop = asyncio.create_task(agent.probe_loop())
-    try:
-        for _ in range(100):
-            await asyncio.sleep(0.01)
-            if sent:
-                break
-        assert sent
-    finally:
-        loop.cancel()

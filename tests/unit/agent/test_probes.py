@@ -15,12 +15,31 @@ from railfabric import latency
 from railfabric.latency import Result, read_results
 from railfabric.v1 import control_pb2, state_pb2
 from softswitch.pipeline import ETH_HLEN, IPV4_MIN_LEN, answer_probe
-from tests.unit.agent.samples import A_ADDR, B_ADDR, C_ADDR, HOST_PORT, UPLINKS
-from tests.unit.agent.samples import probing_state as state
 
 pytestmark = pytest.mark.unit
 
 MS = 1_000_000
+A_ADDR, B_ADDR, C_ADDR = 0x0A000101, 0x0A000201, 0x0A000301
+UPLINKS = (3, 4)
+HOST_PORT = 1
+
+
+def state(
+    address: int, *, per_round: int = 1, targets: int = 2, uplinks: tuple[int, ...] = UPLINKS
+) -> state_pb2.DesiredState:
+    s = state_pb2.DesiredState(switch_name="tor-a")
+    for port in uplinks:
+        s.neighbors.add(port=port, kind=state_pb2.PEER_KIND_SWITCH, peer_mac=0x0200000000F0 + port)
+    s.neighbors.add(port=HOST_PORT, kind=state_pb2.PEER_KIND_HOST)
+    s.probing.interval_ms = 1000
+    s.probing.links = True
+    s.probing.address = address
+    s.probing.targets_per_round = per_round
+    s.probing.timeout_ms = 500
+    s.probing.dscp = 26
+    for name, addr in (("tor-b", B_ADDR), ("tor-c", C_ADDR))[:targets]:
+        s.probing.targets.add(name=name, address=addr)
+    return s
 
 
 def prober(

@@ -7,7 +7,6 @@ tests/integration/agent/test_softswitch.py."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 
@@ -125,8 +124,6 @@ class Harness:
         for _ in range(100):
             await asyncio.sleep(0)
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task  # its clean-up done before the test goes on
 
 
 def _port(port: int, up: bool, initial: bool = False) -> PortEvent:
@@ -462,51 +459,3 @@ def test_a_sole_member_watches_no_port_and_others_watch_their_own(codec: Codec) 
     assert pipeline.entries[("group", 1)] == GroupEntry(
         1, (GroupMember(1, 1, 1), GroupMember(2, 2, 1))
     )
-
-
-async def test_idle_only_when_nothing_is_queued_or_in_flight(codec: Codec) -> None:
-    """`idle` is what probes and counter reads wait for (agent.main.yield_to_writes): clear
-    from the moment work is queued until its Write has returned, set once the writer has
-    nothing left."""
-    want, _ = translate(tor_state(1))
-    h = Harness(codec, holds=want)
-    assert h.writer.idle.is_set()
-    await h.writer.controller_message(_desired(tor_state(1)))
-    await h.writer.target_ready()
-    assert not h.writer.idle.is_set()  # queued, the writer not even running yet
-    await h.settle()
-    assert h.writer.idle.is_set()
-    h.target.gate = asyncio.Event()
-    run = asyncio.create_task(h.writer.run())
-    try:
-        await h.writer.port_event(_port(1, False))
-        for _ in range(100):
-            await asyncio.sleep(0)
-        assert len(h.statuses) == 1 and not h.repairs  # the repair's Write waits at the gate
-        assert not h.writer.idle.is_set()
-        nxt = tor_state(2)
-        nxt.ecn[0].kmin_bytes = 120_000
-        delta = diff_states(tor_state(1), nxt)
-        await h.writer.controller_message(control_pb2.ControllerMessage(state_delta=delta))
-        h.target.gate.set()
-        for _ in range(100):
-            await asyncio.sleep(0)
-        assert h.repairs and h.applied[-1].generation == 2  # both written: idle again
-        assert h.writer.idle.is_set()
-    finally:
-        run.cancel()
-
-
-async def test_a_writer_that_stops_is_idle(codec: Codec) -> None:
-    h = Harness(codec)
-    h.target.gate = asyncio.Event()  # never opens
-    await h.writer.controller_message(_desired(tor_state(1)))
-    await h.writer.target_ready()
-    run = asyncio.create_task(h.writer.run())
-    for _ in range(10):
-        await asyncio.sleep(0)
-    assert not h.writer.idle.is_set()
-    run.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await run
-    assert h.writer.idle.is_set()  # nothing will be written: nothing for telemetry to wait on
