@@ -168,7 +168,7 @@ class StateIndex:
     it here would read every route, which is what this index exists to avoid (a remote failure
     on ref-100k changes one route in each of 1,648 states of 1,600 routes)."""
 
-    __slots__ = ("groups", "refs")
+    __slots__ = ("groups", "refs", "size", "written")
 
     def __init__(
         self, state: state_pb2.DesiredState, refs: Mapping[int, int] | None = None
@@ -177,6 +177,12 @@ class StateIndex:
         vouches), else they are counted when first needed."""
         self.groups: dict[int, int] = {}
         self.refs: dict[int, int] | None = None
+        # Serialized bytes written into `state` in place since it was indexed. Protobuf keeps
+        # a message's memory until the message goes (its arena frees nothing), so what those
+        # writes replaced is still held: `packed` makes a state that holds only itself.
+        self.written = 0
+        # `state`'s serialized size, when a caller measured it (ByteSize reads every route).
+        self.size: int | None = None
         self.rebuild(state)
         if refs is not None:
             self.refs = dict(refs)
@@ -229,6 +235,7 @@ def apply_delta_in_place(
         new = apply_delta(state, delta)
         if acc is not None and new.digest == state.digest:
             return False
+        index.written += new.ByteSize()  # all of it, over what it replaces
         state.CopyFrom(new)
         state.routes.sort(key=_route_sort_key)  # apply_delta keeps them in no order
         index.rebuild(state)
@@ -338,7 +345,20 @@ def apply_delta_in_place(
                 refs.pop(gid, None)
     state.generation = delta.to_generation
     state.digest = acc.hex()
+    index.written += delta.ByteSize()
     return True
+
+
+def packed(
+    state: state_pb2.DesiredState, index: StateIndex
+) -> tuple[state_pb2.DesiredState, StateIndex]:
+    """`state` as a new message holding only itself (what in-place application replaced
+    stays in the old one's memory until it goes), and its index (route counts kept)."""
+    wire = state.SerializeToString()
+    fresh = state_pb2.DesiredState.FromString(wire)
+    fresh_index = StateIndex(fresh, index.refs)
+    fresh_index.size = len(wire)
+    return fresh, fresh_index
 
 
 _ABSENT: Any = object()  # not named by the delta

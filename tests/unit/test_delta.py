@@ -16,6 +16,7 @@ from railfabric.delta import (
     apply_delta_in_place,
     delta_size,
     diff_states,
+    packed,
 )
 from railfabric.digest import canonical, state_digest
 from railfabric.v1 import state_pb2
@@ -321,3 +322,35 @@ def test_a_changed_probing_needs_a_full_state() -> None:
     )
     got = apply_delta(old, delta)
     assert got.probing == old.probing and got.digest == state_digest(got)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(states(), min_size=2, max_size=5), st.lists(st.booleans(), min_size=4, max_size=4))
+def test_a_state_packed_between_deltas_goes_on_as_the_same_state(
+    chain: list[state_pb2.DesiredState], packs: list[bool]
+) -> None:
+    """In-place application counts what it writes (what the state's memory keeps once
+    replaced); `packed` gives the same state in a new message, its index current and its
+    count at 0, and the chain goes on from it as from the unpacked one."""
+    here = _sorted_state(chain[0])
+    index = StateIndex(here)
+    reference = _copy(here)
+    for new, pack in zip(chain[1:], packs, strict=False):
+        for port in {e.port for e in reference.ecn} - {e.port for e in new.ecn}:
+            new.ecn.add(port=port, traffic_class=3)
+        _only_full_states_change(reference, new)
+        new.generation = reference.generation + 1
+        delta = diff_states(reference, new)
+        expected = apply_delta(reference, delta)
+        written = index.written
+        changed = apply_delta_in_place(here, delta, index)
+        assert (index.written > written) == changed  # nothing written when nothing changed
+        if pack:
+            before = _copy(here)
+            here, index = packed(here, index)
+            assert here == before and index.written == 0
+            assert index.size == here.ByteSize()  # known from the packing, not measured again
+            _assert_index_current(here, index)
+        if changed:
+            assert canonical(here) == canonical(expected)
+            reference = expected

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from controller.core.convergence import DEFER_LIMIT_NS
 from controller.core.effects import Persist, Push
 from controller.core.records import AlarmRecord, EventRecord, SwitchGenerations
 from controller.core.switches import SwitchView, UnknownSwitch
+from railfabric.delta import StateIndex
 from railfabric.v1 import admin_pb2, control_pb2, state_pb2
 from tests.unit.core.harness import LAB, Harness, S, forwarding
 
@@ -989,3 +991,61 @@ def test_a_cold_start_with_a_few_links_out_routes_from_scratch_and_replays_the_s
     before = {name: v.state.digest for name, v in h.core.views.items()}
     h.restart_controller()
     assert {name: v.state.digest for name, v in h.core.views.items()} == before
+
+
+def _views_after_a_cut(monkeypatch: pytest.MonkeyPatch, floor: int, share: float) -> bool:
+    """Whether the switches a cut changed got new state objects (packed), each holding what
+    a from-scratch computation holds."""
+    monkeypatch.setattr(machine, "PACK_FLOOR_BYTES", floor)
+    monkeypatch.setattr(machine, "PACK_SHARE", share)
+    h = Harness(LAB)
+    h.connect_all()
+    before = {name: v.state for name, v in h.core.views.items()}
+    digests = {name: v.state.digest for name, v in h.core.views.items()}
+    key = sorted(link.key for link in h.core.links())[0]
+    h.cut(key)
+    # Not at the cut itself, whose pushes must not wait: by a later tick.
+    assert all(v.state is before[n] for n, v in h.core.views.items())
+    h.settle()
+    h.check_matches_fresh_computation()
+    changed = [n for n, v in h.core.views.items() if v.state.digest != digests[n]]
+    assert changed
+    fresh = [n for n in changed if h.core.views[n].state is not before[n]]
+    assert fresh in ([], changed), fresh  # all packed, or none
+    for name in fresh:
+        assert h.core.views[name].index.written == 0  # type: ignore[union-attr]
+    return bool(fresh)
+
+
+def test_a_state_changed_in_place_is_packed_once_enough_was_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A state changed in place keeps what each change replaced until it is packed afresh
+    (railfabric.delta.packed), by a tick after the event: with no floor the first change
+    makes it due, with the defaults a cut's few hundred bytes do not (a state of the lab is
+    ~1 KiB: 8 KiB is the floor)."""
+    defaults = machine.PACK_FLOOR_BYTES, machine.PACK_SHARE
+    assert _views_after_a_cut(monkeypatch, 0, 0.0)
+    assert not _views_after_a_cut(monkeypatch, *defaults)
+
+
+def test_switches_sent_the_same_deltas_do_not_all_pack_at_one_cut() -> None:
+    """A remote cut on ref-100k sends 1,648 ToRs the same ~900-byte delta; their states are
+    ~62 KB. Packing one costs ~0.3 ms: all at one cut it would be ~0.5 s, more than twice
+    that cut's time, so the name-hashed stretch spreads them."""
+    names = [f"tor-r{r}-b{b}" for r in range(1, 9) for b in range(1, 207)]
+    size, per_cut = 62_000, 900
+    index = {n: StateIndex(state_pb2.DesiredState()) for n in names}
+    for i in index.values():
+        i.size = size
+    due_at: dict[str, int] = {}
+    for cut in range(1, 400):
+        for name in names:
+            if name in due_at:
+                continue
+            index[name].written += per_cut
+            if machine._pack_due(name, state_pb2.DesiredState(), index[name]):
+                due_at[name] = cut
+    assert len(due_at) == len(names)  # every one within 2x the unstretched share
+    per_cut_max = max(Counter(due_at.values()).values())
+    assert per_cut_max <= 0.05 * len(names), per_cut_max

@@ -32,6 +32,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from controller.core import machine
 from railfabric.v1 import control_pb2
 from tests.unit.core.harness import LAB, Harness, S
 
@@ -213,6 +214,23 @@ class CoreModel(RuleBasedStateMachine):
         self.h.check_matches_fresh_computation()
 
 
+class PackedOftenModel(CoreModel):
+    """The lab fabric with each state packed after every change applied to it in place
+    (railfabric.delta.packed; by default after a share of its size was written): what the
+    core decides is the same, packed or not."""
+
+    def __init__(self) -> None:
+        self._limits = machine.PACK_FLOOR_BYTES, machine.PACK_SHARE
+        machine.PACK_FLOOR_BYTES, machine.PACK_SHARE = 0, 0.0
+        super().__init__()
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()
+        finally:
+            machine.PACK_FLOOR_BYTES, machine.PACK_SHARE = self._limits
+
+
 class ThreeTierModel(CoreModel):
     fabric = FABRICS / "three-tier.yaml"
 
@@ -226,5 +244,7 @@ TestLabFabric = CoreModel.TestCase
 TestLabFabric.settings = PROFILE
 TestThreeTier = ThreeTierModel.TestCase
 TestThreeTier.settings = settings(PROFILE, max_examples=max(50, PROFILE.max_examples // 20))
+TestPackedOften = PackedOftenModel.TestCase
+TestPackedOften.settings = settings(PROFILE, max_examples=max(50, PROFILE.max_examples // 10))
 TestPods = PodsModel.TestCase
 TestPods.settings = settings(PROFILE, max_examples=max(50, PROFILE.max_examples // 20))
