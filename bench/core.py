@@ -13,15 +13,18 @@ every call is timed. Phases, in order:
   switch acknowledges what it is sent at once (agents that ack at once);
 - links usable: the tick after the hold-down, which returns every link still held down;
 - cuts: for each kind (ToR-spine, spine-core), `--cuts` cables cut (PortStatus down from
-  both ends), settled, and restored (PortStatus up from both ends, then the tick after the
-  hold-down), settled: the time of each call, the switches it sends to and the bytes;
+  both ends), settled, the core's ticks after it (packing states changed in place), and
+  restored (PortStatus up from both ends, then the tick after the hold-down), settled: the
+  time of each call, the switches it sends to and the bytes; the resident memory after each
+  kind's cuts (a state changed in place keeps what each change replaced until packed);
 - diagnose: a handful of faults left in place (a ToR-spine and a spine-core cable cut, a
   spine's agent gone, a PFC storm on a ToR port, a port missing from a ToR's port map), then
   the ranking alone (`controller.core.diagnosis.diagnose`) and the whole Diagnose answer
   through the admin servicer (every page, default page size, in process: no gRPC), timed;
 - restart: `DecisionCore.start` again from what a store would hold with every link up.
 
-The figures come with their samples (calls, switches, messages). Figures only: nothing here
+The figures come with their samples (calls, switches, messages). Memory is resident now
+(VmRSS) at each point, and the peak (ru_maxrss) at the end. Figures only: nothing here
 asserts a speed; the daemon's own figures are bench.swarm's.
 """
 
@@ -31,6 +34,7 @@ import argparse
 import asyncio
 import gc
 import json
+import os
 import random
 import resource
 import statistics
@@ -41,12 +45,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.swarm.daemon import rss_mib
 from controller.core import diagnosis
 from controller.core.clock import Now
 from controller.core.effects import Effect, Push, Rebuild
 from controller.core.links import DampingParams
 from controller.core.machine import (
     EVERY_LINK_USABLE,
+    PACK_DELAY_NS,
     ROUTING_BASELINE,
     DecisionCore,
     topology_digest,
@@ -114,6 +120,15 @@ def _timed(calls: Calls, fn: Callable[..., list[Effect]], *args: Any) -> list[Ef
 
 
 def _rss_mib() -> float:
+    """This process's resident memory now (VmRSS), MiB."""
+    rss = rss_mib(os.getpid())
+    assert rss is not None  # this process is running
+    return rss
+
+
+def _peak_rss_mib() -> float:
+    """The most this process was ever resident (ru_maxrss), MiB: a high-water mark, which
+    freeing does not lower."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
@@ -327,6 +342,7 @@ def run(path: Path, cuts: int, seed: int, storm_s: float) -> dict[str, Any]:
         if not candidates:
             continue
         down, down_far, up, acks = Calls(), Calls(), Calls(), Calls()
+        after = Calls()
         for link in rng.sample(candidates, min(cuts, len(candidates))):
             clock.advance(60 * 1_000_000_000)  # past damping's memory of the last cut
             effects = _timed(down, fabric.port, link.a, False)
@@ -334,6 +350,10 @@ def run(path: Path, cuts: int, seed: int, storm_s: float) -> dict[str, Any]:
             t0 = time.perf_counter()
             fabric.settle(effects)
             acks.seconds.append(time.perf_counter() - t0)
+            # The core's housekeeping after the cut (packing states: machine.PACK_DELAY_NS),
+            # timed apart from the restore's tick.
+            clock.advance(PACK_DELAY_NS)
+            fabric.run_timers(after)
             fabric.port(link.a, True)
             fabric.port(link.b, True)
             fabric.settle(_timed(up, fabric.after_hold_down))
@@ -341,8 +361,10 @@ def run(path: Path, cuts: int, seed: int, storm_s: float) -> dict[str, Any]:
             "first_end": down.figures(),
             "second_end": down_far.figures(),
             "acks_s_max": round(max(acks.seconds), 3),
+            "ticks_after_cut": after.figures() if after.seconds else {"calls": 0},
             "restore_tick": up.figures(),
         }
+        out[f"rss_after_{kind}_cuts_mib"] = round(_rss_mib())
     out["applied"] = fabric.acks.figures()
     out["diagnose"] = _diagnose(fabric, planner, rng)
 
@@ -354,7 +376,7 @@ def run(path: Path, cuts: int, seed: int, storm_s: float) -> dict[str, Any]:
     t0 = time.perf_counter()
     again.core.start(restored, clock.now)
     out["restart_all_up_s"] = round(time.perf_counter() - t0, 2)
-    out["rss_max_mib"] = round(_rss_mib())
+    out["peak_rss_mib"] = round(_peak_rss_mib())
     return out
 
 

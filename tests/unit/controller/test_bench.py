@@ -65,6 +65,9 @@ def test_core_bench_storms_cuts_and_restores_every_kind_of_cable(
         assert cut["restore_tick"]["switches_sent_to_max"] == 2
     assert data["applied"]["calls"] > data["switches"]
     assert data["restart_all_up_s"] >= 0
+    # Resident memory now at each point, and the high-water mark, which is never below it.
+    now = [data[f"rss_after_{kind}_cuts_mib"] for kind in ("tor_spine", "spine_core")]
+    assert min(now) > 0 and max(now) <= data["peak_rss_mib"]
 
 
 def test_core_bench_names_the_file_of_a_bad_fabric(
