@@ -189,20 +189,18 @@ def run_problems(i: int, run: Run) -> list[str]:
 
 def _commit() -> str | None:
     """The commit measured (with "+changes" when the tree differs from it); None outside git."""
+
+    def git(*args: str) -> str:
+        argv = ["git", "-C", str(REPO), *args]
+        done = subprocess.run(argv, check=False, capture_output=True, text=True)
+        if done.returncode:
+            raise OSError(done.stderr.strip())
+        return done.stdout.strip()
+
     try:
-        head = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        changed = subprocess.run(
-            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
+        head = git("rev-parse", "--short=12", "HEAD")
+        changed = git("status", "--porcelain", "--untracked-files=no")
+    except OSError:
         return None
     return head + ("+changes" if changed else "")
 

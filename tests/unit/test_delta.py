@@ -125,6 +125,19 @@ def _assert_index_current(state: state_pb2.DesiredState, index: StateIndex) -> N
         )
 
 
+def _next_step(
+    reference: state_pb2.DesiredState, new: state_pb2.DesiredState
+) -> tuple[state_pb2.StateDelta, state_pb2.DesiredState]:
+    """The delta from `reference` to `new` (made a step of a chain the controller would
+    make: the next generation, no ECN entry removed) and apply_delta's result of it."""
+    for port in {e.port for e in reference.ecn} - {e.port for e in new.ecn}:
+        new.ecn.add(port=port, traffic_class=3)
+    _only_full_states_change(reference, new)
+    new.generation = reference.generation + 1
+    delta = diff_states(reference, new)
+    return delta, apply_delta(reference, delta)
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(states(), min_size=2, max_size=5))
 def test_in_place_follows_a_chain_as_apply_delta_does(chain: list[state_pb2.DesiredState]) -> None:
@@ -134,12 +147,7 @@ def test_in_place_follows_a_chain_as_apply_delta_does(chain: list[state_pb2.Desi
     index = StateIndex(here)
     reference = _copy(here)
     for new in chain[1:]:
-        for port in {e.port for e in reference.ecn} - {e.port for e in new.ecn}:
-            new.ecn.add(port=port, traffic_class=3)
-        _only_full_states_change(reference, new)
-        new.generation = reference.generation + 1
-        delta = diff_states(reference, new)
-        expected = apply_delta(reference, delta)
+        delta, expected = _next_step(reference, new)
         changed = apply_delta_in_place(here, delta, index)
         if not changed:  # nothing changed: the state is untouched, generation included
             assert expected.digest == reference.digest
@@ -336,12 +344,7 @@ def test_a_state_packed_between_deltas_goes_on_as_the_same_state(
     index = StateIndex(here)
     reference = _copy(here)
     for new, pack in zip(chain[1:], packs, strict=False):
-        for port in {e.port for e in reference.ecn} - {e.port for e in new.ecn}:
-            new.ecn.add(port=port, traffic_class=3)
-        _only_full_states_change(reference, new)
-        new.generation = reference.generation + 1
-        delta = diff_states(reference, new)
-        expected = apply_delta(reference, delta)
+        delta, expected = _next_step(reference, new)
         written = index.written
         changed = apply_delta_in_place(here, delta, index)
         assert (index.written > written) == changed  # nothing written when nothing changed
