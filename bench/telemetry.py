@@ -205,6 +205,10 @@ def _commit() -> str | None:
     return head + ("+changes" if changed else "")
 
 
+# What each run's summary must say for `run_problems` to judge it.
+SAMPLE_KEYS = ("passed", "probe_received", "latency_probes_sent", "latency_probes_answered")
+
+
 class RunsFileError(Exception):
     """An earlier output that cannot be pooled; the text names the file and why."""
 
@@ -238,6 +242,8 @@ def runs_of(path: Path) -> tuple[dict[str, object], list[Run]]:
             for key, value in data.items()
             if key.startswith(prefix) and key != prefix + "cuts"
         }
+        if missing := [key for key in SAMPLE_KEYS if key not in summary]:
+            raise RunsFileError(f"{path}: run {i} ({which}) does not say its sample: no {missing}")
         figures = failover.Figures(**{f: tuple(float(x) for x in cuts[f]) for f in fields})
         runs.append(Run(which, figures, summary))
     if not runs:

@@ -120,8 +120,8 @@ class LabTopology:
             )
             for k, link in enumerate(fabric.links, start=1)
         }
-        # The wire namespace's netlink socket (opened by the first cut or restore, closed by
-        # `close`) and its interfaces' indexes.
+        # The wire namespace's netlink socket (`open_wire`, which the lab calls once the
+        # namespace is built; closed by `close`) and its interfaces' indexes.
         self._wire: IPRoute | None = None
         self._wire_index: dict[str, int] = {}
 

@@ -171,12 +171,21 @@ def test_from_refuses_runs_of_another_fabric_or_reps(
     assert f"--from: {other}: measured on" in err and "not one sample" in err
 
 
-def test_from_refuses_an_output_without_each_cuts_figures(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("key", "why"),
+    [
+        ("2.on.cuts", r"a.json: run 2 \(on\) has no per-cut figures"),
+        ("3.off.probe_received", r"a.json: run 3 \(off\) does not say its sample: .*probe_rec"),
+    ],
+)
+def test_from_refuses_an_output_without_each_runs_cuts_or_sample(
+    tmp_path: Path, key: str, why: str
+) -> None:
     path = saved(tmp_path, "a.json", with_summaries(runs(1.0)))
     data = json.loads(path.read_text())
-    del data["2.on.cuts"]
+    del data[key]
     path.write_text(json.dumps(data))
-    with pytest.raises(RunsFileError, match=r"a.json: run 2 \(on\) has no per-cut figures"):
+    with pytest.raises(RunsFileError, match=why):
         runs_of(path)
 
 
