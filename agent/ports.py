@@ -18,6 +18,8 @@ from typing import Any
 from pyroute2 import AsyncIPRoute
 from pyroute2.netlink.rtnl import RTMGRP_LINK
 
+from railfabric.netns import netlink_socket
+
 LOG = logging.getLogger("railfabric.agent.ports")
 
 
@@ -82,7 +84,9 @@ class PortMonitor:
         self.initial_done = asyncio.Event()
 
     async def run(self, emit: Emit) -> None:
-        async with AsyncIPRoute(netns=self.netns) as ipr:
+        # Not pyroute2's netns=: it forks, and the child shares our signal wakeup fd.
+        fileno = netlink_socket(self.netns).detach() if self.netns else None
+        async with AsyncIPRoute(fileno=fileno) as ipr:
             # Subscribe before the dump so no change between the two is lost.
             await ipr.bind(groups=RTMGRP_LINK)
             seen: set[int] = set()

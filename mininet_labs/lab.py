@@ -375,6 +375,8 @@ class Lab:
             f"{len(self.fabric.switches)} switches, {len(self.topology.cables)} cables"
         )
         self.net = build_network(self)
+        # Now, not at the first cut, which would count the opening in its detection.
+        self.topology.open_wire()
         self.progress(f"starting the controller and {len(self.fabric.switches)} switches")
         self.net.start()
         channel: grpc.Channel
@@ -727,6 +729,7 @@ class Lab:
             self.net = None
         self.processes.stop_all()
         self._stop_replicas()  # the etcd cluster, if net.stop did not get to it
+        self.topology.close()
         # Whatever a build that failed half-way made: namespaces and links by the lab's tag.
         clean(self.names.tag, logs=False)
         defaults = {signal.SIGTERM: signal.SIG_DFL, signal.SIGINT: signal.default_int_handler}

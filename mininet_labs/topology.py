@@ -18,7 +18,11 @@ builds the Mininet network from it; the cabling changes (cut, restore, miswire) 
 - Every switch-to-switch cable is two veth pairs meeting in one "wire" namespace, patched
   together there (netlinks.patch). Cutting a cable takes both wire-side ends down: both switch
   ports lose carrier and neither is set administratively down, as when a cable is pulled
-  (bmv2 stops forwarding when one of its own ports is set down: docs/bmv2.md).
+  (bmv2 stops forwarding when one of its own ports is set down: docs/bmv2.md). Cuts and
+  restores are netlink requests on a socket the lab keeps in the wire namespace: the moment a
+  scenario stamps as the cut is the cut, within a fraction of a millisecond. An `ip` process
+  started for each took milliseconds to start (more on a loaded machine), and the failover
+  figures counted that as the agents' detection.
 - A host NIC is a veth, whose TX checksum offload leaves UDP/TCP checksums partial
   (CHECKSUM_PARTIAL: only the pseudo-header sum in the field) for "hardware" that never comes.
   softswitch finishes them; bmv2 forwards them as they are and the receiving kernel drops
@@ -27,11 +31,16 @@ builds the Mininet network from it; the cabling changes (cut, restore, miswire) 
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
 from controller.fabric import Fabric, Link, Nic, Role, ipv4_str, mac_str
 from mininet_labs.netlinks import LabError, Names, ip_batch, patch, unpatch
+from railfabric.netns import netlink_socket
 
 TABLE_BASE = 100  # per-NIC routing table = 100 + rail
 SWAP_NAME = "rflswap"  # a NIC's name while two trade theirs (namespaces are per server)
@@ -112,6 +121,10 @@ class LabTopology:
             )
             for k, link in enumerate(fabric.links, start=1)
         }
+        # The wire namespace's netlink socket (opened once the lab is built, or by the first
+        # cut or restore; closed by `close`) and its interfaces' indexes.
+        self._wire: IPRoute | None = None
+        self._wire_index: dict[str, int] = {}
 
     @property
     def tor_prefixes(self) -> list[tuple[int | None, str]]:
@@ -160,11 +173,50 @@ class LabTopology:
     def cut(self, key: str) -> None:
         """Pull the cable: both wire ends down, so both switch ports lose carrier."""
         c = self.cables[key]
-        ip_batch([f"link set {c.wire_a} down", f"link set {c.wire_b} down"], self.names.wire_ns)
+        self._set_wire((c.wire_a, c.wire_b), up=False)
 
     def restore(self, key: str) -> None:
         c = self.cables[key]
-        ip_batch([f"link set {c.wire_a} up", f"link set {c.wire_b} up"], self.names.wire_ns)
+        self._set_wire((c.wire_a, c.wire_b), up=True)
+
+    def open_wire(self) -> IPRoute:
+        """The wire namespace's netlink socket, opened if it is not (the lab opens it once the
+        namespace is there, so no cut counts the opening)."""
+        if self._wire is None:
+            self._wire = IPRoute(fileno=netlink_socket(self.names.wire_ns).detach())
+            # Every wire end's index now, so that no cut waits for a lookup.
+            self._wire_index = {
+                str(msg.get("ifname")): msg["index"] for msg in self._wire.get_links()
+            }
+        return self._wire
+
+    def close(self) -> None:
+        """Close the wire namespace's socket (the lab's teardown); a later cut opens it again."""
+        if self._wire is not None:
+            self._wire.close()
+            self._wire = None
+            self._wire_index.clear()
+
+    def _set_wire(self, ifnames: Sequence[str], *, up: bool) -> None:
+        ns = self.names.wire_ns
+        wire = self.open_wire()
+        state = "up" if up else "down"
+        for name in ifnames:
+            for attempt in (1, 2):
+                index = self._wire_index.get(name)
+                if index is None:
+                    found = wire.link_lookup(ifname=name)
+                    if not found:
+                        raise LabError(f"link set {name} {state}: no {name} in netns {ns}")
+                    index = self._wire_index[name] = found[0]
+                try:
+                    wire.link("set", index=index, state=state)
+                    break
+                except NetlinkError as err:
+                    self._wire_index.pop(name, None)
+                    if err.code == errno.ENODEV and attempt == 1:
+                        continue  # made again since it was looked up: look it up again
+                    raise LabError(f"link set {name} {state} in netns {ns}: {err}") from err
 
     def swap_far_ends(self, first: str, second: str) -> None:
         """Miswire: the a-end of `first` is patched to the b-end of `second` and vice versa
