@@ -225,6 +225,13 @@ class DecisionCore:
         self._pack_at_ns: int | None = None
         self._discovered = _Discovered()
         self._rebuilding: _Rebuilding | None = None
+        # Connected switches whose agent forwards with a state of its own and whose snapshot
+        # waits for the discovered links to join routing (`hello`, `_send_awaiting`), at most
+        # until `_awaiting_until_ns`; `_cold`: a start with no link observed, until the first
+        # discovered links are routed.
+        self._awaiting: set[str] = set()
+        self._awaiting_until_ns: int | None = None
+        self._cold = False
         self._rebuilds = 0  # tokens given out
         # Switches that have not said Hello since the controller started.
         self._unheard: set[str] = set()
@@ -272,6 +279,7 @@ class DecisionCore:
             )
         previous = {n: (s.generation, s.digest) for n, s in restored.switches.items()}
         self._load(previous, out, now, links=links)
+        self._cold = not self._baseline_usable and not self.routing_log
         for name, s in restored.switches.items():
             v = self.views.get(name)
             if v is not None:
@@ -329,7 +337,8 @@ class DecisionCore:
             if was is None:
                 continue
             carried = self.views[name] = v.carried_from(was)
-            if carried.state.digest != was.state.digest and carried.connected:
+            changed = carried.state.digest != was.state.digest
+            if changed and carried.connected and name not in self._awaiting:
                 self._send_snapshot(carried, out)
         gone = sorted(set(old_views) - set(self.views))
         for name in gone:
@@ -506,11 +515,43 @@ class DecisionCore:
         self._route(moved, now, now.wall_ns, out)
         self._target_alarm(v, now, out)
         v.connected = True
+        self._awaiting.discard(v.name)
         if v.converged:
             v.sent_generation = v.state.generation
+        elif hello.applied_digest and (self._cold or self._joining(v)):
+            # The agent forwards with a state of its own and its links have not joined routing
+            # yet (a start without the store's link states, or the agent back after its
+            # grace): a snapshot now would take them out of its tables until they join.
+            self._awaiting.add(v.name)
+            if self._awaiting_until_ns is None:
+                self._awaiting_until_ns = now.mono_ns + DISCOVERY_START_MAX_NS
         else:
             self._send_snapshot(v, out)
         return self._finish(out, now)
+
+    def _joining(self, v: SwitchView) -> bool:
+        """Some link of `v` was discovered and waits to join routing."""
+        found = self._discovered.transitions
+        joining = self._rebuilding.joining if self._rebuilding is not None else set()
+        for port in v.ports:
+            key = self.tracker.link_of((v.name, port))
+            if key is not None and (key in found or key in joining):
+                return True
+        return False
+
+    def _send_awaiting(self, out: _Out) -> None:
+        """Discovery is done: the switches `hello` kept waiting get their state (those gone
+        or sent it meanwhile are dropped)."""
+        for name in sorted(self._awaiting):
+            v = self.views.get(name)
+            if v is None or not v.connected or v.sent_generation == v.state.generation:
+                continue
+            if v.converged:
+                v.sent_generation = v.state.generation
+            else:
+                self._send_snapshot(v, out)
+        self._awaiting.clear()
+        self._awaiting_until_ns = None
 
     def disconnected(self, name: str, now: Now) -> list[Effect]:
         v = self.views.get(name)
@@ -852,6 +893,9 @@ class DecisionCore:
                 self._discovered_from_scratch(batch, left_out, now, out)
             elif batch:
                 self._route_batch(batch, now, found.first_wall_ns, out, None)
+            self._cold = False
+        if self._awaiting_until_ns is not None and self._awaiting_until_ns <= now.mono_ns:
+            self._send_awaiting(out)  # discovery never ended: what there is, not nothing
         for name in self._absent.pop_due(now.mono_ns):
             self._forget_switch(name, now, out)
         if self._pack_at_ns is not None and self._pack_at_ns <= now.mono_ns:
@@ -901,6 +945,7 @@ class DecisionCore:
             self._absent.earliest_ns(),
             self._discovery_deadline_ns(),
             self._pack_at_ns,
+            self._awaiting_until_ns,
         )
         present = [d for d in deadlines if d is not None]
         return min(present) if present else None
@@ -1401,8 +1446,8 @@ class DecisionCore:
             delta.digest = new.digest
         out.generations[switch] = SwitchGeneration(switch, new.generation, new.digest)
         out.objects += size
-        if not v.connected:
-            return
+        if not v.connected or switch in self._awaiting:
+            return  # its snapshot covers this
         if not snapshot and size and v.sent_generation == delta.from_generation:
             out.effects.append(Push(switch, control_pb2.ControllerMessage(state_delta=delta)))
             out.pushed[switch] = new.generation
@@ -1423,6 +1468,7 @@ class DecisionCore:
 
     def _send_snapshot(self, v: SwitchView, out: _Out, wire: StateWire | None = None) -> None:
         """`wire`: `v.state`'s, when made already."""
+        self._awaiting.discard(v.name)  # what it waited for
         out.effects.append(Push(v.name, wire or StateWire.of(v.state)))
         v.sent_generation = v.state.generation
         out.pushed[v.name] = v.state.generation
@@ -1575,6 +1621,13 @@ class DecisionCore:
         out.records.append(EventRecord(event))
 
     def _finish(self, out: _Out, now: Now) -> list[Effect]:
+        if (
+            self._awaiting
+            and not self._cold
+            and not self._discovered.transitions
+            and self._rebuilding is None
+        ):
+            self._send_awaiting(out)
         if out.pushed:
             summary = admin_pb2.PushSummary(
                 switches=len(out.pushed), objects=out.objects, snapshots=out.snapshots

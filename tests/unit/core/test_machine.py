@@ -17,6 +17,7 @@ from controller.core.convergence import DEFER_LIMIT_NS
 from controller.core.effects import Persist, Push
 from controller.core.records import AlarmRecord, EventRecord, SwitchGenerations
 from controller.core.switches import SwitchView, UnknownSwitch
+from controller.daemon.store import SqliteStore
 from railfabric.delta import StateIndex
 from railfabric.v1 import admin_pb2, control_pb2, state_pb2
 from tests.unit.core.harness import LAB, Harness, S, forwarding
@@ -631,6 +632,46 @@ def test_a_controller_restart_inside_the_grace_writes_nothing() -> None:
     assert h.take_pushed() == []
     h.advance(machine.SESSION_GRACE_NS + S)
     assert h.core.tracker.down_links() == [] and h.take_pushed() == []
+
+
+def test_a_start_without_the_store_leaves_agents_forwarding_until_their_links_join() -> None:
+    """A controller that lost its store starts with no link observed. Agents that hold a
+    state of their own keep it until the links their Hellos report have joined routing: a
+    snapshot at the Hello would take every uplink out of every switch's tables meanwhile
+    (the whole fabric cut off until discovery ends, seconds on ref-100k). A change decided
+    meanwhile waits too; then each gets its state, and it is what routing says."""
+    h = connected()
+    h.ack_all()
+    before = {name: forwarding(a.held) for name, a in h.agents.items() if a.held is not None}
+    assert len(before) == len(h.agents)
+    h.store.close()
+    h.store = SqliteStore.open(":memory:")
+    h.restart_controller()
+    assert h.store.load().meta[machine.ROUTING_BASELINE] == machine.NO_LINK_USABLE
+    for name in h.agents:
+        h.hello(name)
+    cut = uplinks(h, "tor-r1-b1")[0]
+    h.set_carrier(cut, False)
+    h.report(h.core.planned_link(cut).a)
+    assert h.take_pushed() == []
+    assert {name: forwarding(a.held) for name, a in h.agents.items() if a.held} == before
+    assert all(not v.converged for v in h.core.views.values())
+    h.advance(machine.DISCOVERY_SETTLE_NS + S)
+    # Once they joined, a snapshot to every switch whose agent holds another state.
+    views = h.core.views
+    stale = {n for n, a in h.agents.items() if a.held and a.held.digest != views[n].state.digest}
+    assert stale and sorted(h.take_pushed()) == sorted(stale)
+    h.settle()
+    h.check_no_route_over_unusable_links()
+    h.check_matches_fresh_computation()
+
+
+def test_a_fresh_agent_gets_its_state_at_hello_while_links_are_discovered() -> None:
+    """An agent with nothing to forward with gets what there is at once (its hosts reach each
+    other), and the links' state once they join."""
+    h = Harness()
+    h.hello("tor-r1-b1")
+    assert h.take_pushed() == ["tor-r1-b1"]
 
 
 def test_the_grace_counts_from_when_sessions_can_reach_the_core_not_from_the_start() -> None:
