@@ -69,6 +69,13 @@ class Admin:
             request.page_token = reply.next_page_token
         return sum(ends in down for ends in among)
 
+    async def any_link_down(self) -> bool:
+        """Whether routing leaves out any link of the fabric: one link's page, cheap whatever
+        the answer."""
+        request = admin_pb2.ListLinksRequest(only_down=True, page_size=1)
+        reply = await self.stub.ListLinks(request, timeout=QUERY_TIMEOUT_S)
+        return bool(reply.links)
+
     async def wait_link_up(self, link: Link, timeout_s: float) -> None:
         """Until `link` is back in routing; TimeoutError after `timeout_s`."""
         ends = link_ends(link)
