@@ -1,24 +1,25 @@
-"""Carrier state of the switch's ports from netlink (pyroute2's asyncio socket), optionally
-inside a named network namespace.
+"""Carrier state of the switch's ports from netlink (railfabric.rtnl), optionally inside a
+named network namespace.
 
 The monitor reports the initial state of every mapped port, then one event per carrier change,
-stamped with CLOCK_MONOTONIC (durations on this host: netlink event → committed repair) and
-Unix time (ordering across hosts). A port is up when the interface has carrier; a pulled cable
-(the lab's peer veth going down) drops carrier while the port stays administratively up."""
+stamped as read with CLOCK_MONOTONIC (durations on this host: netlink event → committed repair)
+and Unix time (ordering across hosts). Netlink dropping changes (ENOBUFS, its buffer full)
+is answered by reading every port again. A port is up when the interface has carrier; a
+pulled cable (the lab's peer veth going down) drops carrier while the port stays
+administratively up."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import logging
+import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from pyroute2 import AsyncIPRoute
-from pyroute2.netlink.rtnl import RTMGRP_LINK
-
-from railfabric.netns import netlink_socket
+from railfabric import rtnl
 
 LOG = logging.getLogger("railfabric.agent.ports")
 
@@ -55,19 +56,14 @@ def parse_port_map(text: str) -> dict[int, str]:
     return out
 
 
-def _carrier(msg: Any) -> bool:
-    carrier = msg.get("carrier")
-    if carrier is not None:
-        return bool(carrier) and bool(msg["flags"] & 1)  # IFF_UP
-    return bool(msg.get("operstate") == "UP")
-
-
-def _mac(msg: Any) -> int:
-    address = msg.get("address")
-    return int(address.replace(":", ""), 16) if address else 0
-
-
 Emit = Callable[[PortEvent], Awaitable[None]]
+
+
+def _discard(sock: socket.socket) -> None:
+    """Throw away what `sock` holds now."""
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            sock.recv(rtnl.RECV_BYTES)
 
 
 class PortMonitor:
@@ -84,45 +80,93 @@ class PortMonitor:
         self.initial_done = asyncio.Event()
 
     async def run(self, emit: Emit) -> None:
-        # Not pyroute2's netns=: it forks, and the child shares our signal wakeup fd.
-        fileno = netlink_socket(self.netns).detach() if self.netns else None
-        async with AsyncIPRoute(fileno=fileno) as ipr:
-            # Subscribe before the dump so no change between the two is lost.
-            await ipr.bind(groups=RTMGRP_LINK)
-            seen: set[int] = set()
-            async for msg in await ipr.get_links():
-                port = self._by_name.get(msg.get("ifname"))
-                if port is None:
+        loop = asyncio.get_running_loop()
+        # Subscribe before the dump so no change between the two is lost.
+        sock = rtnl.subscribe_links(self.netns)
+        read: asyncio.Queue[tuple[list[rtnl.Link], int, int] | OSError] = asyncio.Queue()
+
+        def on_readable() -> None:
+            # Stamped as read: the change is seen now, whatever the loop does next.
+            while True:
+                try:
+                    data = sock.recv(rtnl.RECV_BYTES)
+                except BlockingIOError:
+                    return
+                except OSError as err:  # ENOBUFS: changes were dropped; the task resyncs
+                    if err.errno == errno.ENOBUFS:
+                        _discard(sock)  # older than the dump that follows, and incomplete
+                    read.put_nowait(err)
+                    return
+                mono_ns, wall_ns = time.monotonic_ns(), time.time_ns()
+                try:
+                    links, _ = rtnl.links_in(data)
+                except OSError as err:
+                    read.put_nowait(err)
+                    return
+                read.put_nowait((links, mono_ns, wall_ns))
+
+        loop.add_reader(sock.fileno(), on_readable)
+        try:
+            await self._resync(emit, initial=True)
+            self.initial_done.set()
+            while True:
+                item = await read.get()
+                if isinstance(item, OSError):
+                    if item.errno != errno.ENOBUFS:
+                        raise item
+                    LOG.warning("netlink dropped link changes (ENOBUFS): reading every port again")
+                    await self._resync(emit, initial=False)
                     continue
-                seen.add(port)
-                await self._report(emit, port, _carrier(msg), _mac(msg), initial=True)
-            for port in sorted(set(self.port_map) - seen):
+                links, mono_ns, wall_ns = item
+                for link in links:
+                    port = self._by_name.get(link.ifname)
+                    if port is not None and self.state.get(port) != link.has_carrier:
+                        up, seen = link.has_carrier, (mono_ns, wall_ns)
+                        await self._report(emit, port, up, link.mac, initial=False, seen=seen)
+        finally:
+            loop.remove_reader(sock.fileno())
+            sock.close()
+
+    async def _resync(self, emit: Emit, *, initial: bool) -> None:
+        """Report every mapped port as a dump finds it: all of them at the start (`initial`),
+        afterwards only those whose carrier is not what was last reported."""
+        seen: set[int] = set()
+        for link in await asyncio.to_thread(rtnl.dump_links, self.netns):
+            port = self._by_name.get(link.ifname)
+            if port is None:
+                continue
+            seen.add(port)
+            if initial or self.state.get(port) != link.has_carrier:
+                await self._report(emit, port, link.has_carrier, link.mac, initial=initial)
+        for port in sorted(set(self.port_map) - seen):
+            if initial:
                 LOG.warning(
                     "port %d: interface %r not found%s; reported down until it appears",
                     port,
                     self.port_map[port],
                     f" in netns {self.netns}" if self.netns else "",
                 )
-                await self._report(emit, port, False, 0, initial=True)
-            self.initial_done.set()
-            while True:
-                async for msg in ipr.get():
-                    if msg.get("event") not in ("RTM_NEWLINK", "RTM_DELLINK"):
-                        continue
-                    port = self._by_name.get(msg.get("ifname"))
-                    if port is None:
-                        continue
-                    up = msg["event"] == "RTM_NEWLINK" and _carrier(msg)
-                    if self.state.get(port) != up:
-                        await self._report(emit, port, up, _mac(msg), initial=False)
+            if initial or self.state.get(port) is not False:
+                await self._report(emit, port, False, 0, initial=initial)
 
-    async def _report(self, emit: Emit, port: int, up: bool, mac: int, *, initial: bool) -> None:
+    async def _report(
+        self,
+        emit: Emit,
+        port: int,
+        up: bool,
+        mac: int,
+        *,
+        initial: bool,
+        seen: tuple[int, int] | None = None,
+    ) -> None:
+        """`seen`: when the change was read (monotonic, Unix ns); now when None."""
+        mono_ns, wall_ns = seen or (time.monotonic_ns(), time.time_ns())
         event = PortEvent(
             port=port,
             ifname=self.port_map[port],
             up=up,
-            monotonic_ns=time.monotonic_ns(),
-            wall_ns=time.time_ns(),
+            monotonic_ns=mono_ns,
+            wall_ns=wall_ns,
             initial=initial,
             mac=mac or self.macs.get(port, 0),
         )
