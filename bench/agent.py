@@ -46,6 +46,7 @@ from agent.p4client import P4Target, PacketIn
 from agent.ports import PortMonitor
 from agent.writer import Writer
 from bench.output import percentile
+from mininet_labs.processes import this_checkout_env
 from railfabric.digest import state_digest
 from railfabric.p4info import DEFAULT_P4INFO, load_p4info
 from railfabric.v1 import admin_pb2, control_pb2, state_pb2
@@ -107,7 +108,7 @@ def lab(ports: Iterable[int]) -> Iterator[Lab]:
         ]
         for port, name in switch_links.items():
             argv += ["-i", f"{port}@{name}"]
-        proc = subprocess.Popen(argv, start_new_session=True)
+        proc = subprocess.Popen(argv, start_new_session=True, env=this_checkout_env())
         deadline = time.monotonic() + 20
         while True:
             try:

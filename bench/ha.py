@@ -34,7 +34,7 @@ from bench.output import percentile
 from bench.swarm import certs
 from bench.swarm.plan import AgentSpec, make_plan
 from mininet_labs.etcd import EtcdCluster, etcd_path
-from mininet_labs.processes import free_port
+from mininet_labs.processes import free_port, this_checkout_env
 from railfabric import tls
 from railfabric.delta import apply_delta
 from railfabric.grpcopts import channel_options
@@ -285,7 +285,7 @@ async def run(args: argparse.Namespace, work: Path) -> dict[str, object]:
 
 def _start(argv: list[str]) -> subprocess.Popen[bytes]:
     """A controller process (starting one does not block the loop for long)."""
-    return subprocess.Popen(argv)
+    return subprocess.Popen(argv, env=this_checkout_env())
 
 
 def _summary(

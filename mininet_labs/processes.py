@@ -123,6 +123,15 @@ class Child:
     log: Path | None
 
 
+def this_checkout_env() -> dict[str, str]:
+    """The environment with this checkout first on PYTHONPATH. The daemons are console
+    scripts of the virtualenv, whose editable install imports the checkout it was made from:
+    a lab (a benchmark) run from a clone of it would have measured the other checkout's code
+    while saying it measured the clone's commit."""
+    path = os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))
+    return {**os.environ, "PYTHONPATH": path}
+
+
 class Processes:
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
@@ -155,6 +164,7 @@ class Processes:
             stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
             start_new_session=True,
             cwd=REPO,
+            env=this_checkout_env(),
         )
         logfile.close()
         child = Child(name, proc, log)

@@ -24,6 +24,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from mininet_labs.processes import this_checkout_env
 from railfabric import tls
 from railfabric.grpcopts import channel_options
 
@@ -131,7 +132,11 @@ class Controller:
             self.started_ns = time.time_ns()
             # taskset execs the command: the pid is the controller's own.
             self.proc = subprocess.Popen(
-                self.argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=this_checkout_env(),
             )
 
     @property

@@ -19,6 +19,7 @@ from typing import Any
 from bench.swarm import ipc
 from bench.swarm.daemon import Pinning, cpu_seconds, rss_mib
 from bench.swarm.plan import Plan
+from mininet_labs.processes import this_checkout_env
 
 REPO = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 300.0
@@ -82,7 +83,12 @@ class _Process:
         self.log_path = log_path
         with log_path.open("wb") as log:
             self.proc = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=REPO,
+                env=this_checkout_env(),
             )
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
