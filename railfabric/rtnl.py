@@ -44,8 +44,8 @@ _ERRNO = struct.Struct("=i")  # NLMSG_ERROR: -errno, 0 for an ack
 # Dumps come in datagrams of at most 32 KiB (af_netlink.c caps them so); one link's message
 # is a few KiB.
 RECV_BYTES = 65536
-# A subscriber's receive buffer: a burst of link changes (a reboot of the peer, a cut of many
-# cables) that overflows it loses events (ENOBUFS), so the reader dumps again.
+# A subscriber's receive buffer (net.core.rmem_max caps it): a burst of link changes (a peer
+# rebooting, many cables cut) that overflows it loses events (ENOBUFS); the reader dumps again.
 SUBSCRIBER_RCVBUF = 1 << 20
 
 
@@ -78,7 +78,7 @@ def _link(kind: int, data: bytes, start: int, end: int) -> Link:
     at = start + _IFINFOMSG.size
     while at + _NLATTR.size <= end:
         length, kind_bits = _NLATTR.unpack_from(data, at)
-        if length < _NLATTR.size:
+        if length < _NLATTR.size or at + length > end:
             break  # malformed: the rest cannot be walked
         value = at + _NLATTR.size
         attr = kind_bits & _NLA_TYPE_MASK

@@ -69,3 +69,10 @@ def test_a_truncated_message_is_an_error_naming_where() -> None:
     whole = _link(rtnl.RTM_NEWLINK, 7, 0, _attr(rtnl.IFLA_IFNAME, b"sw1p1\0"))
     with pytest.raises(OSError, match="message of 44 bytes at offset 0 is truncated"):
         rtnl.links_in(whole[:-4])
+
+
+def test_an_attribute_running_past_its_message_ends_the_walk_of_it() -> None:
+    name = _attr(rtnl.IFLA_IFNAME, b"p1\0")
+    overlong = struct.pack("=HH", 64, rtnl.IFLA_CARRIER) + b"\1\0\0\0"
+    (link,), _ = rtnl.links_in(_link(rtnl.RTM_NEWLINK, 3, rtnl.IFF_UP, name + overlong))
+    assert (link.ifname, link.carrier) == ("p1", None)
