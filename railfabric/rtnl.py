@@ -104,7 +104,10 @@ def links_in(data: bytes) -> tuple[list[Link], bool]:
         if length < _NLMSGHDR.size or at + length > len(data):
             raise OSError(f"rtnetlink: a message of {length} bytes at offset {at} is truncated")
         body = at + _NLMSGHDR.size
-        if kind == NLMSG_DONE:
+        if kind == NLMSG_DONE:  # its payload, when there is one, is the dump's -errno
+            code = _ERRNO.unpack_from(data, body)[0] if length >= body - at + 4 else 0
+            if code:
+                raise OSError(-code, f"rtnetlink: the dump failed: {os.strerror(-code)}")
             return links, True
         if kind == NLMSG_ERROR:
             (code,) = _ERRNO.unpack_from(data, body)

@@ -76,3 +76,11 @@ def test_an_attribute_running_past_its_message_ends_the_walk_of_it() -> None:
     overlong = struct.pack("=HH", 64, rtnl.IFLA_CARRIER) + b"\1\0\0\0"
     (link,), _ = rtnl.links_in(_link(rtnl.RTM_NEWLINK, 3, rtnl.IFF_UP, name + overlong))
     assert (link.ifname, link.carrier) == ("p1", None)
+
+
+def test_a_dump_that_ends_in_an_error_is_that_error() -> None:
+    done = _message(rtnl.NLMSG_DONE, struct.pack("=i", -errno.EINTR))
+    with pytest.raises(OSError, match="the dump failed") as err:
+        rtnl.links_in(done)
+    assert err.value.errno == errno.EINTR
+    assert rtnl.links_in(_message(rtnl.NLMSG_DONE, b"")) == ([], True)  # no payload: done
