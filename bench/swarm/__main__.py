@@ -1,5 +1,6 @@
 """`python -m bench.swarm FABRIC [--agents N] [--processes K] [--cuts M] [--json]
-[--insecure]`: the controller under a swarm of simulated agents (bench/swarm/__init__.py)."""
+[--insecure] [--railctl-runs R]`: the controller under a swarm of simulated agents
+(bench/swarm/__init__.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from bench.swarm.daemon import ControllerFailed
 from bench.swarm.figures import EmptySample, table
 from bench.swarm.fleet import SwarmFailed
 from bench.swarm.plan import PlanError
+from bench.swarm.railctl import RUNS as RAILCTL_RUNS
+from bench.swarm.railctl import RailctlFailed
 from controller.yamlnodes import IntentError
 
 
@@ -84,6 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
         "takes; with thousands of TLS agents per swarm process the swarm cannot meet 2 s)",
     )
     parser.add_argument(
+        "--railctl-runs",
+        type=_count,
+        default=RAILCTL_RUNS,
+        help="after the cuts, run each railctl read command (and expand) this many times "
+        "(0: not run)",
+    )
+    parser.add_argument(
         "--logs",
         type=Path,
         metavar="DIR",
@@ -113,13 +123,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         storm_timeout_s=args.storm_timeout_s,
         logs=args.logs,
         connect_timeout_s=args.connect_timeout_s,
+        railctl_runs=args.railctl_runs,
     )
     try:
         report = asyncio.run(_main(options))
     except (PlanError, IntentError) as err:
         print(f"bench.swarm: {err}", file=sys.stderr)
         return 2
-    except (Failure, EmptySample, ControllerFailed, SwarmFailed) as err:
+    except (Failure, EmptySample, ControllerFailed, SwarmFailed, RailctlFailed) as err:
         print(f"bench.swarm: FAILED: {err}", file=sys.stderr)
         return 1
     except (KeyboardInterrupt, asyncio.CancelledError):

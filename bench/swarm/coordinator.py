@@ -9,7 +9,9 @@ each figure means).
    controller counts every agent's switch converged, no message for QUIET_S);
 4. cuts: each cable cut from both ends (PortStatus down), its messages attributed by time
    window (until no message for QUIET_S and every switch converged), restored (PortStatus
-   up), and waited for until it is back in routing and quiet again.
+   up), and waited for until it is back in routing and quiet again;
+5. railctl: each read command run as an operator runs it (bench/swarm/railctl.py), every
+   agent still connected.
 
 Every process and the temporary directory are removed on every way out (the caller's
 `finally`), including Ctrl-C."""
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.swarm import certs
+from bench.swarm import certs, railctl
 from bench.swarm.admin import PROBE_RPC, Admin, link_ends
 from bench.swarm.agents import CONNECT_TIMEOUT_S
 from bench.swarm.daemon import Controller, ControllerFailed, plan_pinning, wait_serving
@@ -69,6 +71,8 @@ class Options:
     logs: Path | None = None
     # An agent's channel must be ready this fast or the try is a reset (0: no limit).
     connect_timeout_s: float = CONNECT_TIMEOUT_S
+    # Runs of each railctl command after the cuts (0: none).
+    railctl_runs: int = railctl.RUNS
 
 
 def _free_port() -> int:
@@ -225,6 +229,13 @@ class Run:
         cuts = await self._cuts(plan, controller, self.admin)
         phases.end("cuts")
         rss["after_cuts"] = controller.rss_mib()
+        operator: dict[str, Any] = {"skipped": "not run (--railctl-runs 0)"}
+        if o.railctl_runs:
+            self.say(f"railctl: each read command {o.railctl_runs} times")
+            operator = await railctl.measure(
+                address, reader, o.fabric, pinning.prefix(pinning.swarm), o.railctl_runs
+            )
+            phases.end("railctl")
         setup["load_average"]["after"] = [round(x, 2) for x in os.getloadavg()]
 
         storm_ns = storm.pop("storm_ns")
@@ -273,6 +284,7 @@ class Run:
                 "errors_by_code": dict(self.admin.errors),
             },
             "cuts": cuts,
+            "railctl": operator,
             "controller_log": controller.log_summary(),
             "notes": self.notes,
         }

@@ -191,6 +191,19 @@ def table(report: dict[str, Any]) -> str:
         )
         _row(rows, "  resets during cuts", f"{cuts['resets']}")
         _row(rows, "  swarm event loop, longest lag", f"{cuts['swarm_loop_lag_max_ms']:g} ms")
+    ops = report["railctl"]
+    if ops.get("skipped"):
+        _row(rows, "railctl", ops["skipped"])
+    else:
+        for command, f in ops.items():
+            if command == "runs":
+                continue
+            _row(
+                rows,
+                f"railctl {command}",
+                _dist(f["seconds"], "s"),
+                f"{f['seconds']['n']} runs, {f['lines']:,} lines, exit {f['exit_code']}",
+            )
     logged = report["controller_log"]["by_level"]
     _row(
         rows,

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from bench.swarm.railctl import COMMANDS
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[3]
@@ -38,7 +40,18 @@ def _sane(figure: dict[str, Any], n: int) -> None:
 
 def test_every_figure_is_reported_with_its_sample(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
-    done = _swarm(LAB, "--processes", "2", "--cuts", "4", "--json", "--logs", str(logs))
+    done = _swarm(
+        LAB,
+        "--processes",
+        "2",
+        "--cuts",
+        "4",
+        "--railctl-runs",
+        "2",
+        "--json",
+        "--logs",
+        str(logs),
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
 
@@ -65,7 +78,7 @@ def test_every_figure_is_reported_with_its_sample(tmp_path: Path) -> None:
 
     controller = report["controller"]
     assert all(mib > 0 for mib in controller["rss_mib"].values())
-    assert set(controller["cpu_s"]) == {"startup", "storm", "cuts"}
+    assert set(controller["cpu_s"]) == {"startup", "storm", "cuts", "railctl"}
     assert report["admin"]["latency_ms"]["n"] >= 1
 
     # Four cuts, each measured from both ends' PortStatus to the last Applied it caused.
@@ -85,6 +98,18 @@ def test_every_figure_is_reported_with_its_sample(tmp_path: Path) -> None:
         assert cut["restore"]["to_last_delta_ms"] >= report["setup"]["hold_down_s"] * 1000
     # The missing kind is said, not silently skipped.
     assert any("spine_core" in note for note in report["notes"])
+
+    # railctl as an operator runs it, every read command and expand, each run twice.
+    ops = report["railctl"]
+    assert ops["runs"] == 2
+    assert set(ops) == {"runs", *COMMANDS, "expand"}
+    for command in (*COMMANDS, "expand"):
+        _sane(ops[command]["seconds"], 2)
+        assert ops[command]["bytes"] > 0
+    # One line per switch and a header at least: the answer, not an error.
+    assert ops["switches"]["lines"] > 6
+    assert ops["links"]["lines"] > 8
+    assert ops["diagnose"]["exit_code"] in (0, 3)
 
     assert "serving fabric lab-2rail" in (logs / "controller.log").read_text()
 
