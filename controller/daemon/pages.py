@@ -39,6 +39,10 @@ MAX_PAGE_BYTES = 2 * 1024 * 1024
 _ITEM_FRAMING = 6
 
 
+# A list's item: a message, or one already serialized (a LinkInfo: admin.link_info_wire).
+Item = Message | bytes
+
+
 class BadPage(ValueError):
     """A page request that cannot be served; the message starts with the field's name."""
 
@@ -125,7 +129,7 @@ class Section:
         positions: Sequence[int],
         key_at: Callable[[int], str],
         pos_of: Callable[[str], int | None],
-        items: Callable[[int], Sequence[Message]],
+        items: Callable[[int], Sequence[Item]],
     ) -> None:
         self.positions = positions
         self.key_at = key_at
@@ -148,7 +152,7 @@ class SortedSection(Section):
     """A section in the order of its keys (sorted, distinct): a page goes on from the next
     key after the token's, whether that key still exists or not."""
 
-    def __init__(self, keys: Sequence[str], items: Callable[[int], Sequence[Message]]) -> None:
+    def __init__(self, keys: Sequence[str], items: Callable[[int], Sequence[Item]]) -> None:
         super().__init__(range(len(keys)), keys.__getitem__, lambda _key: None, items)
         self.keys = keys
 
@@ -160,7 +164,7 @@ class SortedSection(Section):
 class Page:
     """The items of one page per section, and the cursor of its last item when more follow."""
 
-    items: list[list[Message]]
+    items: list[list[Item]]
     last: Cursor | None
 
 
@@ -191,7 +195,7 @@ def read_steps(
     """`read`, pausing (a bare yield) after each candidate it looked at; its return value is
     the page. Whatever runs during a pause may change what later candidates show."""
     budget = MAX_PAGE_BYTES if max_bytes is None else max_bytes
-    out: list[list[Message]] = [[] for _ in sections]
+    out: list[list[Item]] = [[] for _ in sections]
     if size <= 0:
         return Page(out, None)
     count = used = 0
@@ -206,7 +210,7 @@ def read_steps(
             items = section.items(pos)
             for j in range(skip, len(items)):
                 item = items[j]
-                n = item.ByteSize() + _ITEM_FRAMING
+                n = (len(item) if isinstance(item, bytes) else item.ByteSize()) + _ITEM_FRAMING
                 if count >= size or (count and used + n > budget):
                     # `item` is the first of the next page; name the last one of this page
                     # (its key only now: an event's costs a scan).

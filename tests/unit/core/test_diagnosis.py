@@ -316,7 +316,7 @@ def test_pages_of_random_sizes_give_exactly_the_unpaged_ranking(
     assert kept == ranked and keys == sorted(keys) and len(set(keys)) == len(keys)
     section = pages.SortedSection(keys, lambda pos: (admin.finding_message(kept[pos]),))
     whole = pages.read([section], None, pages.MAX_PAGE_SIZE).items[0]
-    assert [f.id for f in whole] == ids(ranked)  # type: ignore[attr-defined]
+    assert [cast(admin_pb2.Finding, f).id for f in whole] == ids(ranked)
     got, cursor, i = [], None, 0
     while True:
         page = pages.read([section], cursor, sizes[i % len(sizes)])

@@ -18,6 +18,8 @@ from google.protobuf.message import Message
 
 from controller.cli import admin_commands, railctl
 from controller.daemon import pages
+from controller.core.machine import link_state_message
+from controller.daemon import admin
 from controller.daemon.admin import AdminService
 from railfabric.v1 import admin_pb2
 from tests.loop_turns import TurnCounter
@@ -131,6 +133,42 @@ async def test_an_old_client_without_paging_fields_gets_everything_on_a_small_fa
         h.core.events.append(admin_pb2.Event(wall_ns=h.now.wall_ns, kind="test"))
     events = await api.ListEvents(admin_pb2.ListEventsRequest(), CTX)
     assert len(events.events) == 100 and not events.next_page_token  # `limit` 0: 100
+
+
+async def test_links_joined_from_their_wire_are_the_core_s_links_field_by_field() -> None:
+    # Pages join each link's serialized plan and observed fields (admin.link_info_wire);
+    # every field must be what the core says, built here the plain way.
+    h = lab()
+    flapped = "tor-r1-b2:3--spine-p1-1:3"
+    for _ in range(2):
+        h.cut(flapped)
+        h.restore(flapped)
+    h.settle()
+    api = AdminService(h.core)
+    core, at = h.core, admin.now()
+    reply = await api.ListLinks(admin_pb2.ListLinksRequest(), CTX)
+    topo = await api.GetTopology(admin_pb2.GetTopologyRequest(), CTX)
+    expected = []
+    for link in core.links():
+        key, t = link.key, core.tracker
+        want = admin_pb2.LinkInfo(
+            a=admin_pb2.LinkEnd(switch_name=link.a[0], port=link.a[1]),
+            b=admin_pb2.LinkEnd(switch_name=link.b[0], port=link.b[1]),
+            speed_mbps=link.speed_mbps,
+            length_m=link.length_m,
+            state=link_state_message(t.state(key)),
+            since_wall_ns=at.wall_of(t.since_ns(key)) if t.since_ns(key) else 0,
+            flaps=t.flaps(key),
+            reason=core.link_reason(key),
+        )
+        if (d := core.drains.get(key)) is not None:
+            want.drain.CopyFrom(core.drain_message(d))
+        expected.append(want)
+    assert list(reply.links) == list(topo.links) == expected
+    # What the set-up made is there to compare: a drain, flaps, a reason, a time.
+    assert any(x.HasField("drain") for x in expected)
+    assert any(x.flaps >= 2 for x in expected)
+    assert any(x.reason for x in expected) and all(x.since_wall_ns for x in expected)
 
 
 async def test_bad_pages_are_invalid_argument_naming_the_field() -> None:
@@ -388,7 +426,7 @@ def test_a_page_ends_before_its_byte_budget_and_a_gone_key_resumes_at_its_positi
     )
     page = pages.read([section], None, 50, max_bytes=1000)
     assert 1 <= len(page.items[0]) < 10 and page.last is not None
-    assert sum(i.ByteSize() for i in page.items[0]) <= 1000
+    assert sum(cast(Message, i).ByteSize() for i in page.items[0]) <= 1000
     got = list(page.items[0])
     while page.last is not None:
         page = pages.read([section], page.last, 50, max_bytes=1000)
