@@ -17,9 +17,8 @@ import pytest
 from google.protobuf.message import Message
 
 from controller.cli import admin_commands, railctl
-from controller.daemon import pages
 from controller.core.machine import link_state_message
-from controller.daemon import admin
+from controller.daemon import pages
 from controller.daemon.admin import AdminService
 from railfabric.v1 import admin_pb2
 from tests.loop_turns import TurnCounter
@@ -145,7 +144,7 @@ async def test_links_joined_from_their_wire_are_the_core_s_links_field_by_field(
         h.restore(flapped)
     h.settle()
     api = AdminService(h.core)
-    core, at = h.core, admin.now()
+    core, at = h.core, NOW[0]
     reply = await api.ListLinks(admin_pb2.ListLinksRequest(), CTX)
     topo = await api.GetTopology(admin_pb2.GetTopologyRequest(), CTX)
     expected = []
