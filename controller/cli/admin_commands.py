@@ -92,26 +92,31 @@ def _render_topology(t: admin_pb2.Topology) -> list[str]:
 
 def _link_state(link: admin_pb2.LinkInfo) -> str:
     """The observed state, marked when an operator drained the link: "drained (up)"."""
-    state = _enum(link.state, admin_pb2.LinkState, "LINK_STATE_")
+    state = _LINK_STATES.get(link.state) or _enum(link.state, admin_pb2.LinkState, "LINK_STATE_")
     return f"drained ({state})" if link.HasField("drain") else state
 
 
+_LINK_STATES = {
+    v: _enum(v, admin_pb2.LinkState, "LINK_STATE_") for v in admin_pb2.LinkState.values()
+}
+
+
 def _render_links(r: admin_pb2.ListLinksResponse) -> list[str]:
-    return _table(
-        ["a", "b", "speed", "state", "since", "flaps", "why not routed"],
-        [
-            [
-                f"{link.a.switch_name}:{link.a.port}",
-                f"{link.b.switch_name}:{link.b.port}",
+    rows = []
+    for link in r.links:  # a row per link: 135,168 on ref-100k, so each end is read once
+        a, b = link.a, link.b
+        rows.append(
+            (
+                f"{a.switch_name}:{a.port}",
+                f"{b.switch_name}:{b.port}",
                 f"{link.speed_mbps // 1000}G",
                 _link_state(link),
                 _when(link.since_wall_ns),
                 link.flaps,
                 link.reason or "-",
-            ]
-            for link in r.links
-        ],
-    )
+            )
+        )
+    return _table(["a", "b", "speed", "state", "since", "flaps", "why not routed"], rows)
 
 
 def _render_switches(r: admin_pb2.ListSwitchesResponse) -> list[str]:

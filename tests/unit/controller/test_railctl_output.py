@@ -67,6 +67,10 @@ def test_optional_fields_oneofs_and_unknown_enum_values() -> None:
 def test_times_have_their_date_and_zone() -> None:
     assert when(1_796_147_708_123_456_789) == "2026-12-01 17:55:08.123 UTC"
     assert when(0) == "-"
+    # Truncated, never rounded into the next second; the same second with other milliseconds.
+    assert when(1_796_147_708_999_999_999) == "2026-12-01 17:55:08.999 UTC"
+    assert when(1_796_147_708_004_000_000) == "2026-12-01 17:55:08.004 UTC"
+    assert when(1_796_147_709_000_000_000) == "2026-12-01 17:55:09.000 UTC"
 
 
 def test_cells() -> None:
