@@ -118,6 +118,11 @@ class LinkTracker(Generic[K]):
     def flaps(self, key: K) -> int:
         return self._links[key].flaps
 
+    def shown(self, key: K) -> tuple[LinkState, int, int]:
+        """(state, since_ns, flaps) in one lookup: the admin API lists every link's."""
+        link = self._links[key]
+        return link.state, link.since_ns, link.flaps
+
     def since_ns(self, key: K) -> int:
         return self._links[key].since_ns
 

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
-from railfabric.protowire import len_field, uint_field, varint
-from railfabric.v1 import control_pb2, state_pb2
+from railfabric.protowire import double_field, len_field, uint_field, varint
+from railfabric.v1 import admin_pb2, control_pb2, state_pb2
 
 
 @given(st.integers(0, 2**64 - 1))
+# Where the one- and two-byte shortcuts end.
+@example(0)
+@example(0x7F)
+@example(0x80)
+@example(0x3FFF)
+@example(0x4000)
 def test_varint_is_what_protobuf_writes(value: int) -> None:
     # NextHop.dmac is a uint64 field number 2: tag 0x10, then the varint.
     encoded = state_pb2.NextHop(dmac=value).SerializeToString()
@@ -29,6 +35,20 @@ def test_fields_are_what_protobuf_writes(value: int, payload: bytes) -> None:
     assert len_field(1, state.SerializeToString()) == wire
 
 
+@given(st.floats(allow_nan=False))
+def test_doubles_are_what_protobuf_writes(value: float) -> None:
+    # LinkInfo.length_m is double field 4.
+    info = admin_pb2.LinkInfo(length_m=value)
+    assert admin_pb2.LinkInfo.FromString(double_field(4, value)) == info
+    if value:  # protobuf leaves a zero out
+        assert double_field(4, value) == info.SerializeToString()
+
+
 def test_only_one_byte_tags() -> None:
     with pytest.raises(ValueError, match="field number 16"):
         uint_field(16, 1)
+
+
+def test_no_negative_varint() -> None:
+    with pytest.raises(ValueError, match="varint of -1"):
+        varint(-1)
