@@ -14,7 +14,8 @@ import asyncio
 import functools
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -32,7 +33,7 @@ from railfabric.v1 import admin_pb2, admin_pb2_grpc
 
 if TYPE_CHECKING:  # the async stub type exists only in the generated .pyi
     from railfabric.v1.admin_pb2_grpc import FabricAdminAsyncStub as Stub
-Query = Callable[["Stub", argparse.Namespace], Awaitable[Message]]
+Query = Callable[["Stub", argparse.Namespace], Awaitable["Answer"]]
 Render = Callable[[Any], list[str]]
 # With the command line: renderers whose output depends on options (`tables --diff-only`).
 RenderWith = Callable[[Any, argparse.Namespace], list[str]]
@@ -101,9 +102,12 @@ _LINK_STATES = {
 }
 
 
-def _render_links(r: admin_pb2.ListLinksResponse) -> list[str]:
-    rows = []
-    for link in r.links:  # a row per link: 135,168 on ref-100k, so each end is read once
+_LINK_HEADER = ["a", "b", "speed", "state", "since", "flaps", "why not routed"]
+
+
+def _link_rows(links: Iterable[admin_pb2.LinkInfo]) -> list[Sequence[object]]:
+    rows: list[Sequence[object]] = []
+    for link in links:  # a row per link: 135,168 on ref-100k, so each end is read once
         a, b = link.a, link.b
         rows.append(
             (
@@ -116,7 +120,28 @@ def _render_links(r: admin_pb2.ListLinksResponse) -> list[str]:
                 link.reason or "-",
             )
         )
-    return _table(["a", "b", "speed", "state", "since", "flaps", "why not routed"], rows)
+    return rows
+
+
+def _render_links(r: admin_pb2.ListLinksResponse) -> list[str]:
+    return _table(_LINK_HEADER, _link_rows(r.links))
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A list's whole answer, and its table's rows when they were made page by page while
+    later pages came (none for --json)."""
+
+    reply: Message
+    rows: list[Sequence[object]]
+
+
+# What a query gives: the controller's reply, or a list with its rows (`links`).
+Answer = Message | Listed
+
+
+def _render_listed(header: list[str]) -> Render:
+    return lambda listed: _table(header, listed.rows)
 
 
 def _render_switches(r: admin_pb2.ListSwitchesResponse) -> list[str]:
@@ -289,26 +314,43 @@ _Paged = TypeVar("_Paged", bound=Message)
 ABORTED_RETRIES = 3
 
 
-async def every_page(call: Callable[..., Awaitable[_Paged]], request: Message) -> _Paged:
+async def every_page(
+    call: Callable[..., Awaitable[_Paged]],
+    request: Message,
+    each: Callable[[_Paged], None] | None = None,
+) -> _Paged:
     """All pages of a paged list as one answer: the repeated fields of every page in order,
     the other fields as the last page has them (the newest), no next_page_token. A page the
     controller refused because the intent was reloaded while it read it (ABORTED) is asked
-    for again, ABORTED_RETRIES times at most."""
+    for again, ABORTED_RETRIES times at most.
+
+    `each` is given every page, in order, in a thread while the next page is asked for: what
+    a long list costs per page on this side (`railctl links`' rows) is done while the
+    controller builds the next one."""
     replies: list[_Paged] = []
     aborted = 0
-    while True:
-        try:
-            reply = await call(request, timeout=RPC_TIMEOUT_S)
-        except grpc.aio.AioRpcError as err:
-            if err.code() != grpc.StatusCode.ABORTED or aborted == ABORTED_RETRIES:
-                raise
-            aborted += 1
-            continue
-        replies.append(reply)
-        token = getattr(reply, "next_page_token")  # noqa: B009
-        if not token:
-            break
-        setattr(request, "page_token", token)  # noqa: B010
+    pending = asyncio.ensure_future(call(request, timeout=RPC_TIMEOUT_S))
+    try:
+        while True:
+            try:
+                reply = await pending
+            except grpc.aio.AioRpcError as err:
+                if err.code() != grpc.StatusCode.ABORTED or aborted == ABORTED_RETRIES:
+                    raise
+                aborted += 1
+                pending = asyncio.ensure_future(call(request, timeout=RPC_TIMEOUT_S))
+                continue
+            replies.append(reply)
+            token = getattr(reply, "next_page_token")  # noqa: B009
+            if token:
+                request = _with_page_token(request, token)
+                pending = asyncio.ensure_future(call(request, timeout=RPC_TIMEOUT_S))
+            if each is not None:
+                await asyncio.to_thread(each, reply)
+            if not token:
+                break
+    finally:
+        pending.cancel()  # the next page, when the one before failed
     last = replies[-1]
     if len(replies) == 1:
         return last
@@ -321,12 +363,20 @@ async def every_page(call: Callable[..., Awaitable[_Paged]], request: Message) -
     return merged
 
 
+def _with_page_token(request: Message, token: str) -> Message:
+    """A copy of `request` asking for the page after `token` (a call in flight keeps its own)."""
+    out = type(request)()
+    out.CopyFrom(request)
+    setattr(out, "page_token", token)  # noqa: B010
+    return out
+
+
 async def _q_topology(stub: Stub, a: argparse.Namespace) -> Message:
     req = admin_pb2.GetTopologyRequest(page_size=PAGE_SIZE)
     return await every_page(stub.GetTopology, req)
 
 
-async def _q_links(stub: Stub, a: argparse.Namespace) -> Message:
+async def _q_links(stub: Stub, a: argparse.Namespace) -> Listed:
     req = admin_pb2.ListLinksRequest(
         only_down=a.down,
         switch_name=a.switch or "",
@@ -335,7 +385,9 @@ async def _q_links(stub: Stub, a: argparse.Namespace) -> Message:
     )
     if a.rail is not None:
         req.rail = a.rail
-    return await every_page(stub.ListLinks, req)
+    rows: list[Sequence[object]] = []
+    each = None if a.json else lambda page: rows.extend(_link_rows(page.links))
+    return Listed(await every_page(stub.ListLinks, req, each), rows)
 
 
 # `switches --state`: the request field each one sets, and to what.
@@ -480,14 +532,16 @@ def path_json(p: admin_pb2.PredictPathResponse, a: argparse.Namespace) -> dict[s
     return {"flow": flow, **to_json(p)}
 
 
-def _message_json(reply: Message, a: argparse.Namespace) -> Any:
+def _message_json(reply: Answer, a: argparse.Namespace) -> Any:
+    if isinstance(reply, Listed):
+        reply = reply.reply
     data = to_json(reply)
     # railctl followed every page: the shape is the whole list's, as before paging.
     data.pop("next_page_token", None)
     return data
 
 
-def _exit_code(reply: Message) -> int:
+def _exit_code(reply: Answer) -> int:
     if isinstance(reply, admin_pb2.DiagnoseResponse) and not reply.healthy:
         return 3
     if isinstance(reply, admin_pb2.PredictPathResponse) and not reply.delivered_to:
@@ -534,7 +588,7 @@ class _FollowerAnswers(_UnaryInterceptor):
         return call
 
 
-def ask_controller(query: Query, args: argparse.Namespace) -> Message | None:
+def ask_controller(query: Query, args: argparse.Namespace) -> Answer | None:
     """The controller's answer to `query`, or None once the gRPC error is printed."""
 
     try:
@@ -543,7 +597,7 @@ def ask_controller(query: Query, args: argparse.Namespace) -> Message | None:
         print(f"railctl {args.command}: {err}", file=sys.stderr)
         return None
 
-    answer: list[Message] = []
+    answer: list[Answer] = []
     asked = [args.controller]
     follower = _FollowerAnswers()
     # grpc-stubs leave a channel's interceptors to a cast.
@@ -643,7 +697,12 @@ ADMIN_COMMANDS: list[
         _no_args,
         _runner(_q_topology, _render_topology),
     ),
-    ("links", "links with their state", _links_args, _runner(_q_links, _render_links)),
+    (
+        "links",
+        "links with their state",
+        _links_args,
+        _runner(_q_links, _render_listed(_LINK_HEADER)),
+    ),
     (
         "switches",
         "agent sessions and convergence",

@@ -450,9 +450,13 @@ async def test_railctl_follows_every_page_into_one_answer() -> None:
         request.page_size = 3  # as a controller with smaller pages would answer
         return await api.ListLinks(request, CTX)
 
-    merged = await admin_commands.every_page(small_pages, admin_pb2.ListLinksRequest())
+    seen: list[admin_pb2.ListLinksResponse] = []
+    merged = await admin_commands.every_page(small_pages, admin_pb2.ListLinksRequest(), seen.append)
     whole = await api.ListLinks(admin_pb2.ListLinksRequest(), CTX)
     assert calls == 3 and merged == whole and not merged.next_page_token
+    # Each page handed over as it came, in order (railctl links makes its rows so).
+    assert [len(page.links) for page in seen] == [3, 3, 2]
+    assert [link for page in seen for link in page.links] == list(whole.links)
 
     async def diagnose_pages(request: admin_pb2.DiagnoseRequest, **_kw: Any) -> Any:
         request.page_size = 2
