@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import grpc
 from google.protobuf.message import Message
 
-from controller.cli.output import dumps, to_json
+from controller.cli.output import Table, dumps, to_json
 from controller.cli.output import table as _table
 from controller.cli.output import when as _when
 from controller.fabric import ipv4_str, mac_str
@@ -129,19 +129,19 @@ def _render_links(r: admin_pb2.ListLinksResponse) -> list[str]:
 
 @dataclass(frozen=True)
 class Listed:
-    """A list's whole answer, and its table's rows when they were made page by page while
-    later pages came (none for --json)."""
+    """A list's whole answer, and its table when it was made page by page while later pages
+    came (empty for --json)."""
 
     reply: Message
-    rows: list[Sequence[object]]
+    table: Table
 
 
-# What a query gives: the controller's reply, or a list with its rows (`links`).
+# What a query gives: the controller's reply, or a list with its table (`links`).
 Answer = Message | Listed
 
 
-def _render_listed(header: list[str]) -> Render:
-    return lambda listed: _table(header, listed.rows)
+def _render_listed(listed: Listed) -> list[str]:
+    return listed.table.lines()
 
 
 def _render_switches(r: admin_pb2.ListSwitchesResponse) -> list[str]:
@@ -385,8 +385,8 @@ async def _q_links(stub: Stub, a: argparse.Namespace) -> Listed:
     )
     if a.rail is not None:
         req.rail = a.rail
-    rows: list[Sequence[object]] = []
-    each = None if a.json else lambda page: rows.extend(_link_rows(page.links))
+    rows = Table(_LINK_HEADER)
+    each = None if a.json else lambda page: rows.add(_link_rows(page.links))
     return Listed(await every_page(stub.ListLinks, req, each), rows)
 
 
@@ -701,7 +701,7 @@ ADMIN_COMMANDS: list[
         "links",
         "links with their state",
         _links_args,
-        _runner(_q_links, _render_listed(_LINK_HEADER)),
+        _runner(_q_links, _render_listed),
     ),
     (
         "switches",

@@ -21,7 +21,7 @@ import datetime
 import functools
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from google.protobuf.descriptor import FieldDescriptor
@@ -65,11 +65,33 @@ def _second(seconds: int) -> str:
 
 def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
     """Left-aligned columns two spaces apart, the header first."""
-    cells = [list(map(str, header)), *[list(map(str, r)) for r in rows]]
-    widths = [max(map(len, column)) for column in zip(*cells, strict=True)]
-    # One format for every row: a table of 135,168 links in a second, not three.
-    line = "  ".join(f"{{:<{w}}}" for w in widths)
-    return [line.format(*r).rstrip() for r in cells]
+    out = Table(header)
+    out.add(rows)
+    return out.lines()
+
+
+class Table:
+    """`table`, given its rows a batch at a time (a page of a long list while the next one
+    comes): each batch is made strings and measured as it is added, and `lines` lays them
+    out."""
+
+    def __init__(self, header: Sequence[str]) -> None:
+        self._cells = [list(map(str, header))]
+        self._widths = [len(c) for c in self._cells[0]]
+
+    def add(self, rows: Iterable[Sequence[object]]) -> None:
+        cells = [list(map(str, r)) for r in rows]
+        if cells:
+            columns = zip(*cells, strict=True)
+            self._widths = [
+                max(w, *map(len, c)) for w, c in zip(self._widths, columns, strict=True)
+            ]
+            self._cells += cells
+
+    def lines(self) -> list[str]:
+        # One format for every row: a table of 135,168 links in a second, not three.
+        line = "  ".join(f"{{:<{w}}}" for w in self._widths)
+        return [line.format(*r).rstrip() for r in self._cells]
 
 
 def dumps(data: Any) -> str:

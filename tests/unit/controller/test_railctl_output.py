@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from controller.cli import railctl
-from controller.cli.output import to_json, when
+from controller.cli.output import Table, table, to_json, when
 from controller.cli.port_commands import drop_reasons, si
 from railfabric.v1 import admin_pb2, control_pb2, state_pb2
 
@@ -71,6 +71,20 @@ def test_times_have_their_date_and_zone() -> None:
     assert when(1_796_147_708_999_999_999) == "2026-12-01 17:55:08.999 UTC"
     assert when(1_796_147_708_004_000_000) == "2026-12-01 17:55:08.004 UTC"
     assert when(1_796_147_709_000_000_000) == "2026-12-01 17:55:09.000 UTC"
+
+
+def test_a_table_given_in_batches_is_the_table_given_at_once() -> None:
+    rows = [("a", 1, "x"), ("bbbb", 22, ""), ("c", 333333, "yy")]
+    assert table(["name", "n", "why"], rows) == [
+        "name  n       why",
+        "a     1       x",
+        "bbbb  22",
+        "c     333333  yy",
+    ]
+    batched = Table(["name", "n", "why"])
+    for batch in (rows[:1], [], rows[1:2], rows[2:]):  # the widest cell comes last
+        batched.add(batch)
+    assert batched.lines() == table(["name", "n", "why"], rows)
 
 
 def test_cells() -> None:
