@@ -36,6 +36,9 @@ class Admin:
         self.channel = tls.aio_channel(address, files, channel_options())
         self.stub = admin_pb2_grpc.FabricAdminStub(self.channel)
         self.latencies_ms: list[float] = []
+        # When each answered call was made (wall ns), to place the slowest on the storm's
+        # timeline beside the controller's log.
+        self.started_ns: list[int] = []
         self.errors: Counter[str] = Counter()
 
     async def close(self) -> None:
@@ -46,10 +49,11 @@ class Admin:
         took longer) until cancelled; each answer's latency, each failure's code."""
         loop = asyncio.get_running_loop()
         while True:
-            started = loop.time()
+            started, wall_ns = loop.time(), time.time_ns()
             try:
                 await self.stub.ListAlarms(admin_pb2.ListAlarmsRequest(), timeout=PROBE_TIMEOUT_S)
                 self.latencies_ms.append((loop.time() - started) * 1000)
+                self.started_ns.append(wall_ns)
             except grpc.aio.AioRpcError as err:
                 self.errors[err.code().name] += 1
             await asyncio.sleep(max(0.0, PROBE_PERIOD_S - (loop.time() - started)))

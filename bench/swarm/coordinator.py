@@ -282,6 +282,7 @@ class Run:
                 ),
                 "errors": sum(self.admin.errors.values()),
                 "errors_by_code": dict(self.admin.errors),
+                "slowest": _slowest(self.admin, storm_ns),
             },
             "cuts": cuts,
             "railctl": operator,
@@ -534,6 +535,17 @@ class Run:
     async def _converged(plan: Plan, admin: Admin) -> bool:
         _, converged = await admin.switch_view(spec.name for spec in plan.agents)
         return converged == len(plan.agents)
+
+
+# The slowest admin calls reported, each with when it was made.
+SLOWEST = 5
+
+
+def _slowest(admin: Admin, storm_ns: int) -> list[dict[str, float]]:
+    """The SLOWEST admin probe calls, slowest first: when each was made (s after the storm
+    began) and how long it took (ms)."""
+    calls = sorted(zip(admin.latencies_ms, admin.started_ns, strict=True), reverse=True)
+    return [{"at_s": round(_s(ns - storm_ns), 2), "ms": round(ms, 1)} for ms, ns in calls[:SLOWEST]]
 
 
 def _count(messages: Counter[str]) -> str:

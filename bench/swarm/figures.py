@@ -166,6 +166,11 @@ def table(report: dict[str, Any]) -> str:
         _dist(a["latency_ms"], "ms"),
         f"{a['latency_ms']['n']} calls, {a['errors']} errors",
     )
+    _row(
+        rows,
+        "  slowest (s after the storm began: ms)",
+        ", ".join(f"{c['at_s']:g}: {c['ms']:g}" for c in a["slowest"]),
+    )
     cuts = report["cuts"]
     if cuts.get("skipped"):
         _row(rows, "cable cuts", cuts["skipped"])

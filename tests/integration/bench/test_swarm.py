@@ -79,7 +79,14 @@ def test_every_figure_is_reported_with_its_sample(tmp_path: Path) -> None:
     controller = report["controller"]
     assert all(mib > 0 for mib in controller["rss_mib"].values())
     assert set(controller["cpu_s"]) == {"startup", "storm", "cuts", "railctl"}
-    assert report["admin"]["latency_ms"]["n"] >= 1
+    admin = report["admin"]
+    assert admin["latency_ms"]["n"] >= 1
+    # The slowest calls, slowest first, the first of them the distribution's max.
+    slowest = admin["slowest"]
+    assert 1 <= len(slowest) <= 5
+    assert [c["ms"] for c in slowest] == sorted((c["ms"] for c in slowest), reverse=True)
+    assert slowest[0]["ms"] == pytest.approx(admin["latency_ms"]["max"], abs=0.1)
+    assert all(c["at_s"] >= 0 for c in slowest)
 
     # Four cuts, each measured from both ends' PortStatus to the last Applied it caused.
     cuts = report["cuts"]
