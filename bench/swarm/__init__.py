@@ -2,6 +2,7 @@
 switch, speaking only the public API (railfabric.v1).
 
     python -m bench.swarm FABRIC [--agents N] [--processes K] [--cuts M] [--json] [--insecure]
+                             [--railctl-runs R]
 
 The controller runs as a child process on 127.0.0.1 (store `memory:`), pinned to one CPU; the
 agents share K processes pinned to the other CPUs, each an asyncio loop with one grpc.aio
@@ -24,14 +25,19 @@ Figures, each with its sample (bench/swarm/figures.py):
   controller's own count of connected and converged switches (ListSwitches);
 - the controller's resident memory idle (at SERVING), connected (after the storm) and after
   the cuts, and its CPU seconds per phase (/proc);
-- admin latency during the storm: ListAlarms every 100 ms, p50/p99/max and errors;
+- admin latency during the storm: ListAlarms every 100 ms, p50/p99/max and errors, and the
+  five slowest calls with when each was made (s after the storm began);
 - cable cuts, cycling over three kinds (a ToR-spine cable of the first block, one of the
   last block, a spine-core cable; bench/swarm/plan.py), each cable once: both ends send
   PortStatus down; the messages agents receive until none comes for 0.3 s are the cut's;
   event (the earlier PortStatus wall time) -> last StateDelta received, -> last Applied sent,
   switches touched, bytes pushed. Then both ends send PortStatus up, and the next cut waits
   until the cable is back in routing (the controller's hold-down, --hold-down-s 0.5 here
-  against its 2 s default) and the fabric is quiet.
+  against its 2 s default) and the fabric is quiet;
+- railctl as an operator runs it, every agent still connected (bench/swarm/railctl.py): each
+  read command (topology, links, switches, events, alarms, diagnose) and
+  `expand FABRIC`, `--railctl-runs` times (3) one after another, the real `railctl` process
+  with default client settings: wall time p50/p99/max with the lines it printed.
 
 Load-generator checks: each swarm process samples its event loop's lag (reported), and one
 that grows past 20% of the machine's memory (gRPC buffering what its agents cannot read) stops
