@@ -38,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from controller.core import cabling, latency, roce
@@ -46,6 +46,7 @@ from controller.core.clock import Now
 from controller.core.machine import DecisionCore, link_state_message
 from controller.core.planner import Planner
 from controller.core.records import AlarmRecord
+from controller.core.steps import finish
 from controller.core.switches import SwitchView
 from railfabric.v1 import admin_pb2, state_pb2
 
@@ -259,9 +260,17 @@ def _explains(d: Cause, c: Cause) -> bool:
 def rank(causes: Iterable[Cause]) -> list[Ranked]:
     """Root causes, most likely first, each followed by the findings it explains. Causes with
     the same id are one (the first kept)."""
+    return finish(rank_steps(causes))
+
+
+def rank_steps(causes: Iterable[Cause]) -> Generator[None, None, list[Ranked]]:
+    """`rank`, pausing (a bare yield) after each cause in each of its passes: a cold start of
+    ref-100k has 139,840 findings, ~7 s to read and rank, and the admin service lets the
+    event loop run between slices of that (admin.py)."""
     unique: dict[str, Cause] = {}
     for c in causes:
         unique.setdefault(c.id, c)
+        yield
     # Who may explain whom: only causes at a shared place (or named) are compared, so a
     # fabric with thousands of findings is not compared pair by pair.
     by_link: dict[str, list[Cause]] = {}
@@ -279,7 +288,11 @@ def rank(causes: Iterable[Cause]) -> list[Ranked]:
             at_switch.setdefault(name, []).append(c)
         if c.switch_level:
             whole_switch.setdefault(c.switch, []).append(c)
-    base = {i: base_score(c) for i, c in unique.items()}
+        yield
+    base: dict[str, float] = {}
+    for i, c in unique.items():
+        base[i] = base_score(c)
+        yield
 
     def candidates(c: Cause) -> Iterable[Cause]:
         yield from by_link.get(c.link, ()) if c.link else ()
@@ -303,6 +316,7 @@ def rank(causes: Iterable[Cause]) -> list[Ranked]:
         )
         if best is not None:
             explainer[c.id] = best.id
+        yield
     # Explanation goes strictly forward in ORDER: following it ends at a root.
     root_of: dict[str, str] = {}
 
@@ -314,11 +328,14 @@ def rank(causes: Iterable[Cause]) -> list[Ranked]:
         return found
 
     groups: dict[str, list[Cause]] = {}
+    roots: list[Cause] = []
     for ident, c in unique.items():
         top = root(ident)
         if top != ident:
             groups.setdefault(top, []).append(c)
-    roots = [c for i, c in unique.items() if root(i) == i]
+        else:
+            roots.append(c)
+        yield
     scored = sorted(
         ((base_score(c, len(groups.get(c.id, ()))), c) for c in roots),
         key=lambda sc: (-sc[0], sc[1].id),
@@ -329,6 +346,7 @@ def rank(causes: Iterable[Cause]) -> list[Ranked]:
         out.append(Ranked(c, n, score, "", len(members)))
         for s in sorted(members, key=lambda m: (-base[m.id], m.id)):
             out.append(Ranked(s, n, base[s.id], c.id, 0))
+        yield
     return out
 
 
@@ -643,7 +661,8 @@ def _heard(core: DecisionCore, end: End) -> list[Evidence]:
 
 
 def alarm_causes(core: DecisionCore, now: Now) -> Iterable[Cause]:
-    for a in core.alarms.active.values():
+    # A list: alarms are raised and cleared while a diagnosis is read in steps.
+    for a in list(core.alarms.active.values()):
         yield alarm_cause(core, a, now)
 
 
@@ -751,7 +770,7 @@ def counter_causes(core: DecisionCore, v: SwitchView) -> list[Cause]:
 
 def switch_causes(core: DecisionCore, now: Now) -> Iterable[Cause]:
     """Each switch's session or convergence, then its counters."""
-    for v in core.views.values():
+    for v in list(core.views.values()):  # as it was when the diagnosis began (diagnose_steps)
         session = switch_session(v, now)
         if session is not None:
             yield dataclasses.replace(session, impact=switch_impact(core, v.name))
@@ -828,4 +847,14 @@ def diagnose(
     core: DecisionCore, now: Now, sources: Sequence[CauseSource] = SOURCES
 ) -> list[Ranked]:
     """Every source's causes, ranked (read-only)."""
-    return rank(c for source in sources for c in source(core, now))
+    return finish(diagnose_steps(core, now, sources))
+
+
+def diagnose_steps(
+    core: DecisionCore, now: Now, sources: Sequence[CauseSource] = SOURCES
+) -> Generator[None, None, list[Ranked]]:
+    """`diagnose` in steps (`rank_steps`). Whatever runs between steps may change the fabric
+    the later causes are read from: the answer is then the fabric as read over those
+    moments, as a page of links is. Each source reads what it iterates as it was when it
+    began (a list), so a change between steps never breaks the iteration."""
+    return rank_steps(c for source in sources for c in source(core, now))

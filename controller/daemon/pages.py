@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 from google.protobuf.message import Message
 
+from controller.core.steps import finish
+
 # AIP-158: the most one page holds, and the page size when the request leaves it 0. 5,000
 # LinkInfo take 40-100 ms to build on ref-100k (idle core; more when the loop's core is shared):
 # the admin service builds a page in slices (admin.py). The default is as large: a client that
@@ -177,13 +179,7 @@ def read(
     """The page after `after` (the first page when None): up to `size` items and `max_bytes`
     of them (MAX_PAGE_BYTES unless given; at least one item). `last` is set only when an item
     follows the page."""
-    steps = read_steps(sections, after, size, max_bytes)
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            page: Page = done.value
-            return page
+    return finish(read_steps(sections, after, size, max_bytes))
 
 
 def read_steps(
