@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.swarm.figures import EmptySample, distribution
+from mininet_labs.certs import flags as tls_flags
 from mininet_labs.processes import this_checkout_env
 from railfabric import tls
 
@@ -76,21 +77,6 @@ async def run_once(
     return Ran(seconds, code, out.count(b"\n"), len(out))
 
 
-def _connection(address: str, files: tls.TlsFiles | None) -> list[str]:
-    if files is None:
-        return ["--controller", address, "--insecure"]
-    return [
-        "--controller",
-        address,
-        "--tls-ca",
-        str(files.ca),
-        "--tls-cert",
-        str(files.cert),
-        "--tls-key",
-        str(files.key),
-    ]
-
-
 def _figures(what: str, runs: list[Ran]) -> dict[str, Any]:
     if not runs:
         raise EmptySample(f"{what}: not run")
@@ -111,7 +97,7 @@ async def measure(
 ) -> dict[str, Any]:
     """Each read command `runs` times, then `expand`, one after another (never two at once:
     each is measured alone)."""
-    connection = _connection(address, files)
+    connection = ["--controller", address, *tls_flags(files)]
     out: dict[str, Any] = {"runs": runs}
     for command in COMMANDS:
         answered = _ANSWERED.get(command, (0,))

@@ -122,11 +122,6 @@ def link_info_wire(core: DecisionCore, key: str, planned: bytes, at: Now) -> byt
     return b"".join(parts)
 
 
-def link_info(core: DecisionCore, key: str, planned: bytes, at: Now) -> admin_pb2.LinkInfo:
-    """`link_info_wire` as a message."""
-    return _LinkInfo.FromString(link_info_wire(core, key, planned, at))
-
-
 def _ref(obj: object) -> Callable[[], object]:
     """A weak reference where the object allows one: an index must not keep an old plan."""
     try:

@@ -1,5 +1,5 @@
 """What the web view's JSON endpoints answer, built from the state the admin API reads
-(controller/daemon/admin.py: its plan index, `link_info`, `switch_status`, `alarm_message`,
+(controller/daemon/admin.py: its plan index, `link_infos`, `switch_status`, `alarm_message`,
 and `interfaces`), never re-derived. Called on the event loop, between two inputs, so every
 answer is one consistent view; each is bounded whatever the fabric's size (docs/operations.md,
 "The web view", has the figures at ref-100k size).

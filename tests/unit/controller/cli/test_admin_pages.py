@@ -333,21 +333,32 @@ async def test_a_list_that_changes_between_pages_goes_on_after_the_last_item() -
     assert [a.kind for a in later.alarms] == ["store_unavailable"] and not later.next_page_token
 
 
+async def _at_once_and_sliced(
+    api: AdminService, call: Call[Any], request: Message
+) -> tuple[Any, Any, int, int]:
+    """`api`'s `call` answered in one slice, then in slices of one step: both answers, and the
+    turns of the event loop others had during each."""
+    api.slice_s = math.inf
+    turns = TurnCounter()
+    at_once = await call(request, CTX)
+    during_at_once = turns.n
+    api.slice_s = 0.0
+    turns = TurnCounter()
+    sliced = await call(request, CTX)
+    during_sliced = turns.n
+    turns.stop()
+    return at_once, sliced, during_at_once, during_sliced
+
+
 async def test_a_page_is_read_in_slices_and_others_run_between_them() -> None:
     """A page holds the event loop for at most `slice_s` at a time; read in slices (here one
     link each) it holds the same items as read at once."""
     h = lab()
     api = AdminService(h.core)
     request = admin_pb2.ListLinksRequest(page_size=pages.MAX_PAGE_SIZE)
-    api.slice_s = math.inf
-    turns = TurnCounter()
-    at_once = await api.ListLinks(request, CTX)
-    during_at_once = turns.n
-    api.slice_s = 0.0
-    turns = TurnCounter()
-    sliced = await api.ListLinks(request, CTX)
-    during_sliced = turns.n
-    turns.stop()
+    at_once, sliced, during_at_once, during_sliced = await _at_once_and_sliced(
+        api, api.ListLinks, request
+    )
     links = len(list(h.core.links()))
     assert len(at_once.links) == links >= 8
     assert sliced == at_once
@@ -358,18 +369,11 @@ async def test_a_page_is_read_in_slices_and_others_run_between_them() -> None:
 async def test_a_diagnosis_is_ranked_in_slices_and_others_run_between_them() -> None:
     """Ranking holds the loop for at most `slice_s` at a time (a cold 100k-GPU fabric has
     139,840 findings, ~7 s), and ranked in slices it is the same answer."""
-    h = lab()
-    api = AdminService(h.core, insecure=True)
+    api = AdminService(lab().core, insecure=True)
     request = admin_pb2.DiagnoseRequest(page_size=pages.MAX_PAGE_SIZE)
-    api.slice_s = math.inf
-    turns = TurnCounter()
-    at_once = await api.Diagnose(request, CTX)
-    during_at_once = turns.n
-    api.slice_s = 0.0
-    turns = TurnCounter()
-    sliced = await api.Diagnose(request, CTX)
-    during_sliced = turns.n
-    turns.stop()
+    at_once, sliced, during_at_once, during_sliced = await _at_once_and_sliced(
+        api, api.Diagnose, request
+    )
     assert len(at_once.findings) >= 5
     assert sliced == at_once
     assert during_at_once <= 1
