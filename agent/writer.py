@@ -412,6 +412,11 @@ class Writer:
                 "no controller state yet: adopted the %d entries the target holds",
                 len(self.installed),
             )
+            # Adopted, the read-back is the baseline, not compared with one: the control
+            # entries it lacks (every fresh switch's first boot) are this agent's own first
+            # writes, not a target that diverged behind its back.
+            self._checked(ReadBack(self._unchecked_read_ns))
+            self._unchecked_read_ns = 0
         await self._sync()
         self._reconciling = False
         self._on_read_back(self.read_back)  # the health report: no longer reconciling

@@ -612,8 +612,7 @@ async def test_an_entry_deleted_behind_the_agent_is_found_by_the_periodic_read_b
     async with _controller(rig.controller_addr, state) as ctrl:
         _start_agent(rig, processes, tmp_path, election_id=10, extra=("--verify-interval", "1"))
         assert (await ctrl.next("applied")).applied.generation == 1
-        # After the first state was applied (the very first read-back finds the control
-        # ACL entries missing on a fresh target: that is the agent's own first write).
+        # After the first state was applied, a read-back that found nothing missing.
         first = await _health(ctrl, lambda h: h.primary and h.last_read_back_wall_ns > 0)
         first = await _health(ctrl, lambda h: h.missing == 0, after=first)
         assert first.verify_interval_s == 1

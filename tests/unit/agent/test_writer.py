@@ -24,6 +24,7 @@ from agent.translate import (
     MemberEntry,
     PfcWatchdogEntry,
     Pipeline,
+    control_acl,
     repair_updates,
     translate,
 )
@@ -294,6 +295,27 @@ async def test_headless_restart_adopts_the_target_and_still_repairs(codec: Codec
     assert h.target.entries[("group", 1)] == GroupEntry(1, (GroupMember(1, 0, 1),))
     assert h.statuses[0].port == 2 and h.repairs[0].groups_repaired == 1
     assert h.repairs[0].latency_ns == h.writer.repairs[-1].latency_ns > 0
+
+
+async def test_a_fresh_targets_control_entries_are_written_not_reported_as_divergence(
+    codec: Codec, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A switch's first boot: an empty target, no controller state yet. The agent adopts the
+    (empty) target and writes its control entries; the read-back had nothing to compare
+    with, so it reports no divergence (the controller would record TARGET_DIVERGED) and logs
+    no warning."""
+    caplog.set_level(logging.INFO, logger="railfabric.agent.writer")
+    h = Harness(codec)
+    reports: list[tuple[int, int, int]] = []
+    h.writer._on_read_back = lambda rb: reports.append((rb.missing, rb.unexpected, rb.modified))
+    await h.writer.target_ready()
+    await h.settle()
+    acls = control_acl()
+    assert all(h.target.entries.get(acl.key) == acl for acl in acls)
+    assert sum(len(w) for w in h.target.writes) == len(acls)
+    assert reports and set(reports) == {(0, 0, 0)}
+    assert h.writer.read_back.repaired_wall_ns == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 async def test_refused_updates_are_reported_by_object(codec: Codec) -> None:
