@@ -18,6 +18,10 @@
   from Core"). Every agent of a 100k-GPU fabric opens its session at once when the controller
   starts (4,672 of them on ref-100k), so the queue is sized above the largest fabric and a
   waiting session may wait for a controller still computing its first states.
+- TLS records. gRPC's TLS frame protector keeps a buffer of its largest record for the life
+  of each connection, 16 KiB by default. A server with a session per switch pays it thousands
+  of times (4,672 on ref-100k): with TLS_FRAME_BYTES a session costs ~20 KiB less (92.9 KiB
+  against 112.7 KiB measured, 2,000 TLS sessions), for ~4 records more per 20 KB sent.
 - Message size. DesiredStates of large switches and admin answers of a large fabric exceed
   gRPC's 4 MB default; both ends accept MAX_MESSAGE_BYTES.
 """
@@ -31,6 +35,7 @@ MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 PENDING_CALLS_SOFT = 16_384
 PENDING_CALLS_HARD = 32_768
 PENDING_CALL_MAX_AGE_S = 300
+TLS_FRAME_BYTES = 4096
 
 Options = list[tuple[str, int]]
 
@@ -59,6 +64,7 @@ def server_options() -> Options:
         ("grpc.server.max_pending_requests", PENDING_CALLS_SOFT),
         ("grpc.server.max_pending_requests_hard_limit", PENDING_CALLS_HARD),
         ("grpc.server_max_unrequested_time_in_server", PENDING_CALL_MAX_AGE_S),
+        ("grpc.tsi.max_frame_size", TLS_FRAME_BYTES),
         *_SIZES,
     ]
 
