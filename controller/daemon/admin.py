@@ -101,17 +101,36 @@ def _link_end(switch: str, port: int) -> bytes:
     return name + uint_field(admin_pb2.LinkEnd.PORT_FIELD_NUMBER, port) if port else name
 
 
-def link_info_wire(core: DecisionCore, key: str, planned: bytes, at: Now) -> bytes:
+class SinceFields:
+    """Links' since_wall_ns fields as shown at `at`, each encoded once: the links that changed
+    together (a switch's Hello brings up its ~30 links at once) share their since, and its
+    9-byte varint was the costliest part of a page of links."""
+
+    __slots__ = ("_at", "_memo")
+
+    def __init__(self, at: Now) -> None:
+        self._at = at
+        self._memo: dict[int, bytes] = {}
+
+    def __call__(self, since_mono_ns: int) -> bytes:
+        field = self._memo.get(since_mono_ns)
+        if field is None:
+            wall = self._at.wall_of(since_mono_ns) & _INT64
+            field = self._memo[since_mono_ns] = _SINCE_TAG + varint(wall)
+        return field
+
+
+def link_info_wire(core: DecisionCore, key: str, planned: bytes, since: SinceFields) -> bytes:
     """A planned link (`planned_link_info`) with its state as routing sees it, serialized: the
     observed fields appended to the plan's (a parser takes fields in any order). Pages of
     ListLinks and GetTopology join these: parsing the plan's part into a message, setting
     the observed fields, then sizing and copying the message into its page took twice as long
     (135,168 links on ref-100k)."""
-    state, since, flaps = core.tracker.shown(key)
+    state, since_ns, flaps = core.tracker.shown(key)
     parts = [planned, _STATE_FIELDS[state]]
     # 0 (left out) for a link whose state never changed: unknown since the start.
-    if since:
-        parts.append(_SINCE_TAG + varint(at.wall_of(since) & _INT64))
+    if since_ns:
+        parts.append(since(since_ns))
     if flaps:
         parts.append(uint_field(_LinkInfo.FLAPS_FIELD_NUMBER, flaps))
     if reason := core.link_reason(key):
@@ -437,13 +456,13 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
     def link_wires(self, at: Now) -> Callable[[PlannedLink, int], bytes]:
         """A link (and its position in the index) as the admin API shows it at `at`,
         serialized (`link_info_wire`)."""
-        core, planned = self.fabric, self._index().planned_info
+        core, planned, since = self.fabric, self._index().planned_info, SinceFields(at)
 
         def wire(link: PlannedLink, pos: int) -> bytes:
             fixed = planned[pos]
             if fixed is None:
                 fixed = planned[pos] = planned_link_info(link)
-            return link_info_wire(core, link.key, fixed, at)
+            return link_info_wire(core, link.key, fixed, since)
 
         return wire
 

@@ -168,6 +168,10 @@ async def test_links_joined_from_their_wire_are_the_core_s_links_field_by_field(
     assert any(x.HasField("drain") for x in expected)
     assert any(x.flaps >= 2 for x in expected)
     assert any(x.reason for x in expected) and all(x.since_wall_ns for x in expected)
+    # Links that changed together share their since (encoded once: admin.SinceFields), and
+    # the flapped link's differs.
+    sinces = [x.since_wall_ns for x in expected]
+    assert 1 < len(set(sinces)) < len(sinces)
 
 
 async def test_bad_pages_are_invalid_argument_naming_the_field() -> None:
