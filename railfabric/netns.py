@@ -21,8 +21,8 @@ _CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def netlink_socket(netns: str, protocol: int = socket.NETLINK_ROUTE) -> socket.socket:
-    """A netlink socket (`protocol`, NETLINK_ROUTE by default) in the named namespace `netns`;
+def netlink_socket(netns: str) -> socket.socket:
+    """A NETLINK_ROUTE socket in the named namespace `netns`;
     OSError naming the namespace when it does not exist or cannot be entered."""
     path = os.path.join(NETNS_RUN_DIR, netns)
     made: list[socket.socket] = []
@@ -42,7 +42,7 @@ def netlink_socket(netns: str, protocol: int = socket.NETLINK_ROUTE) -> socket.s
         finally:
             os.close(fd)
         try:
-            made.append(socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, protocol))
+            made.append(socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE))
         except OSError as err:
             failed.append(err)
 
