@@ -38,7 +38,7 @@ from controller.daemon.runner import Runner, now
 from controller.daemon.service import Sessions, TablesUnavailable
 from controller.yamlnodes import IntentError
 from railfabric import tls
-from railfabric.protowire import double_field, len_field, uint_field, varint
+from railfabric.protowire import double_field, len_field, uint_field
 from railfabric.v1 import admin_pb2, admin_pb2_grpc, control_pb2, state_pb2
 
 _Ctx = grpc.aio.ServicerContext[object, object]
@@ -78,7 +78,6 @@ _INT64 = (1 << 64) - 1  # a negative int64 is its two's complement as a varint
 _STATE_FIELDS = {
     s: uint_field(_LinkInfo.STATE_FIELD_NUMBER, link_state_message(s)) for s in LinkState
 }
-_SINCE_TAG = bytes([_LinkInfo.SINCE_WALL_NS_FIELD_NUMBER << 3])  # wire type 0: a varint
 
 
 def planned_link_info(link: PlannedLink) -> bytes:
@@ -116,7 +115,8 @@ class SinceFields:
         field = self._memo.get(since_mono_ns)
         if field is None:
             wall = self._at.wall_of(since_mono_ns) & _INT64
-            field = self._memo[since_mono_ns] = _SINCE_TAG + varint(wall)
+            field = uint_field(_LinkInfo.SINCE_WALL_NS_FIELD_NUMBER, wall)
+            self._memo[since_mono_ns] = field
         return field
 
 
