@@ -5,6 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from controller.core.links import DampingParams, LinkState, LinkTracker, Transition
 
@@ -115,3 +118,58 @@ def test_unknown_ports_and_bad_parameters_are_refused_with_names() -> None:
         DampingParams(suppress=100, reuse=200)
     with pytest.raises(ValueError, match="two links"):
         LinkTracker([("L", A, B), ("M", A, ("x", 1))], DampingParams())
+
+
+_KEYS = ("L", "M", "N")
+_ENDS = {"L": (A, B), "M": (C, D), "N": (("tor-r2-b0", 3), ("spine-0", 3))}
+_END_LIST = [end for key in _KEYS for end in _ENDS[key]]
+
+
+class DownLinksMachine(RuleBasedStateMachine):
+    """The links routing must avoid are kept with every change of state (LinkTracker._down):
+    over random reports, forgets, ticks, restores and intent reloads (carry), they are
+    always what every link's own state says, in the fabric's order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.params = DampingParams(hold_down_ns=2 * S)
+        self.t: LinkTracker[str] = self._new()
+        self.now = 0
+
+    def _new(self) -> LinkTracker[str]:
+        return LinkTracker([(k, *_ENDS[k]) for k in _KEYS], self.params)
+
+    @rule(end=st.sampled_from(_END_LIST), up=st.booleans(), dt=st.integers(0, 3 * S))
+    def report(self, end: tuple[str, int], up: bool, dt: int) -> None:
+        self.now += dt
+        self.t.report(self.now, end, up)
+
+    @rule(end=st.sampled_from(_END_LIST))
+    def forget(self, end: tuple[str, int]) -> None:
+        self.t.forget(self.now, end)
+
+    @rule(dt=st.integers(0, 60 * S))
+    def tick(self, dt: int) -> None:
+        self.now += dt
+        self.t.tick(self.now)
+
+    @rule(key=st.sampled_from(_KEYS), state=st.sampled_from(list(LinkState)))
+    def restore(self, key: str, state: LinkState) -> None:
+        self.t.restore(key, state, self.now, 0)
+
+    @rule()
+    def reload(self) -> None:
+        fresh = self._new()
+        fresh.carry(self.t)
+        self.t = fresh
+
+    @invariant()
+    def down_is_every_links_own_state(self) -> None:
+        expected = [k for k in _KEYS if not self.t.usable(k)]
+        assert self.t.down_links() == expected
+        assert self.t.down_set() == set(expected)
+        assert self.t.all_usable() == (not expected)
+
+
+TestDownLinks = DownLinksMachine.TestCase
+TestDownLinks.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
