@@ -21,7 +21,7 @@ from controller.routing import FabricRouting, Group, Route, SwitchDelta, iter_bi
 from railfabric import fabric_p4 as p4
 from railfabric.digest import DigestAccumulator, Tag, bytes_hash, field_sum, state_sum
 from railfabric.ecmp import HashFields
-from railfabric.protowire import len_field, uint_field
+from railfabric.protowire import varint
 from railfabric.v1 import state_pb2
 
 ECMP_HASH: dict[HashFields, state_pb2.EcmpHash.ValueType] = {
@@ -31,8 +31,15 @@ ECMP_HASH: dict[HashFields, state_pb2.EcmpHash.ValueType] = {
 
 # Messages are filled through `repeated.add()` and attribute writes: about three times
 # faster than building each message from keyword arguments, which matters for the 1,600 routes
-# of every switch of a 100k-GPU fabric. Groups are joined from serialized members instead
-# (`group_wire`).
+# of every switch of a 100k-GPU fabric.
+
+
+def _add_group(field: Any, group: Group) -> None:
+    msg = field.add(id=group.id, truncated=False)  # split, never cut (routing.split_notices)
+    add = msg.next_hops.add
+    weights = group.weights or (1,) * len(group.ports)
+    for port, dmac, weight in zip(group.ports, group.dmacs, weights, strict=True):
+        add(port=port, dmac=dmac, weight=weight)
 
 
 def _add_route(field: Any, prefix: Prefix, group_id: int) -> None:
@@ -41,57 +48,10 @@ def _add_route(field: Any, prefix: Prefix, group_id: int) -> None:
     msg.prefix.length = prefix.length
 
 
-# (port, dmac, weight) -> that next hop as a serialized `next_hops` entry of a NextHopGroup.
-# A switch's members are its ports and their neighbours' MACs, so a fabric has about as many
-# as it has cabled ports; a group is its id and its members' entries joined. Built member by
-# member, the 64 members of a group took ~65 us on ref-100k, and a remote cut builds one for
-# each of 1,648 switches: joined, ~20 us.
-_HOPS: dict[tuple[int, int, int], bytes] = {}
-_HOPS_LIMIT = 1_000_000
-_NEXT_HOPS = state_pb2.NextHopGroup.NEXT_HOPS_FIELD_NUMBER
-_GROUP_ID = state_pb2.NextHopGroup.ID_FIELD_NUMBER
-
-
-def _new_hop(key: tuple[int, int, int]) -> bytes:
-    if len(_HOPS) >= _HOPS_LIMIT:
-        _HOPS.clear()  # a bound, not a policy
-    port, dmac, weight = key
-    hop = state_pb2.NextHop(port=port, dmac=dmac, weight=weight)
-    entry = _HOPS[key] = len_field(_NEXT_HOPS, hop.SerializeToString(deterministic=True))
-    return entry
-
-
-def _group_bytes(group: Group, dmacs: tuple[int, ...]) -> bytes:
-    """`group` as a NextHopGroup serialized deterministically, as protobuf writes it: fields
-    in number order, the zero values left out (an id is never 0; `truncated` is False: a set
-    is split, never cut, routing.split_notices). Members are looked up in C (map over the
-    cache), made in Python only when new."""
-    keys = list(zip(group.ports, dmacs, group.weights or (1,) * len(group.ports), strict=True))
-    hops = list(map(_HOPS.get, keys, itertools.repeat(b"")))  # b"": not made yet
-    if b"" in hops:
-        hops = [hop or _new_hop(key) for hop, key in zip(hops, keys, strict=True)]
-    return (uint_field(_GROUP_ID, group.id) if group.id else b"") + b"".join(hops)
-
-
-# A group (id, members, weights, MACs) -> it serialized and its digest hash. Groups carry
-# their switch's neighbour MACs, so switches hardly share them; the cache is for the next
-# export of the same switch (a recomputation from scratch, the digest of each StateDelta,
-# a cable's restore putting back the group its cut replaced).
-_GROUPS: dict[tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]], tuple[bytes, int]] = {}
-_GROUPS_LIMIT = 200_000
-
-
-def group_wire(group: Group) -> tuple[bytes, int]:
-    """`group` as a serialized NextHopGroup (deterministic) and its digest hash."""
-    dmacs = group.dmacs
-    key = (group.id, group.ports, group.weights, dmacs)
-    hit = _GROUPS.get(key)
-    if hit is None:
-        if len(_GROUPS) >= _GROUPS_LIMIT:
-            _GROUPS.clear()  # a bound, not a policy
-        data = _group_bytes(group, dmacs)
-        hit = _GROUPS[key] = (data, bytes_hash("group", data))
-    return hit
+def group_message(group: Group) -> state_pb2.NextHopGroup:
+    holder = state_pb2.StateDelta()
+    _add_group(holder.upsert_groups, group)
+    return holder.upsert_groups[0]
 
 
 def route_message(route: Route) -> state_pb2.Route:
@@ -326,17 +286,30 @@ def _matrix_classes(routing: FabricRouting) -> bytes:
     return hit
 
 
-_GROUPS_FIELD = state_pb2.DesiredState.GROUPS_FIELD_NUMBER
+# A group (id, members, weights, MACs) -> its serialized `groups` entry of a DesiredState and
+# its digest hash. Groups carry their switch's neighbour MACs, so switches hardly share them;
+# the cache is for the next export of the same switch (a recomputation from scratch, the
+# digest of each StateDelta), when most of its groups are what they were.
+_GROUPS: dict[tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]], tuple[bytes, int]] = {}
+_GROUPS_LIMIT = 200_000
+_GROUPS_TAG = bytes([5 << 3 | 2])  # DesiredState.groups = 5, length-delimited
 
 
 def _group_entries(groups: Iterable[Group]) -> tuple[bytes, int]:
     """The serialized `groups` entries of `groups`, in order, and their digest sum."""
+    cache = _GROUPS
+    if len(cache) > _GROUPS_LIMIT:
+        cache.clear()  # a bound, not a policy
     parts: list[bytes] = []
     total = 0
     for group in groups:
-        data, digest = group_wire(group)
-        parts.append(len_field(_GROUPS_FIELD, data))
-        total += digest
+        key = (group.id, group.ports, group.weights, group.dmacs)
+        hit = cache.get(key)
+        if hit is None:
+            data = group_message(group).SerializeToString(deterministic=True)
+            hit = cache[key] = (_GROUPS_TAG + varint(len(data)) + data, bytes_hash("group", data))
+        parts.append(hit[0])
+        total += hit[1]
     return b"".join(parts), total
 
 
@@ -346,7 +319,7 @@ def _group_entries(groups: Iterable[Group]) -> tuple[bytes, int]:
 # and hashing every route was most of a controller's start-up (10 ms a switch, 47 s).
 _ROUTES: dict[tuple[int, int, int], tuple[bytes, int]] = {}
 _ROUTES_LIMIT = 1_000_000
-_ROUTES_FIELD = state_pb2.DesiredState.ROUTES_FIELD_NUMBER
+_ROUTES_TAG = bytes([6 << 3 | 2])  # DesiredState.routes = 6, length-delimited
 
 
 def _route_entries(triples: Iterable[tuple[int, int, int]]) -> tuple[bytes, int]:
@@ -371,7 +344,8 @@ def _route_entry(triple: tuple[int, int, int]) -> tuple[bytes, int]:
     msg = state_pb2.Route(group_id=group_id)
     msg.prefix.address, msg.prefix.length = address, length
     data = msg.SerializeToString(deterministic=True)
-    hit = _ROUTES[triple] = (len_field(_ROUTES_FIELD, data), bytes_hash("route", data))
+    assert len(data) < 0x80  # its length is one varint byte
+    hit = _ROUTES[triple] = (_ROUTES_TAG + bytes([len(data)]) + data, bytes_hash("route", data))
     return hit
 
 
@@ -514,9 +488,6 @@ def _port_layout_qos(
     return shared.SerializeToString(deterministic=True), known
 
 
-_UPSERT_GROUPS = state_pb2.StateDelta.UPSERT_GROUPS_FIELD_NUMBER
-
-
 def state_delta(
     routing: FabricRouting,
     delta: SwitchDelta,
@@ -531,10 +502,8 @@ def state_delta(
         to_generation=from_generation + 1,
         delete_groups=list(delta.delete_groups),
     )
-    if delta.upsert_groups:
-        msg.MergeFromString(
-            b"".join(len_field(_UPSERT_GROUPS, group_wire(g)[0]) for g in delta.upsert_groups)
-        )
+    for group in delta.upsert_groups:
+        _add_group(msg.upsert_groups, group)
     for route in delta.upsert_routes:
         _add_route(msg.upsert_routes, route.prefix, route.group_id)
     add_delete = msg.delete_routes.add

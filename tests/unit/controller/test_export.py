@@ -14,9 +14,9 @@ from controller import export, qos
 from controller.export import MESH_FULL_MAX_TORS, desired_state, state_delta
 from controller.fabric import RoceIntent
 from controller.intent import load_fabric, load_fabric_text
-from controller.routing import FabricRouting, Group, LinkEvent
+from controller.routing import FabricRouting, LinkEvent
 from railfabric.delta import apply_delta
-from railfabric.digest import canonical, object_hash, state_digest
+from railfabric.digest import canonical, state_digest
 from railfabric.v1 import state_pb2
 
 pytestmark = pytest.mark.unit
@@ -87,53 +87,6 @@ def test_deltas_applied_to_old_states_give_the_new_states() -> None:
         for sw in fabric.switches:
             fresh = desired_state(routing, sw.name, generation=states[sw.name].generation)
             assert canonical(states[sw.name]) == canonical(fresh), sw.name
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    gid=st.integers(0, 2**32 - 1),
-    members=st.lists(
-        st.tuples(st.integers(0, 510), st.integers(0, 2**48 - 1), st.integers(0, 2**32 - 1)),
-        max_size=70,
-        unique_by=lambda m: m[0],
-    ),
-    plain=st.booleans(),
-)
-def test_a_group_joined_from_its_members_is_protobufs_serialization(
-    gid: int, members: list[tuple[int, int, int]], plain: bool
-) -> None:
-    """Groups are joined from cached serialized members (`group_wire`): the bytes are what
-    protobuf writes for the group built field by field, which the digest and agents rely on,
-    and so is its digest hash; the same group asked again is the same."""
-    members.sort()
-    ports = tuple(p for p, _, _ in members)
-    group = Group(
-        gid,
-        ports,
-        () if plain else tuple(w for _, _, w in members),
-        peer_macs={p: m for p, m, _ in members},
-    )
-    expected = state_pb2.NextHopGroup(id=gid)
-    for port, mac, weight in members:
-        expected.next_hops.add(port=port, dmac=mac, weight=1 if plain else weight)
-    data, digest = export.group_wire(group)
-    assert data == expected.SerializeToString(deterministic=True)
-    assert digest == object_hash("group", expected)
-    assert export.group_wire(group) == (data, digest)
-
-
-def test_deltas_carry_routings_groups_member_by_member() -> None:
-    routing = FabricRouting(load_fabric(LAB))
-    deltas = routing.apply([LinkEvent("spine-p1-1", 1, up=False)])
-    groups = [(name, g) for name, d in deltas.items() for g in d.upsert_groups]
-    assert groups
-    for name, group in groups:
-        msg = state_delta(routing, deltas[name], 1)
-        (got,) = [g for g in msg.upsert_groups if g.id == group.id]
-        assert [(h.port, h.dmac, h.weight) for h in got.next_hops] == [
-            (h.port, h.dmac, h.weight) for h in group.next_hops
-        ]
-        assert not got.truncated
 
 
 def test_delta_for_the_wrong_generation_is_refused() -> None:
