@@ -21,7 +21,7 @@ from controller.routing import FabricRouting, Group, Route, SwitchDelta, iter_bi
 from railfabric import fabric_p4 as p4
 from railfabric.digest import DigestAccumulator, Tag, bytes_hash, field_sum, state_sum
 from railfabric.ecmp import HashFields
-from railfabric.protowire import varint
+from railfabric.protowire import len_field
 from railfabric.v1 import state_pb2
 
 ECMP_HASH: dict[HashFields, state_pb2.EcmpHash.ValueType] = {
@@ -292,7 +292,7 @@ def _matrix_classes(routing: FabricRouting) -> bytes:
 # digest of each StateDelta), when most of its groups are what they were.
 _GROUPS: dict[tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]], tuple[bytes, int]] = {}
 _GROUPS_LIMIT = 200_000
-_GROUPS_TAG = bytes([5 << 3 | 2])  # DesiredState.groups = 5, length-delimited
+_GROUPS_FIELD = state_pb2.DesiredState.GROUPS_FIELD_NUMBER
 
 
 def _group_entries(groups: Iterable[Group]) -> tuple[bytes, int]:
@@ -307,7 +307,7 @@ def _group_entries(groups: Iterable[Group]) -> tuple[bytes, int]:
         hit = cache.get(key)
         if hit is None:
             data = group_message(group).SerializeToString(deterministic=True)
-            hit = cache[key] = (_GROUPS_TAG + varint(len(data)) + data, bytes_hash("group", data))
+            hit = cache[key] = (len_field(_GROUPS_FIELD, data), bytes_hash("group", data))
         parts.append(hit[0])
         total += hit[1]
     return b"".join(parts), total
@@ -319,7 +319,7 @@ def _group_entries(groups: Iterable[Group]) -> tuple[bytes, int]:
 # and hashing every route was most of a controller's start-up (10 ms a switch, 47 s).
 _ROUTES: dict[tuple[int, int, int], tuple[bytes, int]] = {}
 _ROUTES_LIMIT = 1_000_000
-_ROUTES_TAG = bytes([6 << 3 | 2])  # DesiredState.routes = 6, length-delimited
+_ROUTES_FIELD = state_pb2.DesiredState.ROUTES_FIELD_NUMBER
 
 
 def _route_entries(triples: Iterable[tuple[int, int, int]]) -> tuple[bytes, int]:
@@ -344,8 +344,7 @@ def _route_entry(triple: tuple[int, int, int]) -> tuple[bytes, int]:
     msg = state_pb2.Route(group_id=group_id)
     msg.prefix.address, msg.prefix.length = address, length
     data = msg.SerializeToString(deterministic=True)
-    assert len(data) < 0x80  # its length is one varint byte
-    hit = _ROUTES[triple] = (_ROUTES_TAG + bytes([len(data)]) + data, bytes_hash("route", data))
+    hit = _ROUTES[triple] = (len_field(_ROUTES_FIELD, data), bytes_hash("route", data))
     return hit
 
 
