@@ -475,18 +475,19 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
         self, request: admin_pb2.GetTopologyRequest, context: _Ctx
     ) -> admin_pb2.Topology:
         planner = self.fabric.planner
-        sections = [
-            self._switch_section(_Scope(), lambda info: (info,)),
-            self._link_section(_Scope(), _always, self.link_wires(now())),
-        ]
+        sections = [self._switch_section(_Scope(), lambda info: (info,))]
+        if not request.without_links:
+            sections.append(self._link_section(_Scope(), _always, self.link_wires(now())))
 
         def answer(items: list[list[Item]]) -> admin_pb2.Topology:
             reply = admin_pb2.Topology(
                 fabric_name=planner.fabric_name,
                 switches=_of(items[0], admin_pb2.SwitchInfo),
                 host_nics=planner.host_nic_count(),
+                link_count=len(planner.links()),
             )
-            reply.MergeFromString(_repeated(admin_pb2.Topology.LINKS_FIELD_NUMBER, items[1]))
+            for links in items[1:]:
+                reply.MergeFromString(_repeated(admin_pb2.Topology.LINKS_FIELD_NUMBER, links))
             return reply
 
         return await self._page(context, request, sections, answer)

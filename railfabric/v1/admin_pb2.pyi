@@ -762,18 +762,24 @@ class GetTopologyRequest(_message.Message):
 
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    WITHOUT_LINKS_FIELD_NUMBER: _builtins.int
     page_size: _builtins.int
     """Paging (see the service): items are switches, then links."""
     page_token: _builtins.str
+    without_links: _builtins.bool
+    """Only the switches: their table without the 135,168 links of a 100k-GPU fabric, which
+    ListLinks lists with filters. `Topology.link_count` still says how many there are.
+    """
     def __init__(
         self,
         *,
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        without_links: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token", "without_links", b"without_links"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -792,10 +798,13 @@ class Topology(_message.Message):
     LINKS_FIELD_NUMBER: _builtins.int
     HOST_NICS_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    LINK_COUNT_FIELD_NUMBER: _builtins.int
     fabric_name: _builtins.str
     host_nics: _builtins.int
     next_page_token: _builtins.str
     """Empty on the last page."""
+    link_count: _builtins.int
+    """The fabric's links, on every page, also when the request left them out."""
     @_builtins.property
     def switches(self) -> _containers.RepeatedCompositeFieldContainer[Global___SwitchInfo]: ...
     @_builtins.property
@@ -808,10 +817,11 @@ class Topology(_message.Message):
         links: _abc.Iterable[Global___LinkInfo] | None = ...,
         host_nics: _builtins.int = ...,
         next_page_token: _builtins.str = ...,
+        link_count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fabric_name", b"fabric_name", "host_nics", b"host_nics", "links", b"links", "next_page_token", b"next_page_token", "switches", b"switches"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fabric_name", b"fabric_name", "host_nics", b"host_nics", "link_count", b"link_count", "links", b"links", "next_page_token", b"next_page_token", "switches", b"switches"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -100,6 +100,11 @@ async def test_every_item_exactly_once_in_order_at_any_page_size(size: int) -> N
     api = AdminService(h.core, insecure=True)
     cases: list[tuple[Call[Any], Message, list[str]]] = [
         (api.GetTopology, admin_pb2.GetTopologyRequest(page_size=size), ["switches", "links"]),
+        (
+            api.GetTopology,
+            admin_pb2.GetTopologyRequest(page_size=size, without_links=True),
+            ["switches"],
+        ),
         (api.ListLinks, admin_pb2.ListLinksRequest(page_size=size), ["links"]),
         (api.ListLinks, admin_pb2.ListLinksRequest(page_size=size, only_down=True), ["links"]),
         (api.ListSwitches, admin_pb2.ListSwitchesRequest(page_size=size), ["switches"]),
@@ -116,11 +121,32 @@ async def test_every_item_exactly_once_in_order_at_any_page_size(size: int) -> N
         assert len(replies) == max(1, -(-total // size)), (request, total)
     # Sanity: the lists are long enough to need pages, and hold what was set up.
     topo = await api.GetTopology(admin_pb2.GetTopologyRequest(), CTX)
-    assert (len(topo.switches), len(topo.links)) == (6, 8)
+    assert (len(topo.switches), len(topo.links), topo.link_count) == (6, 8, 8)
     diagnosis = await api.Diagnose(admin_pb2.DiagnoseRequest(page_size=1), CTX)
     assert not diagnosis.healthy  # on every page: from the whole diagnosis
     kinds = {f.kind for f in (await api.Diagnose(admin_pb2.DiagnoseRequest(), CTX)).findings}
     assert {"insecure", "link_down", "drained", "port_unmapped", "store_unavailable"} <= kinds
+
+
+@pytest.mark.parametrize("size", [1, 4, 0])
+async def test_a_topology_without_links_pages_its_switches_and_counts_the_links(size: int) -> None:
+    """`railctl topology`'s table asks for the switches alone: the links' count is on every
+    page, no link is, and the pages are those of the switches."""
+    h = lab()
+    api = AdminService(h.core, insecure=True)
+    full = await api.GetTopology(admin_pb2.GetTopologyRequest(), CTX)
+    request = admin_pb2.GetTopologyRequest(page_size=size, without_links=True)
+    replies, _ = await all_pages(api.GetTopology, request)
+    assert items(replies, "switches") == list(full.switches)
+    assert items(replies, "links") == []
+    assert {r.link_count for r in replies} == {len(list(h.core.links()))} == {len(full.links)}
+    assert len(replies) == (-(-len(full.switches) // size) if size else 1)
+    # A token is good for its own query only: the listing with links does not take it.
+    if replies[0].next_page_token:
+        with pytest.raises(Aborted, match="page_token"):
+            await api.GetTopology(
+                admin_pb2.GetTopologyRequest(page_token=replies[0].next_page_token), CTX
+            )
 
 
 async def test_an_old_client_without_paging_fields_gets_everything_on_a_small_fabric() -> None:
@@ -556,3 +582,28 @@ def test_railctl_filter_flags(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_fabric_files_exist() -> None:
     assert Path(ROOT / "examples/lab-2rail.yaml").exists()
+
+
+async def test_railctl_topology_s_table_asks_without_links_and_its_json_with_them() -> None:
+    h = lab()
+    api = AdminService(h.core, insecure=True)
+    asked: list[bool] = []
+
+    async def get_topology(request: admin_pb2.GetTopologyRequest, **_: Any) -> admin_pb2.Topology:
+        asked.append(request.without_links)
+        return await api.GetTopology(request, CTX)
+
+    stub = cast(Any, argparse.Namespace(GetTopology=get_topology))
+    table = cast(
+        admin_pb2.Topology, await admin_commands._q_topology(stub, argparse.Namespace(json=False))
+    )
+    assert (len(table.links), asked) == (0, [True])
+    first = admin_commands._render_topology(table)[0]
+    assert first == "fabric lab-2rail: 6 switches, 8 links, 8 host NICs"
+    whole = cast(
+        admin_pb2.Topology, await admin_commands._q_topology(stub, argparse.Namespace(json=True))
+    )
+    assert (len(whole.links), asked[-1]) == (8, False)
+    # An older controller sends no count, and every link: the table counts those.
+    whole.ClearField("link_count")
+    assert admin_commands._render_topology(whole)[0] == first
