@@ -81,7 +81,7 @@ def desired_state(
     x = routing.switch_index(switch)
     params = qos_params or _qos_params(routing)
     intent, intent_sum = _intent_part(routing, x, params)
-    groups, groups_sum = _group_entries(routing.groups(switch))
+    groups, groups_sum = _group_entries(routing, x, routing.groups(switch))
     routes, routes_sum = _routes_part(routing, x)
     state = state_pb2.DesiredState()
     state.MergeFromString(b"".join((intent, groups, routes)))
@@ -286,24 +286,29 @@ def _matrix_classes(routing: FabricRouting) -> bytes:
     return hit
 
 
-# A group (id, members, weights, MACs) -> its serialized `groups` entry of a DesiredState and
-# its digest hash. Groups carry their switch's neighbour MACs, so switches hardly share them;
-# the cache is for the next export of the same switch (a recomputation from scratch, the
-# digest of each StateDelta), when most of its groups are what they were.
-_GROUPS: dict[tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]], tuple[bytes, int]] = {}
+# Compiled fabric -> (switch index, group id, members, weights) -> the group's serialized
+# `groups` entry of a DesiredState and its digest hash. A switch's ports name its neighbours'
+# MACs for as long as its compiled fabric lives, so the key holds no MACs: keyed by them, each
+# entry held a tuple of its 64 members' MACs (~570 B, over 100k groups on ref-100k). Switches
+# hardly share groups; the cache is for the next export of the same switch (a recomputation
+# from scratch, the digest of each StateDelta), when most of its groups are what they were.
+_GROUPS: weakref.WeakKeyDictionary[
+    object, dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], tuple[bytes, int]]
+] = weakref.WeakKeyDictionary()
 _GROUPS_LIMIT = 200_000
 _GROUPS_FIELD = state_pb2.DesiredState.GROUPS_FIELD_NUMBER
 
 
-def _group_entries(groups: Iterable[Group]) -> tuple[bytes, int]:
-    """The serialized `groups` entries of `groups`, in order, and their digest sum."""
-    cache = _GROUPS
-    if len(cache) > _GROUPS_LIMIT:
-        cache.clear()  # a bound, not a policy
+def _group_entries(routing: FabricRouting, x: int, groups: Iterable[Group]) -> tuple[bytes, int]:
+    """The serialized `groups` entries of switch `x`'s `groups`, in order, and their digest
+    sum."""
+    cache = _GROUPS.get(routing.topo)
+    if cache is None or len(cache) > _GROUPS_LIMIT:
+        cache = _GROUPS[routing.topo] = {}  # the limit: a bound, not a policy
     parts: list[bytes] = []
     total = 0
     for group in groups:
-        key = (group.id, group.ports, group.weights, group.dmacs)
+        key = (x, group.id, group.ports, group.weights)
         hit = cache.get(key)
         if hit is None:
             data = group_message(group).SerializeToString(deterministic=True)

@@ -89,6 +89,24 @@ def test_deltas_applied_to_old_states_give_the_new_states() -> None:
             assert canonical(states[sw.name]) == canonical(fresh), sw.name
 
 
+def test_groups_carry_a_new_intents_macs_on_the_same_ports() -> None:
+    """Group entries are cached per compiled fabric by switch, id and ports, not by MACs: a
+    new intent that gives a port another neighbour MAC must not get the old group."""
+    fabric = load_fabric(LAB)
+    nic = fabric.nics[0]
+    renamed = dataclasses.replace(nic, mac=nic.mac ^ 0x10)
+    moved = dataclasses.replace(fabric, nics=type(fabric.nics)([renamed, *fabric.nics[1:]]))
+
+    def hops(state: state_pb2.DesiredState) -> set[tuple[int, int]]:
+        return {(h.port, h.dmac) for g in state.groups for h in g.next_hops}
+
+    before = desired_state(FabricRouting(fabric), nic.switch)
+    after = desired_state(FabricRouting(moved), nic.switch)
+    assert (nic.port, nic.mac) in hops(before)
+    assert (nic.port, renamed.mac) in hops(after) and (nic.port, nic.mac) not in hops(after)
+    assert after.digest == state_digest(after) != before.digest
+
+
 def test_delta_for_the_wrong_generation_is_refused() -> None:
     routing = FabricRouting(load_fabric(LAB))
     state = desired_state(routing, "spine-p1-1", generation=3)
