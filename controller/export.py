@@ -288,10 +288,10 @@ def _matrix_classes(routing: FabricRouting) -> bytes:
 
 # Compiled fabric -> (switch index, group id, members, weights) -> the group's serialized
 # `groups` entry of a DesiredState and its digest hash. A switch's ports name its neighbours'
-# MACs for as long as its compiled fabric lives, so the key holds no MACs: keyed by them, each
-# entry held a tuple of its 64 members' MACs (~570 B, over 100k groups on ref-100k). Switches
-# hardly share groups; the cache is for the next export of the same switch (a recomputation
-# from scratch, the digest of each StateDelta), when most of its groups are what they were.
+# MACs for as long as its compiled fabric lives, so the key needs no MACs (keyed by them, each
+# lookup built a tuple of up to 64). Switches hardly share groups; the cache is for the next
+# export of the same switch (a recomputation from scratch, the digest of each StateDelta),
+# when most of its groups are what they were.
 _GROUPS: weakref.WeakKeyDictionary[
     object, dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], tuple[bytes, int]]
 ] = weakref.WeakKeyDictionary()

@@ -788,7 +788,8 @@ Global___GetTopologyRequest: _TypeAlias = GetTopologyRequest  # noqa: Y015
 @_typing.final
 class Topology(_message.Message):
     """One page of the topology: its switches and links follow those of the previous page (the
-    switches all come before the first link); `fabric_name` and `host_nics` are on every page.
+    switches all come before the first link); `fabric_name`, `host_nics` and `link_count` are
+    on every page.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
