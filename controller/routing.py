@@ -376,6 +376,20 @@ class FabricRouting:
         for x in order:
             classes = self.classes[x]
             by_ports = self.group_by_ports[x]
+            nics = [k for k in t.host_nics[x] if self.nic_live[k]]
+            if nics:
+                # One single-member group per NIC, made in bulk (100k of them at 100k GPUs).
+                # First, so that their ids do not depend on the fabric's links: a cold start
+                # computes routing with every link out, then again once they are discovered,
+                # and numbered after the classes every NIC's group and host route took a new
+                # id on every ToR (agents rewrote them all; the controller built them again).
+                start = self.next_gid[x]
+                gids = range(start, start + len(nics))
+                self.next_gid[x] = start + len(nics)
+                singles = [canon.setdefault((t.nic_port[k],), (t.nic_port[k],)) for k in nics]
+                self.group_ports[x].update(zip(gids, singles, strict=True))
+                by_ports.update(zip(map(id, singles), gids, strict=True))
+                self.host_routes[x].update(zip(nics, gids, strict=True))
             for bits, found in self._classify(x, t.all_dests):
                 if len(found) > limit:
                     self._assign(x, bits, found, None)
@@ -389,16 +403,6 @@ class FabricRouting:
                     by_ports[id(ports)] = gid
                     self.group_ports[x][gid] = ports
                 classes[gid] = classes.get(gid, 0) | bits
-            nics = [k for k in t.host_nics[x] if self.nic_live[k]]
-            if nics:
-                # One single-member group per NIC, made in bulk (100k of them at 100k GPUs).
-                start = self.next_gid[x]
-                gids = range(start, start + len(nics))
-                self.next_gid[x] = start + len(nics)
-                singles = [canon.setdefault((t.nic_port[k],), (t.nic_port[k],)) for k in nics]
-                self.group_ports[x].update(zip(gids, singles, strict=True))
-                self.group_by_ports[x].update(zip(map(id, singles), gids, strict=True))
-                self.host_routes[x].update(zip(nics, gids, strict=True))
 
     # --- classification -------------------------------------------------------------------
 

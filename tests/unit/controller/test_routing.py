@@ -590,3 +590,24 @@ def test_parallel_cables_to_one_spine_leave_and_return_together() -> None:
     routing.apply([LinkEvent("spine-1", 3, up=True)])
     assert routing.next_hops_by_prefix("tor-a")[tor_b] == (2, 4)
     _assert_same_as_full(routing, fabric, {1})
+
+
+@pytest.mark.parametrize("name", ["lab-2rail.yaml", "ref-mid.yaml"])
+def test_host_groups_keep_their_ids_whatever_the_fabric_links(name: str) -> None:
+    """A cold start routes with every link out, then from scratch once the links are
+    discovered: each NIC's group and host route keep their ids across the two, so agents do
+    not rewrite them and the controller's caches of serialized groups and routes still hold."""
+    fabric = load_fabric(EXAMPLES / name)
+    cold = FabricRouting(fabric, down=[LinkEvent(ln.a, ln.a_port, False) for ln in fabric.links])
+    warm = FabricRouting(fabric)
+    hosts = 0
+    for sw in fabric.switches:
+        x = warm.switch_index(sw.name)
+        assert cold.host_routes[x] == warm.host_routes[x], sw.name
+        for gid in warm.host_routes[x].values():
+            assert cold.group_ports[x][gid] == warm.group_ports[x][gid], (sw.name, gid)
+        hosts += len(warm.host_routes[x])
+        # With the links up the fabric's own groups are there too, under other ids.
+        if warm.host_routes[x]:
+            assert set(warm.group_ports[x]) > set(warm.host_routes[x].values()), sw.name
+    assert hosts == len(fabric.nics)
