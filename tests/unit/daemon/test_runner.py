@@ -10,14 +10,16 @@ import concurrent.futures
 import gc
 import threading
 import time
+import weakref
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import cast
 
 import pytest
 
-from controller.core.effects import Persist, Push, StateWire
+from controller.core.effects import Effect, Persist, Push, Rebuild, StateWire
 from controller.core.machine import DecisionCore
+from controller.core.rebuild import Rebuilt
 from controller.core.records import Meta, Record, RoutingReset
 from controller.daemon.runner import PUSHES_PER_TURN, Runner
 from railfabric.v1 import control_pb2
@@ -216,3 +218,85 @@ async def test_every_input_marks_the_time_full_collections_wait_after(
     before = time.monotonic()
     runner.apply([push("a", 1)])
     assert before <= runner.last_input_s <= time.monotonic()
+
+
+class Body:
+    """A push's body that can be watched for being let go (a weak reference to it)."""
+
+
+class Sink:
+    """An outlet that keeps nothing of what it is given."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    def send(self, switch: str, msg: object) -> None:
+        self.sent += 1
+
+    def close(self, switch: str, reason: str) -> None:
+        raise AssertionError("no session is closed here")
+
+
+async def test_a_delivered_input_leaves_nothing_of_its_pushes_behind() -> None:
+    """Once an input's pushes are handed to the sessions, the runner holds none of them while
+    it waits for the next input: a rebuild pushes every switch a full state (177 MiB of wire
+    on ref-100k), and a loop's locals would have kept them until the next delivery."""
+    sink = Sink()
+    runner = Runner(cast(DecisionCore, None), Writer(), sink)
+    task = asyncio.create_task(runner.deliver())
+    try:
+        bodies = [Body() for _ in range(PUSHES_PER_TURN + 1)]  # more than one slice
+        watched = [weakref.ref(b) for b in bodies]
+        runner.apply([Push(f"s{i}", cast(StateWire, b)) for i, b in enumerate(bodies)])
+        del bodies
+        await settle()
+        assert sink.sent == PUSHES_PER_TURN + 1
+        gc.collect()
+        assert [w for w in watched if w() is not None] == []
+    finally:
+        task.cancel()
+
+
+class Result:
+    """A rebuild job's result that can be watched for being let go."""
+
+
+class Rebuilding:
+    """The core's side of a rebuild: takes the result in, keeps only its token."""
+
+    def __init__(self) -> None:
+        self.taken: list[int] = []
+
+    def rebuilt(self, token: int, result: object, now: object) -> list[Effect]:
+        self.taken.append(token)
+        return []
+
+
+async def test_a_rebuild_leaves_nothing_of_its_job_or_result_behind() -> None:
+    """Once the core has taken a rebuild's result in, the runner holds neither the result
+    (every switch's state and wire) nor the job (the routing it replaced): held in a loop's
+    locals until the next rebuild, they were ~190 MiB of the controller on ref-100k."""
+    core = Rebuilding()
+    runner = Runner(cast(DecisionCore, core), Writer(), Sink())
+    task = asyncio.create_task(runner.rebuilds())
+    try:
+        made: list[weakref.ref[Result]] = []
+
+        def job() -> Result:
+            result = Result()
+            made.append(weakref.ref(result))
+            return result
+
+        watched_job = weakref.ref(job)
+        runner.apply([Rebuild(7, cast(Callable[[], Rebuilt], job))])
+        del job
+        for _ in range(100):  # the job runs in a thread
+            if core.taken:
+                break
+            await asyncio.sleep(0.01)
+        await settle()
+        assert core.taken == [7]
+        gc.collect()
+        assert len(made) == 1 and made[0]() is None and watched_job() is None
+    finally:
+        task.cancel()
