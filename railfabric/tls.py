@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import enum
+import inspect
 import logging
 import ssl
 import threading
@@ -416,6 +417,14 @@ def _guarded(handler: Any, method: str, guard: RoleGuard) -> grpc.RpcMethodHandl
 
         return grpc.stream_unary_rpc_method_handler(stream_unary, **kwargs)
     inner_ss = handler.stream_stream
+    if inspect.iscoroutinefunction(inner_ss):
+        # A handler that writes with context.write (the agents' Session): wrapped as one, not
+        # as a generator whose frame would hold the last message it passed on.
+        async def stream_written(requests: Any, context: Any) -> None:
+            await deny(context, requests)
+            await inner_ss(requests, context)
+
+        return grpc.stream_stream_rpc_method_handler(stream_written, **kwargs)
 
     async def stream_stream(requests: Any, context: Any) -> Any:
         await deny(context, requests)

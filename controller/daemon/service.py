@@ -42,7 +42,7 @@ FIGHT_REPLACEMENTS = 3
 FIGHT_WINDOW_NS = 10_000_000_000
 # Table reads one session may have waiting for its agent at once.
 TABLE_READS_PENDING = 16
-_Context = grpc.aio.ServicerContext[control_pb2.AgentMessage, control_pb2.ControllerMessage]
+_Context = grpc.aio.ServicerContext[control_pb2.AgentMessage, control_pb2.ControllerMessage | bytes]
 
 
 class TablesUnavailable(Exception):
@@ -172,9 +172,12 @@ class ControlService:
 
     async def Session(
         self, request_iterator: AsyncIterator[control_pb2.AgentMessage], context: _Context
-    ) -> AsyncIterator[control_pb2.ControllerMessage | bytes]:
-        """Yields messages, and snapshots as their wire (`add_to_server`'s serializer sends
-        bytes as they are)."""
+    ) -> None:
+        """Writes messages, and snapshots as their wire (`add_to_server`'s serializer sends
+        bytes as they are). Written with `context.write`, not yielded: grpc's loop over a
+        handler's yields holds the last message until the next, so every idle session kept
+        its last full state (on ref-100k, 4,672 of them, ~38 KB each, and TLS buffers sized
+        to them)."""
         first = await anext(aiter(request_iterator), None)
         if first is None:
             return
@@ -226,20 +229,9 @@ class ControlService:
             if self.term:
                 # The term first: an agent that moved here refuses its old leader from now on,
                 # even when this leader has nothing to push to it.
-                yield control_pb2.ControllerMessage(term=self.term)
-            while True:
-                try:
-                    msg = await session.outbox.get()
-                except Closed as closed:
-                    if reader.done():
-                        reader.result()  # re-raises what ended the reader
-                        return
-                    await context.abort(grpc.StatusCode.ABORTED, closed.reason)
-                if isinstance(msg, StateWire):
-                    yield msg.with_term(self.term)
-                    continue
-                msg.term = self.term
-                yield msg
+                await context.write(control_pb2.ControllerMessage(term=self.term))
+            while await self._send_next(session, reader, context):
+                pass
         finally:
             reader.cancel()
             session.ended.set()
@@ -251,6 +243,25 @@ class ControlService:
                 del self.sessions.by_switch[name]
                 self.runner.input(partial(self.core.disconnected, name))
                 log.info("%s: session down", name)
+
+    async def _send_next(
+        self, session: _Session, reader: asyncio.Task[None], context: _Context
+    ) -> bool:
+        """Write the session's next message; False when the agent's side ended. A call of its
+        own, so that nothing holds the message once it is written."""
+        try:
+            msg = await session.outbox.get()
+        except Closed as closed:
+            if reader.done():
+                reader.result()  # re-raises what ended the reader
+                return False
+            await context.abort(grpc.StatusCode.ABORTED, closed.reason)
+        if isinstance(msg, StateWire):
+            await context.write(msg.with_term(self.term))
+        else:
+            msg.term = self.term
+            await context.write(msg)
+        return True
 
     async def _wait_turn(self, name: str, serving: _Session, peer: str, context: _Context) -> bool:
         """A second agent for `name`: hold its session until the serving one ends. False when
