@@ -1,9 +1,10 @@
 """An agent's session keeps nothing of what it sent. On ref-100k every idle session held its
-last full state (~38 KB each; with TLS buffers sized to it, ~190 MiB of the controller's
-resident memory across 4,672 sessions, bench.swarm) while the Session handler yielded its
-messages: grpc's loop over a handler's yields, and the TLS guard's wrapper around it, each
-kept the last one until the next. Real gRPC over loopback with TLS, the daemon's own
-interceptor, service and runner, in this process so that its objects can be looked at."""
+last full state (~38 KB each, and TLS buffers sized to it) while the Session handler yielded
+its messages: grpc's loop over a handler's yields, and the TLS guard's wrapper around it,
+each kept the last one until the next. With the runner's hold on a rebuild's wires, that was
+~185 MiB of the controller's resident memory (bench.swarm). Real gRPC over loopback with
+TLS, the daemon's own interceptor, service and runner, in this process so that its objects
+can be looked at."""
 
 from __future__ import annotations
 
