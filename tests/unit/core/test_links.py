@@ -128,13 +128,16 @@ _END_LIST = [end for key in _KEYS for end in _ENDS[key]]
 class DownLinksMachine(RuleBasedStateMachine):
     """The links routing must avoid are kept with every change of state (LinkTracker._down):
     over random reports, forgets, ticks, restores and intent reloads (carry), they are
-    always what every link's own state says, in the fabric's order."""
+    always what every link's own state says, in the fabric's order. And each link's down
+    and unobserved ends are what its ends last said (a model of the reports, kept here)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.params = DampingParams(hold_down_ns=2 * S)
         self.t: LinkTracker[str] = self._new()
         self.now = 0
+        # Each end's last report (True: carrier), None when never reported or forgotten.
+        self.heard: dict[tuple[str, int], bool | None] = dict.fromkeys(_END_LIST)
 
     def _new(self) -> LinkTracker[str]:
         return LinkTracker([(k, *_ENDS[k]) for k in _KEYS], self.params)
@@ -143,10 +146,12 @@ class DownLinksMachine(RuleBasedStateMachine):
     def report(self, end: tuple[str, int], up: bool, dt: int) -> None:
         self.now += dt
         self.t.report(self.now, end, up)
+        self.heard[end] = up
 
     @rule(end=st.sampled_from(_END_LIST))
     def forget(self, end: tuple[str, int]) -> None:
         self.t.forget(self.now, end)
+        self.heard[end] = None
 
     @rule(dt=st.integers(0, 60 * S))
     def tick(self, dt: int) -> None:
@@ -156,6 +161,11 @@ class DownLinksMachine(RuleBasedStateMachine):
     @rule(key=st.sampled_from(_KEYS), state=st.sampled_from(list(LinkState)))
     def restore(self, key: str, state: LinkState) -> None:
         self.t.restore(key, state, self.now, 0)
+        for end in _ENDS[key]:
+            if state in (LinkState.DOWN, LinkState.UP):
+                self.heard[end] = state is LinkState.UP
+            elif state is not LinkState.UNKNOWN and self.heard[end] is None:
+                self.heard[end] = True  # held down or damped: both ends observed, as up
 
     @rule()
     def reload(self) -> None:
@@ -169,6 +179,13 @@ class DownLinksMachine(RuleBasedStateMachine):
         assert self.t.down_links() == expected
         assert self.t.down_set() == set(expected)
         assert self.t.all_usable() == (not expected)
+
+    @invariant()
+    def ends_are_what_they_last_said(self) -> None:
+        for key in _KEYS:
+            ends = _ENDS[key]
+            assert self.t.down_ends(key) == {e for e in ends if self.heard[e] is False}, key
+            assert self.t.unobserved_ends(key) == {e for e in ends if self.heard[e] is None}, key
 
 
 TestDownLinks = DownLinksMachine.TestCase
