@@ -27,6 +27,7 @@ ifname`, the NIC's name, or by default the NIC's MAC, which the plan knows too.
 from __future__ import annotations
 
 import string
+import sys
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -87,8 +88,8 @@ def _peer_of(neighbor: state_pb2.Neighbor) -> _Planned:
     ("srv/nic3": name srv, nic nic3)."""
     if neighbor.kind == HOST:
         server, _, nic = neighbor.peer_name.rpartition("/")
-        return neighbor.kind, server or nic, 0, nic if server else ""
-    return neighbor.kind, neighbor.peer_name, neighbor.peer_port, ""
+        return neighbor.kind, sys.intern(server or nic), 0, sys.intern(nic) if server else ""
+    return neighbor.kind, sys.intern(neighbor.peer_name), neighbor.peer_port, ""
 
 
 def plan_peer(neighbor: state_pb2.Neighbor) -> admin_pb2.Peer:
