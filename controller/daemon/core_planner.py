@@ -31,8 +31,11 @@ def _opt(value: int | None) -> int:
 
 
 class CorePlanner:
-    def __init__(self, fabric: Fabric, unusable: Collection[str] = ()) -> None:
-        """`unusable`: link keys routing starts without (computed from scratch so)."""
+    def __init__(
+        self, fabric: Fabric, unusable: Collection[str] = (), *, like: CorePlanner | None = None
+    ) -> None:
+        """`unusable`: link keys routing starts without (computed from scratch so). `like`: a
+        planner of the same intent, whose links, switches and compiled fabric are shared."""
         self.fabric = fabric
         # Computed when first needed: a cold start wants it with every link out
         # (set_all_unusable), and computing it twice costs seconds on a 100k-GPU fabric.
@@ -40,6 +43,17 @@ class CorePlanner:
         self._topo: _Topo | None = None
         self._unusable = frozenset(unusable)
         self.last_compute_ns = 0
+        self._links: tuple[PlannedLink, ...]
+        self._by_key: dict[str, PlannedLink]
+        self._switches: tuple[admin_pb2.SwitchInfo, ...]
+        if like is not None:
+            if like.fabric is not fabric:
+                raise ValueError("a planner shares its links only with one of the same intent")
+            # Immutable, and derived from the intent alone: a rebuild's planner made its own
+            # until the next, ~40 MiB on ref-100k (135,168 links twice).
+            self._topo = like._topo
+            self._links, self._by_key, self._switches = like._links, like._by_key, like._switches
+            return
         self._links = tuple(
             PlannedLink(
                 link.key,
@@ -174,11 +188,9 @@ class CorePlanner:
         self._routing = self._from_scratch(self._by_key)
 
     def fresh(self) -> CorePlanner:
-        planner = CorePlanner(self.fabric)
         # Same intent: the compiled fabric, and what export derived from it, carry over (on
         # ref-100k, building every switch's ports, neighbours and QoS again cost seconds).
-        planner._topo = self._topo
-        return planner
+        return CorePlanner(self.fabric, like=self)
 
     def probe_path(self, src_tor: str, port: int, dst_tor: str) -> Sequence[str] | None:
         if port == 0:  # the uplinks merged: no one path
