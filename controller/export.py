@@ -95,7 +95,7 @@ def desired_state(
 # weakly: a new intent compiles a new topology and its parts go with the old one. The pieces
 # that switches share are kept once, not in each switch's own: its port layout's QoS (3
 # layouts on ref-100k) and a ToR's traffic matrix classes (the same 1,600 on every ToR),
-# 55 of the cache's 78 MiB on ref-100k when each switch's part held its copy.
+# 55 of the cache's 79 MiB on ref-100k when each switch's part held its copy.
 _INTENT_PARTS: weakref.WeakKeyDictionary[
     object, dict[tuple[int, qos.QosParams], tuple[tuple[bytes, ...], int]]
 ] = weakref.WeakKeyDictionary()

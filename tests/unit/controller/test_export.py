@@ -201,7 +201,7 @@ def test_a_tors_traffic_matrix_counts_its_host_ports_by_destination_tor() -> Non
 def test_tors_keep_their_qos_and_matrix_classes_as_pieces_they_share() -> None:
     """What several switches' intent parts have alike (their port layout's QoS, a ToR's
     traffic matrix classes) is one object in the cache, not a copy per switch (55 MiB of
-    78 on ref-100k); each state still has it all, as the test above checks."""
+    79 on ref-100k); each state still has it all, as the test above checks."""
     fabric = load_fabric(LAB)
     routing = FabricRouting(fabric)
     params = qos.resolve(fabric.qos)
