@@ -71,40 +71,60 @@ def desired_state(
     generation: int = 0,
     qos_params: qos.QosParams | None = None,
 ) -> state_pb2.DesiredState:
-    """The full desired state of `switch`, digest filled in (railfabric.digest).
-
-    Built from serialized parts, each made and hashed once: the switch's objects that only
-    the intent decides (`_intent_part`), its groups and its routes (shared between switches),
-    parsed into the message in one call. Built field by field, ref-100k's 4,672 states took
-    10-12 s with every link out and most of that was ports, neighbours and QoS, which never
-    change after the intent is loaded."""
-    x = routing.switch_index(switch)
-    params = qos_params or _qos_params(routing)
-    intent, intent_sum = _intent_part(routing, x, params)
-    groups, groups_sum = _group_entries(routing, x, routing.groups(switch))
-    routes, routes_sum = _routes_part(routing, x)
-    state = state_pb2.DesiredState()
-    state.MergeFromString(b"".join((*intent, groups, routes)))
-    state.generation = generation
-    state.digest = DigestAccumulator(intent_sum + groups_sum + routes_sum).hex()
+    """The full desired state of `switch`, digest filled in (railfabric.digest): `state_parts`
+    joined."""
+    state, shared = state_parts(routing, switch, generation, qos_params)
+    state.MergeFromString(shared)
     return state
 
 
-# Compiled fabric -> (switch index, QoS parameters) -> the switch's intent-only objects
-# serialized (name, ports, neighbours, QoS, watchdog, ECMP hash) and their digest sum. Keyed
-# weakly: a new intent compiles a new topology and its parts go with the old one. The pieces
-# that switches share are kept once, not in each switch's own: its port layout's QoS (3
-# layouts on ref-100k) and a ToR's traffic matrix classes (the same 1,600 on every ToR),
-# 55 of the cache's 79 MiB on ref-100k when each switch's part held its copy.
+def state_parts(
+    routing: FabricRouting,
+    switch: str,
+    generation: int = 0,
+    qos_params: qos.QosParams | None = None,
+) -> tuple[state_pb2.DesiredState, bytes]:
+    """The full desired state of `switch` in two parts: a message of the switch's own objects
+    (name, ports, neighbours, groups, routes, watchdog, ECMP hash, probing; on a ToR its
+    matrix's source ports and NAK sampling) with the whole state's digest, and the fields it
+    shares with other switches serialized (its port layout's QoS; on a ToR the traffic matrix
+    classes), one bytes object for every switch that has them alike. The state is the message
+    with the shared part merged in (a second `matrix` field merges into the first: protobuf's
+    rule for a singular message field seen twice); its wire is the message's serialization
+    followed by the shared part. The controller holds its states so: parsed into each of
+    ref-100k's states, the shared fields took ~230 MiB of the daemon's memory (bench.swarm).
+
+    Built from serialized parts, each made and hashed once: the intent-only objects
+    (`_intent_part`), the switch's groups and its routes (shared between switches), parsed
+    into the message in one call. Built field by field, ref-100k's 4,672 states took 10-12 s
+    with every link out and most of that was ports, neighbours and QoS, which never change
+    after the intent is loaded."""
+    x = routing.switch_index(switch)
+    params = qos_params or _qos_params(routing)
+    own, shared, intent_sum = _intent_part(routing, x, params)
+    groups, groups_sum = _group_entries(routing, x, routing.groups(switch))
+    routes, routes_sum = _routes_part(routing, x)
+    state = state_pb2.DesiredState()
+    state.MergeFromString(b"".join((own, groups, routes)))
+    state.generation = generation
+    state.digest = DigestAccumulator(intent_sum + groups_sum + routes_sum).hex()
+    return state, shared
+
+
+# Compiled fabric -> (switch index, QoS parameters) -> the switch's intent-only objects as
+# `state_parts` splits them (its own serialized, the shared part) and their digest sum. Keyed
+# weakly: a new intent compiles a new topology and its parts go with the old one.
 _INTENT_PARTS: weakref.WeakKeyDictionary[
-    object, dict[tuple[int, qos.QosParams], tuple[tuple[bytes, ...], int]]
+    object, dict[tuple[int, qos.QosParams], tuple[bytes, bytes, int]]
 ] = weakref.WeakKeyDictionary()
+# Compiled fabric -> each distinct shared part, itself: switches alike (a port layout, 3 on
+# ref-100k; with or without the matrix classes every ToR has) hold one object.
+_SHARED_PARTS: weakref.WeakKeyDictionary[object, dict[bytes, bytes]] = weakref.WeakKeyDictionary()
 
 
-def _intent_part(
-    routing: FabricRouting, x: int, params: qos.QosParams
-) -> tuple[tuple[bytes, ...], int]:
-    """Switch `x`'s intent-only objects as serialized pieces to join, and their digest sum."""
+def _intent_part(routing: FabricRouting, x: int, params: qos.QosParams) -> tuple[bytes, bytes, int]:
+    """Switch `x`'s intent-only objects: its own serialized, those it shares with other
+    switches serialized (`state_parts`), and the digest sum of both."""
     parts = _INTENT_PARTS.get(routing.topo)
     if parts is None:
         parts = _INTENT_PARTS[routing.topo] = {}
@@ -112,13 +132,15 @@ def _intent_part(
     if hit is None:
         state, (qos_wire, known) = _intent_objects(routing, x, params)
         digest = state_sum(state, known)
-        pieces = [qos_wire]
+        shared = qos_wire
         if state.matrix.classes:
-            # A second `matrix` field: a parser merges it into the first (protobuf's rule
-            # for a singular message field seen twice), so the ToR's state is the same.
-            del state.matrix.classes[:]
-            pieces.append(_matrix_classes_field(routing))
-        hit = parts[(x, params)] = ((state.SerializeToString(deterministic=True), *pieces), digest)
+            del state.matrix.classes[:]  # the matrix itself stays set: a ToR's
+            shared += _matrix_classes_field(routing)
+        alike = _SHARED_PARTS.get(routing.topo)
+        if alike is None:
+            alike = _SHARED_PARTS[routing.topo] = {}
+        shared = alike.setdefault(shared, shared)
+        hit = parts[(x, params)] = (state.SerializeToString(deterministic=True), shared, digest)
     return hit
 
 

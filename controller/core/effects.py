@@ -27,17 +27,21 @@ class Persist:
 
 @dataclass(frozen=True, slots=True)
 class StateWire:
-    """A ControllerMessage carrying a full DesiredState, serialized: how the core pushes a
-    snapshot. The push needs its own copy of a state the core goes on editing in place, and
-    serializing it once is that copy: copying it into a message that gRPC then serialized
-    cost three times as much (ref-100k's start pushes 4,672 states of ~1,600 routes)."""
+    """A ControllerMessage carrying a full DesiredState of generation `generation`,
+    serialized: how the core pushes a snapshot. The push needs its own copy of a state the core
+    goes on editing in place, and serializing it once is that copy: copying it into a message
+    that gRPC then serialized cost three times as much (ref-100k's start pushes 4,672 states of
+    ~1,600 routes)."""
 
     wire: bytes
+    generation: int
 
     @classmethod
-    def of(cls, state: state_pb2.DesiredState) -> StateWire:
+    def of(cls, state: state_pb2.DesiredState, shared: bytes = b"") -> StateWire:
+        """The snapshot of the state `state` is with `shared` merged in (`SwitchView.shared`:
+        the fields it shares with other switches, serialized)."""
         field = control_pb2.ControllerMessage.DESIRED_STATE_FIELD_NUMBER
-        return cls(len_field(field, state.SerializeToString()))
+        return cls(len_field(field, state.SerializeToString() + shared), state.generation)
 
     def with_term(self, term: int) -> bytes:
         """The message as sent: `term` (ControllerMessage.term, 0: none) appended."""

@@ -53,7 +53,7 @@ from controller.core.effects import (
 )
 from controller.core.links import DampingParams, LinkState, LinkTracker, Transition
 from controller.core.planner import End, Isolation, PlannedLink, Planner
-from controller.core.rebuild import Rebuilt, planned_state, rebuild
+from controller.core.rebuild import Planned, Rebuilt, planned_state, rebuild
 from controller.core.records import (
     AlarmCleared,
     AlarmRecord,
@@ -78,7 +78,6 @@ from railfabric.delta import (
     delta_size,
     packed,
 )
-from railfabric.digest import state_digest
 from railfabric.v1 import admin_pb2, control_pb2, state_pb2
 
 __all__ = [
@@ -417,8 +416,8 @@ class DecisionCore:
                 self._routing_step(RoutingStep(key, ok, joined=i > 0), out)
         self.views = {}
         for info in planner.switches():
-            state = planner.full_state(info.name)
-            digest = state.digest or state_digest(state)
+            state, index, shared = planned_state(planner, info.name)
+            digest = state.digest
             prev = previous.get(info.name)
             if prev is None:
                 generation = 1
@@ -427,8 +426,8 @@ class DecisionCore:
             else:
                 generation = prev[0] + 1
             state.generation, state.digest = generation, digest
-            view = self.views[info.name] = SwitchView.of(info.name, state)
-            view.index = StateIndex(state, planner.route_counts(info.name))
+            view = self.views[info.name] = SwitchView.of(info.name, state, shared)
+            view.index = index
             if prev != (generation, digest):
                 out.generations[info.name] = SwitchGeneration(info.name, generation, digest)
         # The cabling check of this plan, with what was heard so far and every cabling alarm
@@ -1144,11 +1143,12 @@ class DecisionCore:
     def view(self, name: str) -> SwitchView:
         return lookup(self.views, name)
 
-    def current_state(self, name: str) -> state_pb2.DesiredState | None:
-        """The state `name` should hold now (its chain's head), None if the intent no longer
-        has the switch. Read-only: what a coalesced outbox sends instead of queued steps."""
+    def current_wire(self, name: str) -> StateWire | None:
+        """The snapshot of the state `name` should hold now (its chain's head), None if the
+        intent no longer has the switch: what a coalesced outbox sends instead of queued
+        steps."""
         v = self.views.get(name)
-        return None if v is None else v.state
+        return None if v is None else StateWire.of(v.state, v.shared)
 
     def planned_link(self, key: str) -> PlannedLink:
         return self._links[key]
@@ -1415,10 +1415,10 @@ class DecisionCore:
             # return): the planner's state is the new state, and building it whole costs
             # 2-5 ms on ref-100k where applying the delta costs about 15 us a route. The delta
             # still goes out, with the new state's digest, which the agent checks.
-            new, index = self._planned_state(v)
+            new, index, shared = self._planned_state(v)
             if new.digest == v.state.digest:
                 return
-            v.state, v.index = new, index
+            v.state, v.index, v.shared = new, index, shared
         else:
             # In place, at the cost of what the delta touches: a remote failure on ref-100k
             # sends 1,648 switches a delta of one group and one route each, and copying each
@@ -1438,10 +1438,10 @@ class DecisionCore:
                     conv = self._pending.get(h.event_id)
                     if conv is not None:
                         conv.held -= 1
-                planned, index = self._planned_state(v)
+                planned, index, shared = self._planned_state(v)
                 if planned.digest == v.state.digest:
                     return
-                v.state, v.index = planned, index
+                v.state, v.index, v.shared = planned, index, shared
                 snapshot, size = True, 0
         new = v.state
         if not snapshot:
@@ -1462,16 +1462,16 @@ class DecisionCore:
             conv.switches += 1
             conv.entries += size
 
-    def _planned_state(self, v: SwitchView) -> tuple[state_pb2.DesiredState, StateIndex]:
-        """The planner's state for `v` as the next generation of its chain, and its index."""
-        new, index = planned_state(self.planner, v.name)
-        new.generation = v.state.generation + 1
-        return new, index
+    def _planned_state(self, v: SwitchView) -> Planned:
+        """The planner's state for `v` as the next generation of its chain."""
+        planned = planned_state(self.planner, v.name)
+        planned.state.generation = v.state.generation + 1
+        return planned
 
     def _send_snapshot(self, v: SwitchView, out: _Out, wire: StateWire | None = None) -> None:
         """`wire`: `v.state`'s, when made already."""
         self._awaiting.discard(v.name)  # what it waited for
-        out.effects.append(Push(v.name, wire or StateWire.of(v.state)))
+        out.effects.append(Push(v.name, wire or StateWire.of(v.state, v.shared)))
         v.sent_generation = v.state.generation
         out.pushed[v.name] = v.state.generation
         out.snapshots += 1
@@ -1572,14 +1572,14 @@ class DecisionCore:
         for name, v in self.views.items():
             wire: StateWire | None = None
             if name in changed:
-                state, index = planned_state(planner, name)
+                state, index, shared = planned_state(planner, name)
             else:
-                state, index, wire = result.states[name]
+                (state, index, shared), wire = result.states[name]
             if state.digest == v.state.digest:
                 continue
             if state.generation != v.state.generation + 1:  # moved on while the job ran
                 state.generation, wire = v.state.generation + 1, None
-            v.state, v.index = state, index
+            v.state, v.index, v.shared = state, index, shared
             out.generations[name] = SwitchGeneration(name, state.generation, state.digest)
             if v.connected:
                 self._send_snapshot(v, out, wire)

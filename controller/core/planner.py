@@ -70,16 +70,20 @@ class Planner(Protocol):
         """The heat map's window and outlier rule (`latency` section)."""
         ...
 
-    def full_state(self, switch: str) -> state_pb2.DesiredState:
-        """The complete desired state of `switch` under the current link set (generation 0,
-        digest filled in or empty; the core numbers it, and digests it when empty). Routes
-        strictly ascending by (address, length), group ids unique: the core applies deltas
-        to it in place and finds routes by binary search (railfabric.delta.StateIndex)."""
+    def state_parts(self, switch: str) -> tuple[state_pb2.DesiredState, bytes]:
+        """The complete desired state of `switch` under the current link set, in two parts
+        (controller.export.state_parts): a message of the switch's own objects (generation 0,
+        the whole state's digest filled in or empty; the core numbers it, and digests it when
+        empty), and the fields it shares with other switches serialized, one bytes object
+        for all that share them (b"": none). The state is the message with that part merged
+        in. Routes strictly ascending by (address, length), group ids unique: the core applies
+        deltas to the message in place and finds routes by binary search
+        (railfabric.delta.StateIndex)."""
         ...
 
     def route_counts(self, switch: str) -> Mapping[int, int]:
-        """Group id -> how many routes of `full_state(switch)` point at it, for the state as
-        it is now (asked together with full_state): what the core's in-place deltas check a
+        """Group id -> how many routes of `state_parts(switch)` point at it, for the state as
+        it is now (asked together with state_parts): what the core's in-place deltas check a
         group deletion against, without reading every route of the state."""
         ...
 

@@ -14,23 +14,35 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from controller.core.effects import StateWire
 from controller.core.planner import Planner
+from controller.core.switches import joined
 from railfabric.delta import StateIndex
 from railfabric.digest import state_digest
 from railfabric.v1 import state_pb2
 
 
+class Planned(NamedTuple):
+    """A planner's state of one switch as a view holds it (`SwitchView`): the message of its
+    own objects, named and digested (generation not set), its index, and the fields it shares
+    with other switches, serialized."""
+
+    state: state_pb2.DesiredState
+    state_index: StateIndex
+    shared: bytes
+
+
 @dataclass(frozen=True)
 class Rebuilt:
     """Routing from scratch without `unusable` (taken out in this order, one computation),
-    and each switch's full state: digest set, generation the one it was expected to take, its
-    index, and its snapshot's wire at that generation."""
+    and each switch's state as a view holds it (digest set, generation the one it was expected
+    to take) with its snapshot's wire at that generation."""
 
     planner: Planner
     unusable: tuple[str, ...]
-    states: Mapping[str, tuple[state_pb2.DesiredState, StateIndex, StateWire]]
+    states: Mapping[str, tuple[Planned, StateWire]]
 
 
 def rebuild(planner: Planner, unusable: Sequence[str], generations: Mapping[str, int]) -> Rebuilt:
@@ -41,18 +53,17 @@ def rebuild(planner: Planner, unusable: Sequence[str], generations: Mapping[str,
     fresh = planner.fresh()
     if unusable:
         fresh.set_links_usable([(key, False) for key in unusable], deltas=False)
-    states: dict[str, tuple[state_pb2.DesiredState, StateIndex, StateWire]] = {}
+    states: dict[str, tuple[Planned, StateWire]] = {}
     for info in fresh.switches():
-        state, index = planned_state(fresh, info.name)
-        state.generation = generations.get(info.name, 0)
-        states[info.name] = (state, index, StateWire.of(state))
+        planned = planned_state(fresh, info.name)
+        planned.state.generation = generations.get(info.name, 0)
+        states[info.name] = (planned, StateWire.of(planned.state, planned.shared))
     return Rebuilt(fresh, tuple(unusable), states)
 
 
-def planned_state(planner: Planner, switch: str) -> tuple[state_pb2.DesiredState, StateIndex]:
-    """`planner`'s full state of `switch`, named and digested (generation not set), and its
-    index."""
-    state = planner.full_state(switch)
+def planned_state(planner: Planner, switch: str) -> Planned:
+    """`planner`'s state of `switch` (generation not set), as a view holds it."""
+    state, shared = planner.state_parts(switch)
     state.switch_name = switch
-    state.digest = state.digest or state_digest(state)
-    return state, StateIndex(state, planner.route_counts(switch))
+    state.digest = state.digest or state_digest(joined(state, shared))
+    return Planned(state, StateIndex(state, planner.route_counts(switch)), shared)

@@ -559,14 +559,11 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
         self, request: admin_pb2.GetSwitchStateRequest, context: _Ctx
     ) -> state_pb2.DesiredState:
         try:
-            state = self.fabric.view(request.switch_name).state
+            # A copy: the core applies deltas to its states in place, and gRPC serializes
+            # the answer after this returns.
+            return self.fabric.view(request.switch_name).whole_state()
         except UnknownSwitch as err:
             await context.abort(grpc.StatusCode.NOT_FOUND, str(err))
-        # A copy: the core applies deltas to its states in place, and gRPC serializes the
-        # answer after this returns.
-        out = state_pb2.DesiredState()
-        out.CopyFrom(state)
-        return out
 
     async def ListEvents(
         self, request: admin_pb2.ListEventsRequest, context: _Ctx

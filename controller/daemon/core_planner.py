@@ -133,8 +133,8 @@ class CorePlanner:
             min_samples=lat.min_samples,
         )
 
-    def full_state(self, switch: str) -> state_pb2.DesiredState:
-        return export.desired_state(self.routing, switch)
+    def state_parts(self, switch: str) -> tuple[state_pb2.DesiredState, bytes]:
+        return export.state_parts(self.routing, switch)
 
     def route_counts(self, switch: str) -> Mapping[int, int]:
         return self.routing.routes_per_group(switch)

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable
 
 from controller.core.effects import StateWire
-from railfabric.v1 import control_pb2, state_pb2
+from railfabric.v1 import control_pb2
 
 # What a session sends: a message, or a snapshot already serialized.
 Outgoing = control_pb2.ControllerMessage | StateWire
@@ -44,7 +44,7 @@ _RESYNC = object()  # queued in place of coalesced state messages
 class Outbox:
     def __init__(
         self,
-        current: Callable[[], state_pb2.DesiredState | None],
+        current: Callable[[], StateWire | None],
         size: int = OUTBOX_SIZE,
     ) -> None:
         if size < 1:
@@ -91,12 +91,12 @@ class Outbox:
                 continue
             item = self._queue.popleft()
             if item is _RESYNC:
-                state = self._current()
-                if state is None:
+                snapshot = self._current()
+                if snapshot is None:
                     continue  # the switch left the intent; its session is being closed
                 # Deltas queued behind the resync that this state already contains.
-                self._drop_state(through=state.generation)
-                return StateWire.of(state)
+                self._drop_state(through=snapshot.generation)
+                return snapshot
             assert isinstance(item, Outgoing)
             return item
 

@@ -60,7 +60,7 @@ def prepare(planner: CorePlanner, serving: str, where: str) -> CorePlanner:
     # turns a planner that fails into a refusal instead of an exception half-way through
     # core.reload (which would end the daemon with the core half-changed).
     for info in planner.switches():
-        planner.full_state(info.name)
+        planner.state_parts(info.name)
     return planner
 
 

@@ -34,7 +34,7 @@ from controller.daemon.outbox import Closed, Outbox, Outgoing
 from controller.daemon.runner import Runner
 from controller.daemon.turns import Turns
 from railfabric import tls
-from railfabric.v1 import control_pb2, state_pb2
+from railfabric.v1 import control_pb2
 
 log = logging.getLogger(__name__)
 
@@ -59,13 +59,14 @@ class _Session:
         self,
         switch: str,
         peer: str = "",
-        current: Callable[[], state_pb2.DesiredState | None] = lambda: None,
+        current: Callable[[], StateWire | None] = lambda: None,
     ) -> None:
         self.switch = switch
         self.peer = peer
         # Set when the stream has ended, whoever ended it.
         self.ended = asyncio.Event()
-        # `current`: the switch's state now, sent when queued state messages coalesce.
+        # `current`: the snapshot of the switch's state now, sent when queued state messages
+        # coalesce.
         self.outbox = Outbox(current)
         self.close_reason = ""
         # ReadTables sent on this session and waiting for the agent's answer, by request id.
@@ -215,7 +216,7 @@ class ControlService:
             old.close("replaced by a newer session for the same switch")
         # Registered before the core decides, so the snapshot it pushes finds the session.
         session = self.sessions.by_switch[name] = _Session(
-            name, peer, partial(self.core.current_state, name)
+            name, peer, partial(self.core.current_wire, name)
         )
         self.runner.input(partial(self.core.hello, first.hello))
         log.info("%s: session up (agent %s)", name, first.hello.agent_version)

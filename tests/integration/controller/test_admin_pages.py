@@ -57,8 +57,8 @@ class StaticPlanner(CorePlanner):
     routing a 30,000-link fabric would take the test's time. What it does not override still
     routes, slowly but correctly."""
 
-    def full_state(self, switch: str) -> state_pb2.DesiredState:
-        return state_pb2.DesiredState(switch_name=switch)
+    def state_parts(self, switch: str) -> tuple[state_pb2.DesiredState, bytes]:
+        return state_pb2.DesiredState(switch_name=switch), b""
 
     def route_counts(self, switch: str) -> Mapping[int, int]:
         return {}

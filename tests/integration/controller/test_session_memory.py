@@ -17,7 +17,6 @@ from pathlib import Path
 import grpc
 import pytest
 
-from controller.core.effects import StateWire
 from controller.core.links import DampingParams
 from controller.core.machine import DecisionCore
 from controller.core.records import Record, Restored
@@ -77,11 +76,11 @@ async def test_an_idle_session_holds_nothing_of_the_state_it_sent() -> None:
         assert msg.WhichOneof("msg") == "desired_state"
         assert msg.desired_state.switch_name == name and msg.desired_state.routes
         # The bytes the controller sent, as the agent got them: a snapshot's wire.
-        wire = msg.SerializeToString()
-        state = core.current_state(name)
-        assert state is not None and wire == StateWire.of(state).wire
-        del state
-        del msg
+        snapshot = core.current_wire(name)
+        assert snapshot is not None
+        wire = snapshot.wire
+        assert control_pb2.ControllerMessage.FromString(wire) == msg
+        del snapshot, msg
         await asyncio.sleep(0.2)  # the session idles, waiting for its next message
         assert name in sessions.by_switch
         assert holders(wire) == []

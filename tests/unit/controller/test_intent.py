@@ -599,7 +599,8 @@ def test_bounds_keep_every_state_the_controller_builds_in_its_proto_fields() -> 
     fabric = load_fabric_text(text, "f.yaml")
     planner = CorePlanner(fabric)
     for info in planner.switches():
-        assert planner.full_state(info.name).SerializeToString()
+        state, shared = planner.state_parts(info.name)
+        assert state.SerializeToString() + shared
 
 
 def test_lldp_expectations_load_in_both_forms_and_round_trip() -> None:

@@ -24,6 +24,7 @@ from controller.daemon.store import SqliteStore
 from controller.fabric import Fabric
 from controller.intent import load_fabric
 from railfabric.delta import apply_delta
+from railfabric.digest import state_digest
 from railfabric.v1 import control_pb2, state_pb2
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -56,6 +57,8 @@ class Agent:
         if msg.WhichOneof("msg") == "desired_state":
             self.tail = state_pb2.DesiredState()
             self.tail.CopyFrom(msg.desired_state)
+            # Whole: the fields the core keeps out of its views' states were joined in.
+            assert state_digest(self.tail) == self.tail.digest, f"{self.name}: snapshot digest"
         else:
             delta = msg.state_delta
             assert self.tail is not None, f"{self.name}: delta before any snapshot"

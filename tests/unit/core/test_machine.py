@@ -19,6 +19,7 @@ from controller.core.records import AlarmRecord, EventRecord, SwitchGenerations
 from controller.core.switches import SwitchView, UnknownSwitch
 from controller.daemon.store import SqliteStore
 from railfabric.delta import StateIndex
+from railfabric.digest import state_digest
 from railfabric.v1 import admin_pb2, control_pb2, state_pb2
 from tests.unit.core.harness import LAB, Harness, S, forwarding
 
@@ -54,6 +55,35 @@ def test_hello_gets_a_snapshot_once_and_nothing_when_in_step() -> None:
     h.agents[name].held.digest = "v2:" + "0" * 64  # type: ignore[union-attr]
     h.hello(name)
     assert h.take_pushed() == [name]
+
+
+def test_views_keep_the_fields_switches_share_once_and_every_snapshot_is_whole() -> None:
+    """A view's state leaves out the fields its switch has alike with others (port layout's
+    QoS, a ToR's traffic matrix classes): the ToRs' views hold one object of them. What goes
+    to an agent (its snapshot, the admin's copy, a coalesced outbox's resync) is the whole
+    state, its digest the state's own (the harness's agents check every snapshot's), and
+    after a cut and a compaction (a rebuild's states) it still is."""
+    h = Harness()
+    h.connect_all()
+    key = next(iter(h.core.links())).key
+    h.cut(key)
+    h.settle()
+    h.core.routing_log_limit = 0  # the next computation compacts: states from a rebuild
+    h.restore(key)
+    h.settle()
+    assert not h.rebuilds and h.core.quiescent()
+    assert events_of(h, admin_pb2.EVENT_KIND_ROUTING_COMPACTED)
+    tors = [v for name, v in h.core.views.items() if name.startswith("tor")]
+    assert len(tors) > 1 and all(v.shared is tors[0].shared for v in tors)
+    for name, v in h.core.views.items():
+        assert not (v.state.ecn or v.state.matrix.classes), name
+        whole = v.whole_state()
+        assert whole.ecn and len(whole.matrix.classes) == (len(tors) if v in tors else 0)
+        assert state_digest(whole) == whole.digest == v.state.digest
+        assert h.agents[name].held == whole, name
+        wire = h.core.current_wire(name)
+        assert wire is not None and wire.generation == whole.generation
+        assert control_pb2.ControllerMessage.FromString(wire.wire).desired_state == whole
 
 
 def test_port_names_from_every_hello_are_kept_as_one_string_each() -> None:
@@ -334,7 +364,7 @@ def test_reload_carries_every_observed_field_of_a_switch_view() -> None:
     """A field added to SwitchView is carried over a reload unless it is declared as coming
     from the intent; this fails when someone adds an intent field without saying so."""
     names = {f.name for f in dataclasses.fields(SwitchView)}
-    assert {"name", "state", "ports", "index"} == SwitchView.INTENT_FIELDS
+    assert {"name", "state", "ports", "shared", "index"} == SwitchView.INTENT_FIELDS
     old = SwitchView.of("s", state_pb2.DesiredState(generation=3))
     new = SwitchView.of("s", state_pb2.DesiredState(generation=4))
     for i, f in enumerate(sorted(names - SwitchView.INTENT_FIELDS)):

@@ -18,14 +18,14 @@ def test_a_fresh_planner_shares_the_intents_links_switches_and_compiled_fabric()
     planner = load_planner(LAB)
     routing = planner.routing  # compiles the fabric
     names = [sw.name for sw in planner.switches()]
-    before = {name: planner.full_state(name) for name in names}
+    before = {name: planner.state_parts(name) for name in names}
     fresh = planner.fresh()
     assert fresh.links() is planner.links() and fresh.switches() is planner.switches()
     assert fresh.routing is not routing and fresh.routing.topo is routing.topo
     changed = fresh.set_links_usable([(planner.links()[0].key, False)])
     assert changed, "taking a link out changed no switch"
     assert planner.routing is routing
-    assert {name: planner.full_state(name) for name in names} == before
+    assert {name: planner.state_parts(name) for name in names} == before
 
 
 def test_links_are_shared_only_with_a_planner_of_the_same_intent() -> None:

@@ -43,7 +43,9 @@ class Coalescing(RuleBasedStateMachine):
         # The core: its head generation and the content of every generation it made.
         self.head = 1
         self.history = {1: frozenset[int]()}
-        self.outbox = Outbox(lambda: _state(self.head, self.history[self.head]), size=SIZE)
+        self.outbox = Outbox(
+            lambda: StateWire.of(_state(self.head, self.history[self.head])), size=SIZE
+        )
         self.outbox.put(StateWire.of(_state(1, self.history[1])))
         # The agent: the generation and content it holds (none yet).
         self.generation = 0
@@ -124,7 +126,9 @@ TestCoalescing.settings = settings(max_examples=150, stateful_step_count=60, dea
 
 def test_a_slow_agent_gets_the_head_in_one_snapshot() -> None:
     head = {"generation": 1}
-    outbox = Outbox(lambda: state_pb2.DesiredState(generation=head["generation"]), size=3)
+    outbox = Outbox(
+        lambda: StateWire.of(state_pb2.DesiredState(generation=head["generation"])), size=3
+    )
     for g in range(1, 101):
         head["generation"] = g + 1
         outbox.put(
