@@ -2,7 +2,7 @@
 switch, speaking only the public API (railfabric.v1).
 
     python -m bench.swarm FABRIC [--agents N] [--processes K] [--cuts M] [--json] [--insecure]
-                             [--railctl-runs R]
+                             [--railctl-runs R] [--reports-s S]
 
 The controller runs as a child process on 127.0.0.1 (store `memory:`), pinned to one CPU; the
 agents share K processes pinned to the other CPUs, each an asyncio loop with one grpc.aio
@@ -12,7 +12,11 @@ PortStatus on carrier changes, reconnect with backoff). By default every connect
 TLS, with a per-run CA and a certificate per switch. An agent waits for its channel as long
 as it takes (gRPC retries the connection); `--connect-timeout-s 2` gives up after 2 s and
 starts a new connection, as the real agent does, which thousands of TLS agents sharing one
-swarm process cannot meet whatever the controller does (bench/swarm/agents.py).
+swarm process cannot meet whatever the controller does (bench/swarm/agents.py). With
+`--reports-s S` each agent also reports as a real one does (bench/swarm/reports.py): its LLDP
+neighbours once it holds state, Counters every S seconds (5: the agent's default); the storm
+then ends once every agent sent Counters twice, and the run checks that the controller holds
+two reports and the planned LLDP peers of 16 switches spread over the fabric.
 
 Figures, each with its sample (bench/swarm/figures.py):
 - start -> SERVING: the controller's process start to grpc.health.v1 saying SERVING;

@@ -87,6 +87,16 @@ def build_parser() -> argparse.ArgumentParser:
         "takes; with thousands of TLS agents per swarm process the swarm cannot meet 2 s)",
     )
     parser.add_argument(
+        "--reports-s",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="every agent also reports as a real one does (bench/swarm/reports.py): its LLDP "
+        "neighbours once it holds state, and Counters every S seconds (the agent's default "
+        "is 5); the connected figures are taken once every agent sent Counters twice "
+        "(default 0: no reports)",
+    )
+    parser.add_argument(
         "--railctl-runs",
         type=_count,
         default=RAILCTL_RUNS,
@@ -124,6 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logs=args.logs,
         connect_timeout_s=args.connect_timeout_s,
         railctl_runs=args.railctl_runs,
+        reports_s=args.reports_s,
     )
     try:
         report = asyncio.run(_main(options))

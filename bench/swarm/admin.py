@@ -14,7 +14,7 @@ import grpc
 from controller.fabric import Link
 from railfabric import tls
 from railfabric.grpcopts import channel_options
-from railfabric.v1 import admin_pb2, admin_pb2_grpc
+from railfabric.v1 import admin_pb2, admin_pb2_grpc, state_pb2
 
 # ListAlarms is the cheapest read: it shows how long an operator waits behind the storm.
 PROBE_RPC = "ListAlarms"
@@ -104,3 +104,18 @@ class Admin:
                 break
             request.page_token = reply.next_page_token
         return connected, converged
+
+    async def reports_held(self, names: Iterable[str]) -> tuple[int, int]:
+        """Among `names`, how many switches the controller holds two Counters reports of on
+        every port (a rate window), and how many it hears every planned switch peer of by
+        LLDP as planned: what `--reports-s` sent, as the controller shows it."""
+        counted = heard = 0
+        for name in names:
+            reply = await self.stub.ListInterfaces(
+                admin_pb2.ListInterfacesRequest(switch_name=name), timeout=QUERY_TIMEOUT_S
+            )
+            ports = reply.interfaces
+            counted += bool(ports) and all(i.rate_window_ns > 0 for i in ports)
+            peers = [i for i in ports if i.plan_peer.kind == state_pb2.PEER_KIND_SWITCH]
+            heard += bool(peers) and all(i.lldp_peer == i.plan_peer for i in peers)
+        return counted, heard

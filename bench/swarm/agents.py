@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from bench.swarm import reports
 from bench.swarm.plan import AgentSpec
 from railfabric.grpc_wakeups import drain_wakeups_or_warn
 from railfabric.grpcopts import channel_options
@@ -133,6 +134,7 @@ class SimAgent:
         resets: Tally,
         gaps: Tally,
         rng: random.Random,
+        reports_interval_s: float = 0.0,
     ) -> None:
         self.spec = spec
         self.name = spec.name
@@ -157,6 +159,12 @@ class SimAgent:
         self.dropped = 0
         self._session_messages = 0
         self._outbox: asyncio.Queue[_Outgoing] | None = None
+        # With --reports (0: none): seconds between Counters; what the agent reports, made
+        # from its first state (bench/swarm/reports.py), and how many Counters it sent.
+        self.reports_interval_s = reports_interval_s
+        self._reports: tuple[control_pb2.Neighbors, control_pb2.Counters] | None = None
+        self._holds = asyncio.Event()
+        self.counters_sent = 0
 
     @property
     def holds_state(self) -> bool:
@@ -270,11 +278,16 @@ class SimAgent:
             # One task writes, as in agent/session.py: PortStatus from the coordinator and
             # Applied from the reader share the stream.
             pump = asyncio.create_task(self._pump(call, outbox), name=f"outbox-{self.name}")
+            report = None
+            if self.reports_interval_s:
+                report = asyncio.create_task(self._report(), name=f"reports-{self.name}")
             try:
                 async for reply in call:
                     self._on_message(reply)
             finally:
                 pump.cancel()
+                if report is not None:
+                    report.cancel()
                 call.cancel()
                 # A write to a stream that just ended raises InvalidStateError: the reader
                 # has its status already.
@@ -295,6 +308,24 @@ class SimAgent:
                 self.dropped += 1
         outbox.put_nowait((msg, on_sent))
         return True
+
+    async def _report(self) -> None:
+        """This session's reports: the neighbours once the agent holds state, then Counters
+        every interval, the first after a random share of it (agents' periods are not in
+        step)."""
+        await self._holds.wait()
+        assert self._reports is not None
+        neighbors, counters = self._reports
+        self._send(control_pb2.AgentMessage(neighbors=neighbors))
+        interval = self.reports_interval_s
+        await asyncio.sleep(self.rng.uniform(0, interval))
+        while True:
+            msg = control_pb2.AgentMessage()
+            msg.counters.CopyFrom(counters)
+            msg.counters.wall_ns = time.time_ns()
+            if self._send(msg):
+                self.counters_sent += 1
+            await asyncio.sleep(interval)
 
     async def _pump(
         self,
@@ -330,6 +361,9 @@ class SimAgent:
             self.generation, self.digest = state.generation, state.digest
             if not self.first_state_ns:
                 self.first_state_ns = received
+            if self.reports_interval_s and self._reports is None:
+                self._reports = (reports.neighbors(state, received), reports.counters(state))
+                self._holds.set()
         elif kind == "state_delta":
             delta = msg.state_delta
             if delta.from_generation != self.generation:
@@ -384,6 +418,9 @@ def status_of(
         "connections": sum(a.connections for a in agents),
         "resyncs": sum(a.resyncs for a in agents),
         "dropped": sum(a.dropped for a in agents),
+        "counters_sent": sum(a.counters_sent for a in agents),
+        # Agents that sent Counters twice: the controller holds two reports of theirs.
+        "reported_twice": sum(a.counters_sent >= 2 for a in agents),
         "resets": dict(resets.by_code),
         "reset_examples": resets.examples,
         "gap_examples": gaps.examples.get("delta_gap", []),

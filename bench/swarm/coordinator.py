@@ -73,6 +73,12 @@ class Options:
     connect_timeout_s: float = CONNECT_TIMEOUT_S
     # Runs of each railctl command after the cuts (0: none).
     railctl_runs: int = railctl.RUNS
+    # Seconds between each agent's Counters, with its neighbours once (0: no reports).
+    reports_s: float = 0.0
+
+
+# Switches whose reports (--reports-s) the run checks the controller holds, spread over the plan.
+REPORTS_CHECKED = 16
 
 
 def _free_port() -> int:
@@ -161,6 +167,7 @@ class Run:
             "pinning": pinning.describe(),
             "hold_down_s": o.hold_down_s,
             "connect_timeout_s": o.connect_timeout_s,
+            "reports_s": o.reports_s,
             # Others may share the machine: their load moves every figure.
             "load_average": {"before": [round(x, 2) for x in os.getloadavg()]},
         }
@@ -204,7 +211,9 @@ class Run:
                 str(own.key),
             ]
         setup["controller_args"] = [a.replace(str(self.workdir), "$RUN") for a in args]
-        await self.fleet.start(plan, address, pki, pinning, o.connect_timeout_s)
+        await self.fleet.start(
+            plan, address, pki, pinning, o.connect_timeout_s, reports_s=o.reports_s
+        )
         setup["swarm_load_s"] = round(self.fleet.load_s, 2)
 
         controller = self.controller = Controller(args, self.workdir / "controller.log", pinning)
@@ -312,6 +321,10 @@ class Run:
             quiet_ns, links_up = await self._until_quiet(
                 plan, controller, admin, storm_ns, deadline
             )
+            reports: dict[str, Any] = {"interval_s": self.options.reports_s}
+            if self.options.reports_s:
+                await self._until_reported_twice(plan, controller, deadline)
+                reports.update(await self._reports_held(plan, admin))
             totals = await self.fleet.totals()
         finally:
             probe.cancel()
@@ -346,6 +359,11 @@ class Run:
             "resyncs": totals.resyncs,
             "gap_examples": totals.gap_examples,
             "outbox_dropped": totals.dropped,
+            "reports": {
+                **reports,
+                "counters_sent": totals.counters_sent,
+                "agents_reported_twice": totals.reported_twice,
+            },
             "messages": {"count": dict(totals.messages), "bytes": dict(totals.size)},
             "controller_view": {
                 "agents": len(plan.agents),
@@ -385,6 +403,41 @@ class Run:
                     self._codes_said.add(code)
                     self.say(f"first {code} resets: {examples}")
             await asyncio.sleep(POLL_S)
+
+    async def _until_reported_twice(
+        self, plan: Plan, controller: Controller, deadline: float
+    ) -> None:
+        """With --reports-s: until every agent sent Counters twice (the controller holds its
+        last two reports, so its memory is the steady state's), and a second for the last to
+        be taken in."""
+        while True:
+            totals = await self.fleet.totals()
+            if totals.reported_twice == len(plan.agents):
+                await asyncio.sleep(1.0)
+                return
+            if controller.exit_code() is not None:
+                raise controller.failed("while the agents reported")
+            if time.monotonic() > deadline:
+                raise Failure(
+                    f"{len(plan.agents) - totals.reported_twice} of {len(plan.agents)} agents "
+                    "did not send Counters twice before the storm's deadline"
+                )
+            await asyncio.sleep(POLL_S)
+
+    @staticmethod
+    async def _reports_held(plan: Plan, admin: Admin) -> dict[str, int]:
+        """What the controller shows of the reports, for REPORTS_CHECKED switches spread
+        over the plan: Failure unless it holds two Counters and the planned LLDP peers of
+        every one of them."""
+        step = max(1, len(plan.agents) // REPORTS_CHECKED)
+        names = [spec.name for spec in plan.agents[::step]]
+        counted, heard = await admin.reports_held(names)
+        if counted != len(names) or heard != len(names):
+            raise Failure(
+                f"of {len(names)} switches checked, the controller holds two Counters of "
+                f"every port of {counted} and hears every planned switch peer of {heard}"
+            )
+        return {"switches_checked": len(names), "with_two_counters": counted, "heard": heard}
 
     async def _until_quiet(
         self, plan: Plan, controller: Controller, admin: Admin, since_ns: int, deadline: float

@@ -44,6 +44,8 @@ class Totals:
     connections: int = 0
     resyncs: int = 0
     dropped: int = 0
+    counters_sent: int = 0
+    reported_twice: int = 0
     last_received_ns: int = 0
     lag_max_ms: float = 0.0
     resets: Counter[str] = field(default_factory=Counter)
@@ -58,6 +60,8 @@ class Totals:
             setattr(self, name, getattr(self, name) + int(status[name]))
         self.resyncs += int(status["resyncs"])
         self.dropped += int(status["dropped"])
+        self.counters_sent += int(status["counters_sent"])
+        self.reported_twice += int(status["reported_twice"])
         self.last_received_ns = max(self.last_received_ns, int(status["last_received_ns"]))
         self.lag_max_ms = max(self.lag_max_ms, float(status["lag_max_ms"]))
         self.resets.update(status["resets"])
@@ -153,6 +157,8 @@ class Fleet:
         pki: Path | None,
         pinning: Pinning,
         connect_timeout_s: float,
+        *,
+        reports_s: float = 0.0,
     ) -> None:
         """Start every process and wait until each loaded the fabric and connected."""
         arrived: asyncio.Queue[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
@@ -182,6 +188,8 @@ class Fleet:
                 address,
                 "--connect-timeout-s",
                 str(connect_timeout_s),
+                "--reports-s",
+                str(reports_s),
                 *(["--insecure"] if pki is None else ["--pki", str(pki)]),
             ]
             self.processes.append(_Process(shard, argv, self.workdir / f"swarm-{shard}.log"))

@@ -55,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--shards", required=True, type=int)
     parser.add_argument("--address", required=True)
     parser.add_argument("--connect-timeout-s", type=float, default=CONNECT_TIMEOUT_S)
+    parser.add_argument("--reports-s", type=float, default=0.0)
     secure = parser.add_mutually_exclusive_group(required=True)
     secure.add_argument("--pki", type=Path)
     secure.add_argument("--insecure", action="store_true")
@@ -86,6 +87,7 @@ class Worker:
                 resets=self.resets,
                 gaps=self.gaps,
                 rng=rng,
+                reports_interval_s=args.reports_s,
             )
             for spec in plan.shard_agents(args.shard)
         ]

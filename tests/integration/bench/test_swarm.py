@@ -127,3 +127,20 @@ def test_a_fabric_without_a_cable_to_cut_is_refused_naming_why() -> None:
     assert done.returncode == 2
     assert "no cable of lab-2rail has an agent at both ends" in done.stderr
     assert done.stdout == ""
+
+
+def test_agents_report_as_real_ones_and_the_controller_holds_it() -> None:
+    """With --reports-s every agent sends its LLDP neighbours and Counters as a real agent
+    does; the connected figures wait until each sent Counters twice, and the controller shows
+    two reports of every port and every planned switch peer heard, with nothing to warn of."""
+    done = _swarm(LAB, "--cuts", "0", "--railctl-runs", "0", "--reports-s", "0.3", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["setup"]["reports_s"] == 0.3
+    reports = report["storm"]["reports"]
+    assert reports["agents_reported_twice"] == reports["switches_checked"] == 6
+    assert reports["with_two_counters"] == reports["heard"] == 6
+    assert reports["counters_sent"] >= 12
+    assert report["controller_log"]["by_level"].get("ERROR", 0) == 0
+    warnings = [e["line"] for e in report["controller_log"]["most_frequent"]]
+    assert not [w for w in warnings if "counters" in w or "alarm" in w], warnings
