@@ -61,8 +61,6 @@ SEVERITY: Mapping[str, int] = {"info": INFO, "warning": WARNING, "critical": CRI
 _SEVERITY_NAME = {v: k for k, v in SEVERITY.items()}
 # Kinds about a link as a whole: a filter by switch or rail keeps them for either end.
 LINK_KINDS = frozenset({"link_down", "drained", "latency_outlier"})
-# Counter growth between two reports that diagnose calls out.
-PFC_STORM_PAUSES = 1000
 # Names a finding lists (its ToRs, the ToR pairs of its evidence): the counts say the rest.
 NAMED_MAX = 16
 
@@ -693,39 +691,16 @@ def switch_session(v: SwitchView, now: Now) -> Cause | None:
     return None
 
 
-def counter_growth(v: SwitchView) -> list[tuple[int, str, int]]:
-    """(port, kind, growth) of the drops, ECN marks, PFC watchdog storms and PFC pauses
-    (PFC_STORM_PAUSES or more) that grew between the switch's last two counter reports."""
-    if v.last_counters is None or v.prev_counters is None:
-        return []
-    before = {p.port: p for p in v.prev_counters.ports}
-    out = []
-    for cur in v.last_counters.ports:
-        old = before.get(cur.port)
-        if old is None:
-            continue
-        grew = {
-            "drops": cur.drops - old.drops,
-            "ecn_marks": cur.ecn_marks - old.ecn_marks,
-            "pfc_storm": cur.pfc_watchdog_storms - old.pfc_watchdog_storms,
-            "pfc_pause": cur.pfc_pause_tx - old.pfc_pause_tx,
-        }
-        for kind, n in grew.items():
-            if n <= 0 or (kind == "pfc_pause" and n < PFC_STORM_PAUSES):
-                continue
-            out.append((cur.port, kind, n))
-    return out
-
-
 _COUNTER_UNIT = {"drops": "packets", "ecn_marks": "packets", "pfc_storm": "storms"}
 
 
 def counter_causes(core: DecisionCore, v: SwitchView) -> list[Cause]:
-    grown = counter_growth(v)
+    grown = v.growth
     if not grown:
         return []
-    assert v.last_counters is not None and v.prev_counters is not None
-    span_ns = max(0, v.last_counters.wall_ns - v.prev_counters.wall_ns)
+    prev = v.prev_counters
+    assert v.last_counters is not None and prev is not None
+    span_ns = max(0, v.last_counters.wall_ns - prev.wall_ns)
     out = []
     for port, kind, n in grown:
         severity = INFO if kind == "ecn_marks" else WARNING

@@ -684,7 +684,7 @@ class DecisionCore:
         """A switch's LLDP table against the cabling plan (controller/core/cabling.py)."""
         v = lookup(self.views, name)
         out = _Out()
-        v.last_seen_wall_ns, v.neighbors = now.wall_ns, msg
+        v.last_seen_wall_ns, v.neighbors_wire = now.wall_ns, msg.SerializeToString()
         verdict = self.cabling.report(name, msg.neighbors, now.mono_ns, self.alarms.active)
         for f in verdict.raised:
             alarm = AlarmRecord(
@@ -719,7 +719,7 @@ class DecisionCore:
     def counters(self, name: str, msg: control_pb2.Counters, now: Now) -> list[Effect]:
         v = lookup(self.views, name)
         v.last_seen_wall_ns = now.wall_ns
-        v.prev_counters, v.last_counters = v.last_counters, msg
+        v.take_counters(msg)
         wrong: list[str] = []  # what the report got wrong, said in one warning
         if v.state.HasField("matrix"):  # a ToR: its row of the traffic matrix
             try:

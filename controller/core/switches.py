@@ -23,6 +23,35 @@ class UnknownSwitch(ValueError):
     pass
 
 
+# Counter growth between two reports that diagnose calls out.
+PFC_STORM_PAUSES = 1000
+
+# (port, kind, growth) of a switch's counters between two reports (`counter_growth`).
+Growth = tuple[tuple[int, str, int], ...]
+
+
+def counter_growth(prev: control_pb2.Counters, last: control_pb2.Counters) -> Growth:
+    """(port, kind, growth) of the drops, ECN marks, PFC watchdog storms and PFC pauses
+    (PFC_STORM_PAUSES or more) that grew from `prev` to `last`."""
+    before = {p.port: p for p in prev.ports}
+    out = []
+    for cur in last.ports:
+        old = before.get(cur.port)
+        if old is None:
+            continue
+        grew = {
+            "drops": cur.drops - old.drops,
+            "ecn_marks": cur.ecn_marks - old.ecn_marks,
+            "pfc_storm": cur.pfc_watchdog_storms - old.pfc_watchdog_storms,
+            "pfc_pause": cur.pfc_pause_tx - old.pfc_pause_tx,
+        }
+        for kind, n in grew.items():
+            if n <= 0 or (kind == "pfc_pause" and n < PFC_STORM_PAUSES):
+                continue
+            out.append((cur.port, kind, n))
+    return tuple(out)
+
+
 def joined(state: state_pb2.DesiredState, shared: bytes) -> state_pb2.DesiredState:
     """A new message: `state` with the `shared` fields merged in (`SwitchView.shared`)."""
     out = state_pb2.DesiredState()
@@ -52,8 +81,13 @@ class SwitchView:
     last_seen_wall_ns: int = 0
     updates_written: int = 0
     last_counters: control_pb2.Counters | None = None
-    prev_counters: control_pb2.Counters | None = None
-    neighbors: control_pb2.Neighbors | None = None
+    # The agent's report before `last_counters` and its last LLDP neighbours, serialized (b"":
+    # none): only an operator's question reads them (`prev_counters`, `neighbors` parse
+    # them), and parsed, 4,672 switches' took hundreds of MiB (bench.swarm --reports-s).
+    prev_counters_wire: bytes = b""
+    neighbors_wire: bytes = b""
+    # `growth` once asked since the last report (None: not yet).
+    growth_memo: Growth | None = None
     # The agent's ports from its Hello: carrier (kept current by PortStatus; a port absent was
     # never reported) and interface name. Plain values, not PortInfo messages: a dict of ints,
     # strings and bools is never tracked by the cyclic collector, and 4,672 switches' ~270,000
@@ -78,6 +112,40 @@ class SwitchView:
     @classmethod
     def of(cls, name: str, state: state_pb2.DesiredState, shared: bytes = b"") -> SwitchView:
         return cls(name, state, frozenset(p.port for p in state.ports), shared)
+
+    @property
+    def prev_counters(self) -> control_pb2.Counters | None:
+        wire = self.prev_counters_wire
+        return control_pb2.Counters.FromString(wire) if wire else None
+
+    @property
+    def neighbors(self) -> control_pb2.Neighbors | None:
+        """The last neighbours reported; None before the first (or when it was empty)."""
+        wire = self.neighbors_wire
+        return control_pb2.Neighbors.FromString(wire) if wire else None
+
+    @property
+    def growth(self) -> Growth:
+        """The counters that grew between the switch's last two reports (`counter_growth`),
+        worked out when first asked after a report: a diagnosis asks it of every switch."""
+        if self.growth_memo is None:
+            prev, last = self.prev_counters, self.last_counters
+            growth = counter_growth(prev, last) if prev is not None and last is not None else ()
+            self.growth_memo = growth
+        return self.growth_memo
+
+    def take_counters(self, msg: control_pb2.Counters) -> None:
+        """`msg` is the agent's newest report: it becomes `last_counters`, and the one before
+        is kept serialized without what the core took from it when it came (the traffic
+        matrix, NAK samples, probe results: each reader copied what it keeps)."""
+        old = self.last_counters
+        if old is None:
+            self.prev_counters_wire = b""
+        else:
+            for taken in ("matrix_packets", "matrix_bytes", "nak_samples", "probe_results"):
+                old.ClearField(taken)
+            self.prev_counters_wire = old.SerializeToString()
+        self.last_counters, self.growth_memo = msg, None
 
     def whole_state(self) -> state_pb2.DesiredState:
         """The switch's desired state whole, in a message of its own (the core edits `state`

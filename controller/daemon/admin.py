@@ -1094,7 +1094,7 @@ def healthy(core: DecisionCore, scope: _Scope, at: Now, *, insecure: bool) -> bo
             continue
         if diagnosis.switch_session(v, at) is not None:
             return False  # not connected (critical), not converged (warning)
-        if any(kind != "ecn_marks" for _port, kind, _n in diagnosis.counter_growth(v)):
+        if any(kind != "ecn_marks" for _port, kind, _n in v.growth):
             return False  # ECN marks alone are INFO
     outliers = core.latency_outliers(at)
     for o in outliers:

@@ -57,13 +57,15 @@ class _Switch:
     def __init__(self, v: SwitchView, plan: CablingPlan) -> None:
         self.v = v
         self.plan = plan
-        self.heard = {n.port: n for n in v.neighbors.neighbors} if v.neighbors else {}
+        heard = v.neighbors
+        self.heard = {n.port: n for n in heard.neighbors} if heard is not None else {}
         self.speed = {p.port: p.speed_mbps for p in v.state.ports}
         self.neighbor = {n.port: n for n in v.state.neighbors}
         self.last = {c.port: c for c in v.last_counters.ports} if v.last_counters else {}
-        self.prev = {c.port: c for c in v.prev_counters.ports} if v.prev_counters else {}
+        self.prev_counters = prev = v.prev_counters
+        self.prev = {c.port: c for c in prev.ports} if prev is not None else {}
         counts = roce.counts_of(v.last_counters) if v.last_counters else {}
-        before = roce.counts_of(v.prev_counters) if v.prev_counters else {}
+        before = roce.counts_of(prev) if prev is not None else {}
         cnp = control_pb2.ROCE_KIND_CNP
         self.last_cnps = roce.port_totals(counts, cnp)
         self.prev_cnps = roce.port_totals(before, cnp)
@@ -98,9 +100,9 @@ class _Switch:
         out.counters_wall_ns = v.last_counters.wall_ns
         out.roce.extend(self.roce.get(port, ()))
         prev = self.prev.get(port)
-        if prev is None or v.prev_counters is None:
+        if prev is None or self.prev_counters is None:
             return out
-        window_ns = v.last_counters.wall_ns - v.prev_counters.wall_ns
+        window_ns = v.last_counters.wall_ns - self.prev_counters.wall_ns
         grew = [
             last.rx_packets - prev.rx_packets,
             last.tx_packets - prev.tx_packets,

@@ -86,6 +86,44 @@ def test_views_keep_the_fields_switches_share_once_and_every_snapshot_is_whole()
         assert control_pb2.ControllerMessage.FromString(wire.wire).desired_state == whole
 
 
+def test_a_view_keeps_the_report_before_the_last_serialized_without_what_the_core_took() -> None:
+    """Of a switch's Counters the view keeps the last, and the one before serialized without
+    the traffic matrix, NAK samples and probe results the core took in when it came; its
+    neighbours serialized too. Read back, each is what the agent said, and the growth
+    between the last two reports follows every report."""
+    h = Harness()
+    h.connect_all()
+    tor = "tor-r1-b1"
+    v = h.core.views[tor]
+    classes = len(v.whole_state().matrix.classes)
+    sent = []
+    for i, drops in enumerate((0, 5, 5)):
+        msg = control_pb2.Counters(wall_ns=h.now.wall_ns + i * 5 * S)
+        msg.ports.add(port=3, drops=drops, rx_packets=1_000 * (i + 1))
+        msg.roce_cells.append(3 * 64 + 3 * 8 + 1)
+        msg.roce_packets.append(10 * (i + 1))
+        msg.matrix_packets.extend([i] * classes)
+        msg.matrix_bytes.extend([100 * i] * classes)
+        msg.nak_samples.add(port=3, src_ipv4=1, dst_ipv4=2)
+        sent.append(msg.SerializeToString())
+        h.run(h.core.counters(tor, msg, h.now))
+        assert control_pb2.Counters.FromString(sent[-1]) == v.last_counters
+        if i == 0:
+            assert v.prev_counters is None and v.growth == ()
+            continue
+        before = control_pb2.Counters.FromString(sent[-2])
+        for taken in ("matrix_packets", "matrix_bytes", "nak_samples"):
+            before.ClearField(taken)
+        assert v.prev_counters == before and before.ports and before.roce_cells
+        assert v.growth == (((3, "drops", 5),) if i == 1 else ())
+    assert v.matrix_reports and len(v.matrix_reports[-1].packets) == classes
+    assert v.neighbors is None
+    heard = control_pb2.Neighbors()
+    heard.neighbors.add(port=3, chassis_id="02:00:00:00:00:01", port_id="2", system_name="x")
+    h.run(h.core.neighbors(tor, heard, h.now))
+    assert v.neighbors == heard and v.neighbors is not v.neighbors
+
+
 def test_port_names_from_every_hello_are_kept_as_one_string_each() -> None:
     """Every switch names its ports alike (eth1, ...): what Hellos bring is kept as one
     string per name, not one per port of every switch (23 MiB on ref-100k, 9 interned)."""
