@@ -92,7 +92,7 @@ def state_parts(
     with the shared part merged in (a second `matrix` field merges into the first: protobuf's
     rule for a singular message field seen twice); its wire is the message's serialization
     followed by the shared part. The controller holds its states so: parsed into each of
-    ref-100k's states, the shared fields took ~230 MiB of the daemon's memory (bench.swarm).
+    ref-100k's states, the shared fields took ~210 MiB of the daemon's memory (bench.swarm).
 
     Built from serialized parts, each made and hashed once: the intent-only objects
     (`_intent_part`), the switch's groups and its routes (shared between switches), parsed

@@ -159,7 +159,7 @@ class SimAgent:
         self.dropped = 0
         self._session_messages = 0
         self._outbox: asyncio.Queue[_Outgoing] | None = None
-        # With --reports (0: none): seconds between Counters; what the agent reports, made
+        # With --reports-s (0: none): seconds between Counters; what the agent reports, made
         # from its first state (bench/swarm/reports.py), and how many Counters it sent.
         self.reports_interval_s = reports_interval_s
         self._reports: tuple[control_pb2.Neighbors, control_pb2.Counters] | None = None

@@ -1,4 +1,4 @@
-"""What a real agent reports besides Applied, as the swarm's agents send it with `--reports`:
+"""What a real agent reports besides Applied, as the swarm's agents send it with `--reports-s`:
 once it holds its first state, its LLDP neighbours (agent/lldp.py), and every period the
 Counters of an idle, healthy switch (agent/main.py counters_loop):
 
@@ -18,8 +18,6 @@ from __future__ import annotations
 from railfabric.fabric_counters import ROCE_CELLS_PER_PORT, ROCE_KINDS, RoceKind
 from railfabric.v1 import control_pb2, state_pb2
 
-# Seconds between Counters: the agent's --counters-interval default.
-INTERVAL_S = 5.0
 # LLDP TTL the neighbours advertised: the agent's --lldp-ttl default.
 LLDP_TTL_S = 4
 # An idle port's cumulative figures (any nonzero values: what matters is their size).

@@ -68,7 +68,7 @@ class SwitchView:
     ports: frozenset[int] = frozenset()
     # The fields of its state that it shares with other switches (its port layout's QoS, a
     # ToR's traffic matrix classes), serialized: one object for all that share them, where
-    # parsed into each state they took ~230 MiB of the daemon's on ref-100k. The state is
+    # parsed into each state they took ~210 MiB of the daemon's on ref-100k. The state is
     # `state` with them merged in; its snapshot's wire, `state`'s followed by them.
     shared: bytes = b""
     applied_generation: int = 0

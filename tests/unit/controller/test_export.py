@@ -201,7 +201,7 @@ def test_a_tors_traffic_matrix_counts_its_host_ports_by_destination_tor() -> Non
 def test_switches_alike_share_one_object_of_the_fields_they_have_alike() -> None:
     """`state_parts` leaves out of a switch's message the fields it has alike with others
     (its port layout's QoS, a ToR's traffic matrix classes) and gives them as one bytes object
-    for all (parsed into each of ref-100k's states, ~230 MiB of the controller's). Merged in
+    for all (parsed into each of ref-100k's states, ~210 MiB of the controller's). Merged in
     or appended to the message's wire, they make the whole state, whose digest the message
     carries."""
     fabric = load_fabric(LAB)
