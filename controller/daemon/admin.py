@@ -23,7 +23,6 @@ from google.protobuf.message import Message
 from controller.core import diagnosis, latency, matrix
 from controller.core.clock import Now
 from controller.core.drains import DrainConflict, DrainError, DrainNotFound, DrainRefused
-from controller.core.links import LinkState
 from controller.core.machine import DecisionCore, link_state_message
 from controller.core.planner import PlannedLink
 from controller.core.records import AlarmRecord, DrainRecord
@@ -31,6 +30,7 @@ from controller.core.steps import finish
 from controller.core.switches import SwitchView, UnknownSwitch, lookup
 from controller.daemon import latency_view, pages
 from controller.daemon.interfaces import UnknownPort, interfaces
+from controller.daemon.link_wire import PlannedWires, SinceFields, link_info_wire
 from controller.daemon.lldp import lldp_ports
 from controller.daemon.pages import BadPage, Cursor, Item, Section, SortedSection
 from controller.daemon.reloads import IntentInvalid, Reloader, TooManyWithdrawn
@@ -38,7 +38,7 @@ from controller.daemon.runner import Runner, now
 from controller.daemon.service import Sessions, TablesUnavailable
 from controller.yamlnodes import IntentError
 from railfabric import tls
-from railfabric.protowire import double_field, len_field, uint_field
+from railfabric.protowire import len_tag, varint
 from railfabric.v1 import admin_pb2, admin_pb2_grpc, control_pb2, state_pb2
 
 _Ctx = grpc.aio.ServicerContext[object, object]
@@ -73,74 +73,6 @@ _T = TypeVar("_T")
 DIAGNOSIS_REUSE_NS = 30_000_000_000
 
 
-_LinkInfo = admin_pb2.LinkInfo
-_INT64 = (1 << 64) - 1  # a negative int64 is its two's complement as a varint
-_STATE_FIELDS = {
-    s: uint_field(_LinkInfo.STATE_FIELD_NUMBER, link_state_message(s)) for s in LinkState
-}
-
-
-def planned_link_info(link: PlannedLink) -> bytes:
-    """The part of a LinkInfo the plan fixes, serialized by hand: the first listing after a
-    plan loads makes it for every link (135,168 on ref-100k), and building each as a
-    message took 1.3 s of that listing."""
-    parts = [
-        len_field(_LinkInfo.A_FIELD_NUMBER, _link_end(*link.a)),
-        len_field(_LinkInfo.B_FIELD_NUMBER, _link_end(*link.b)),
-    ]
-    if link.speed_mbps:
-        parts.append(uint_field(_LinkInfo.SPEED_MBPS_FIELD_NUMBER, link.speed_mbps))
-    if link.length_m:
-        parts.append(double_field(_LinkInfo.LENGTH_M_FIELD_NUMBER, link.length_m))
-    return b"".join(parts)
-
-
-def _link_end(switch: str, port: int) -> bytes:
-    name = len_field(admin_pb2.LinkEnd.SWITCH_NAME_FIELD_NUMBER, switch.encode())
-    return name + uint_field(admin_pb2.LinkEnd.PORT_FIELD_NUMBER, port) if port else name
-
-
-class SinceFields:
-    """Links' since_wall_ns fields as shown at `at`, each encoded once: the links that changed
-    together (a switch's Hello brings up its ~30 links at once) share their since, and its
-    9-byte varint was the costliest part of a page of links."""
-
-    __slots__ = ("_at", "_memo")
-
-    def __init__(self, at: Now) -> None:
-        self._at = at
-        self._memo: dict[int, bytes] = {}
-
-    def __call__(self, since_mono_ns: int) -> bytes:
-        field = self._memo.get(since_mono_ns)
-        if field is None:
-            wall = self._at.wall_of(since_mono_ns) & _INT64
-            field = uint_field(_LinkInfo.SINCE_WALL_NS_FIELD_NUMBER, wall)
-            self._memo[since_mono_ns] = field
-        return field
-
-
-def link_info_wire(core: DecisionCore, key: str, planned: bytes, since: SinceFields) -> bytes:
-    """A planned link (`planned_link_info`) with its state as routing sees it, serialized: the
-    observed fields appended to the plan's (a parser takes fields in any order). Pages of
-    ListLinks and GetTopology join these: parsing the plan's part into a message, setting
-    the observed fields, then sizing and copying the message into its page took twice as long
-    (135,168 links on ref-100k)."""
-    state, since_ns, flaps = core.tracker.shown(key)
-    parts = [planned, _STATE_FIELDS[state]]
-    # 0 (left out) for a link whose state never changed: unknown since the start.
-    if since_ns:
-        parts.append(since(since_ns))
-    if flaps:
-        parts.append(uint_field(_LinkInfo.FLAPS_FIELD_NUMBER, flaps))
-    if reason := core.link_reason(key):
-        parts.append(len_field(_LinkInfo.REASON_FIELD_NUMBER, reason.encode()))
-    if (d := core.drains.get(key)) is not None:
-        drain = core.drain_message(d).SerializeToString()
-        parts.append(len_field(_LinkInfo.DRAIN_FIELD_NUMBER, drain))
-    return b"".join(parts)
-
-
 def _ref(obj: object) -> Callable[[], object]:
     """A weak reference where the object allows one: an index must not keep an old plan."""
     try:
@@ -160,8 +92,7 @@ class PlanIndex:
         self._tracker = _ref(core.tracker)
         self.links: list[PlannedLink] = list(core.links())
         self.link_pos = {link.key: i for i, link in enumerate(self.links)}
-        # Filled as pages need them: building them all at once would hold up the first page.
-        self.planned_info: list[bytes | None] = [None] * len(self.links)
+        self.planned = PlannedWires(self.links)
         self.switches: Sequence[admin_pb2.SwitchInfo] = core.planner.switches()
         self.switch_pos = {s.name: i for i, s in enumerate(self.switches)}
         self.rail_of = {s.name: s.rail for s in self.switches}
@@ -398,25 +329,30 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
     def _link_section(
         self,
         scope: _Scope,
-        keep: Callable[[str], bool],
+        keep: Callable[[str], bool] | None,
         item: Callable[[PlannedLink, int], Item],
     ) -> Section:
-        """The links `scope` is about that `keep` keeps (by key), as `item` shows them (the
-        link, its position in the index)."""
+        """The links `scope` is about that `keep` keeps (by key; None: every one), as `item`
+        shows them (the link, its position in the index)."""
         ix = self._index()
         links = ix.links
 
         def items(pos: int) -> Sequence[Item]:
             link = links[pos]
-            if not scope.link(link.a[0], link.b[0]) or not keep(link.key):
+            if not scope.link(link.a[0], link.b[0]) or (keep is not None and not keep(link.key)):
                 return ()
             return (item(link, pos),)
+
+        def every(chunk: Sequence[int]) -> list[Sequence[Item]]:
+            # Every link of the fabric (railctl links, GetTopology): nothing to check.
+            return [(item(links[pos], pos),) for pos in chunk]
 
         return Section(
             ix.link_positions(scope.switch, scope.rail),
             lambda pos: links[pos].key,
             ix.link_pos.get,
             items,
+            every if scope.everything and keep is None else None,
         )
 
     def _switch_section(
@@ -456,20 +392,17 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
     def link_wires(self, at: Now) -> Callable[[PlannedLink, int], bytes]:
         """A link (and its position in the index) as the admin API shows it at `at`,
         serialized (`link_info_wire`)."""
-        core, planned, since = self.fabric, self._index().planned_info, SinceFields(at)
+        core, planned, since = self.fabric, self._index().planned, SinceFields(at)
 
         def wire(link: PlannedLink, pos: int) -> bytes:
-            fixed = planned[pos]
-            if fixed is None:
-                fixed = planned[pos] = planned_link_info(link)
-            return link_info_wire(core, link.key, fixed, since)
+            return link_info_wire(core, link.key, planned[pos], since)
 
         return wire
 
     def link_infos(self, at: Now) -> Callable[[PlannedLink, int], admin_pb2.LinkInfo]:
         """`link_wires` as messages."""
         wire = self.link_wires(at)
-        return lambda link, pos: _LinkInfo.FromString(wire(link, pos))
+        return lambda link, pos: admin_pb2.LinkInfo.FromString(wire(link, pos))
 
     async def GetTopology(
         self, request: admin_pb2.GetTopologyRequest, context: _Ctx
@@ -477,7 +410,7 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
         planner = self.fabric.planner
         sections = [self._switch_section(_Scope(), lambda info: (info,))]
         if not request.without_links:
-            sections.append(self._link_section(_Scope(), _always, self.link_wires(now())))
+            sections.append(self._link_section(_Scope(), None, self.link_wires(now())))
 
         def answer(items: list[list[Item]]) -> admin_pb2.Topology:
             reply = admin_pb2.Topology(
@@ -508,10 +441,12 @@ class AdminService(admin_pb2_grpc.FabricAdminServicer):
                 )
         tracker = core.tracker
 
-        def keep(key: str) -> bool:
+        def kept(key: str) -> bool:
             if request.only_down and core.routable(key):
                 return False
             return not states or link_state_message(tracker.state(key)) in states
+
+        keep = kept if request.only_down or states else None
 
         return await self._page(
             context,
@@ -941,10 +876,6 @@ def _matrix_samples(
         )
 
 
-def _always(_key: str) -> bool:
-    return True
-
-
 def _of(items: list[Item], kind: type[_M]) -> list[_M]:
     """A section's items as the message type that section yields."""
     del kind  # for the type checker only
@@ -954,7 +885,8 @@ def _of(items: list[Item], kind: type[_M]) -> list[_M]:
 def _repeated(number: int, items: list[Item]) -> bytes:
     """The items of a section that yields them serialized, as repeated field `number` of its
     reply: parsed into the reply in one call."""
-    return b"".join(len_field(number, cast("bytes", item)) for item in items)
+    tag, wires = len_tag(number), cast("list[bytes]", items)
+    return b"".join([b for w in wires for b in (tag, varint(len(w)), w)])
 
 
 def _with_token(reply: _Reply, last: Cursor | None, method: str, query: str) -> _Reply:

@@ -4,7 +4,7 @@ A list is a sequence of sections (GetTopology: switches, then links), each an or
 of candidates that yield zero or more items (a link passing the filters yields its LinkInfo;
 a switch yields its diagnose findings). A page holds at most `page_size` items and
 MAX_PAGE_BYTES of them, so that a client with gRPC's default 4 MiB receive limit reads every
-page, whatever the fabric. `read_steps` reads it one candidate at a time, so that the admin
+page, whatever the fabric. `read_steps` reads it CHUNK candidates at a time, so that the admin
 service can let the event loop run between slices of a long page (admin.py).
 
 The page token names the last item given: its section, the candidate's key (a link key, a
@@ -39,6 +39,10 @@ DEFAULT_PAGE_SIZE = MAX_PAGE_SIZE
 MAX_PAGE_BYTES = 2 * 1024 * 1024
 # What one item costs in its repeated field beyond ByteSize(): the tag and the length prefix.
 _ITEM_FRAMING = 6
+# Candidates read between two pauses of `read_steps`, their items made in one call
+# (`Section.many`): a pause and a call per candidate were a third of the time a page of 5,000
+# links took. A chunk of links is well under a millisecond.
+CHUNK = 64
 
 
 # A list's item: a message, or one already serialized (a LinkInfo: admin.link_info_wire).
@@ -124,7 +128,9 @@ class Section:
     """Candidates in the list's order, found again by key. `positions` are ascending
     positions in the section's full order (all of it, or the ones that can match a filter);
     `key_at(pos)` names a candidate, `pos_of(key)` finds it (None when gone); `items(pos)` are
-    its items ([] when it does not pass the filters)."""
+    its items ([] when it does not pass the filters). `many(positions)` gives the items of
+    each of several candidates in one call, where a section has a faster way than `items`
+    for each."""
 
     def __init__(
         self,
@@ -132,11 +138,13 @@ class Section:
         key_at: Callable[[int], str],
         pos_of: Callable[[str], int | None],
         items: Callable[[int], Sequence[Item]],
+        many: Callable[[Sequence[int]], list[Sequence[Item]]] | None = None,
     ) -> None:
         self.positions = positions
         self.key_at = key_at
         self.pos_of = pos_of
         self.items = items
+        self.many = many if many is not None else lambda chunk: [items(pos) for pos in chunk]
 
     def resume(self, cursor: Cursor) -> tuple[int, int]:
         """The index in `positions` to go on from after `cursor`, and how many of that
@@ -188,8 +196,8 @@ def read_steps(
     size: int,
     max_bytes: int | None = None,
 ) -> Generator[None, None, Page]:
-    """`read`, pausing (a bare yield) after each candidate it looked at; its return value is
-    the page. Whatever runs during a pause may change what later candidates show."""
+    """`read`, pausing (a bare yield) after each CHUNK candidates it looked at; its return
+    value is the page. Whatever runs during a pause may change what later candidates show."""
     budget = MAX_PAGE_BYTES if max_bytes is None else max_bytes
     out: list[list[Item]] = [[] for _ in sections]
     if size <= 0:
@@ -201,22 +209,22 @@ def read_steps(
         section = sections[s]
         start, skip = section.resume(after) if after is not None and s == first else (0, 0)
         positions = section.positions
-        for i in range(start, len(positions)):
-            pos = positions[i]
-            items = section.items(pos)
-            for j in range(skip, len(items)):
-                item = items[j]
-                n = (len(item) if isinstance(item, bytes) else item.ByteSize()) + _ITEM_FRAMING
-                if count >= size or (count and used + n > budget):
-                    # `item` is the first of the next page; name the last one of this page
-                    # (its key only now: an event's costs a scan).
-                    assert last is not None  # count > 0
-                    ls, lpos, lj = last
-                    return Page(out, Cursor(ls, lpos, sections[ls].key_at(lpos), lj))
-                out[s].append(item)
-                count += 1
-                used += n
-                last = (s, pos, j)
-            skip = 0
+        for lo in range(start, len(positions), CHUNK):
+            chunk = positions[lo : lo + CHUNK]
+            for pos, items in zip(chunk, section.many(chunk), strict=True):
+                for j in range(skip, len(items)):
+                    item = items[j]
+                    n = (len(item) if isinstance(item, bytes) else item.ByteSize()) + _ITEM_FRAMING
+                    if count >= size or (count and used + n > budget):
+                        # `item` is the first of the next page; name the last one of this page
+                        # (its key only now: an event's costs a scan).
+                        assert last is not None  # count > 0
+                        ls, lpos, lj = last
+                        return Page(out, Cursor(ls, lpos, sections[ls].key_at(lpos), lj))
+                    out[s].append(item)
+                    count += 1
+                    used += n
+                    last = (s, pos, j)
+                skip = 0
             yield
     return Page(out, None)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from railfabric.protowire import double_field, len_field, uint_field, varint
+from railfabric.protowire import double_field, len_field, len_tag, uint_field, varint
 from railfabric.v1 import admin_pb2, control_pb2, state_pb2
 
 
@@ -33,6 +33,7 @@ def test_fields_are_what_protobuf_writes(value: int, payload: bytes) -> None:
     state = state_pb2.DesiredState(switch_name=payload.hex())
     wire = control_pb2.ControllerMessage(desired_state=state).SerializeToString()
     assert len_field(1, state.SerializeToString()) == wire
+    assert len_tag(1) + varint(len(state.SerializeToString())) + state.SerializeToString() == wire
 
 
 @given(st.floats(allow_nan=False))
