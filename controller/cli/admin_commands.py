@@ -14,7 +14,7 @@ import asyncio
 import functools
 import os
 import sys
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -101,13 +101,15 @@ def _link_state(state: int, drained: bool) -> str:
 _LINK_HEADER = ["a", "b", "speed", "state", "since", "flaps", "why not routed"]
 
 
-def _link_rows(links: Iterable[admin_pb2.LinkInfo]) -> list[Sequence[object]]:
-    """A row per link: 135,168 on ref-100k, so each field is read once, and a cell many links
-    share (a state, a speed, the since of links that came up together) is made once."""
-    rows: list[Sequence[object]] = []
+def _link_rows(links: Iterable[admin_pb2.LinkInfo]) -> list[tuple[str, ...]]:
+    """A row per link, of strings: 135,168 on ref-100k, so each field is read once, and a
+    cell many links share (a state, a speed, the since of links that came up together, a
+    flap count) is made once."""
+    rows: list[tuple[str, ...]] = []
     states: dict[tuple[int, bool], str] = {}
     speeds: dict[int, str] = {}
     whens: dict[int, str] = {}
+    counts: dict[int, str] = {}
     for link in links:
         a, b = link.a, link.b
         shown = (link.state, link.HasField("drain"))
@@ -122,6 +124,10 @@ def _link_rows(links: Iterable[admin_pb2.LinkInfo]) -> list[Sequence[object]]:
         when = whens.get(since)
         if when is None:
             when = whens[since] = _when(since)
+        flaps = link.flaps
+        count = counts.get(flaps)
+        if count is None:
+            count = counts[flaps] = str(flaps)
         rows.append(
             (
                 f"{a.switch_name}:{a.port}",
@@ -129,7 +135,7 @@ def _link_rows(links: Iterable[admin_pb2.LinkInfo]) -> list[Sequence[object]]:
                 speed,
                 state,
                 when,
-                link.flaps,
+                count,
                 link.reason or "-",
             )
         )
@@ -142,8 +148,8 @@ def _render_links(r: admin_pb2.ListLinksResponse) -> list[str]:
 
 @dataclass(frozen=True)
 class Listed:
-    """A list's whole answer, and its table when it was made page by page while later pages
-    came (empty for --json)."""
+    """A list's whole answer (for --json), or its table made page by page while later pages
+    came, with the last page."""
 
     reply: Message
     table: Table
@@ -331,6 +337,8 @@ async def every_page(
     call: Callable[..., Awaitable[_Paged]],
     request: Message,
     each: Callable[[_Paged], None] | None = None,
+    *,
+    merge: bool = True,
 ) -> _Paged:
     """All pages of a paged list as one answer: the repeated fields of every page in order,
     the other fields as the last page has them (the newest), no next_page_token. A page the
@@ -339,7 +347,8 @@ async def every_page(
 
     `each` is given every page, in order, in a thread while the next page is asked for: what
     a long list costs per page on this side (`railctl links`' rows) is done while the
-    controller builds the next one."""
+    controller builds the next one; with `merge` False the answer is the last page alone (the
+    caller took every page through `each`: ref-100k's links merged took ~50 ms)."""
     replies: list[_Paged] = []
     aborted = 0
     pending = asyncio.ensure_future(call(request, timeout=RPC_TIMEOUT_S))
@@ -365,7 +374,7 @@ async def every_page(
     finally:
         pending.cancel()  # the next page, when the one before failed
     last = replies[-1]
-    if len(replies) == 1:
+    if len(replies) == 1 or not merge:
         return last
     merged = type(last)()
     for reply in replies:
@@ -401,8 +410,14 @@ async def _q_links(stub: Stub, a: argparse.Namespace) -> Listed:
     if a.rail is not None:
         req.rail = a.rail
     rows = Table(_LINK_HEADER)
-    each = None if a.json else lambda page: rows.add(_link_rows(page.links))
-    return Listed(await every_page(stub.ListLinks, req, each), rows)
+    if a.json:
+        return Listed(await every_page(stub.ListLinks, req), rows)
+
+    def each(page: Message) -> None:
+        assert isinstance(page, admin_pb2.ListLinksResponse)  # the stub types pages loosely
+        rows.add_text(_link_rows(page.links))
+
+    return Listed(await every_page(stub.ListLinks, req, each, merge=False), rows)
 
 
 # `switches --state`: the request field each one sets, and to what.

@@ -76,17 +76,20 @@ class Table:
     out."""
 
     def __init__(self, header: Sequence[str]) -> None:
-        self._cells = [list(map(str, header))]
+        self._cells: list[tuple[str, ...]] = [tuple(map(str, header))]
         self._widths = [len(c) for c in self._cells[0]]
 
     def add(self, rows: Iterable[Sequence[object]]) -> None:
-        cells = [list(map(str, r)) for r in rows]
-        if cells:
-            columns = zip(*cells, strict=True)
+        self.add_text([tuple(map(str, r)) for r in rows])
+
+    def add_text(self, rows: list[tuple[str, ...]]) -> None:
+        """`add` for rows made of strings already (`railctl links` makes 135,168 so)."""
+        if rows:
+            columns = zip(*rows, strict=True)
             self._widths = [
                 max(w, *map(len, c)) for w, c in zip(self._widths, columns, strict=True)
             ]
-            self._cells += cells
+            self._cells += rows
 
     def lines(self) -> list[str]:
         # One format for every row: a table of 135,168 links in a second, not three.

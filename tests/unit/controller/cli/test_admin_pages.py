@@ -526,6 +526,13 @@ async def test_railctl_follows_every_page_into_one_answer() -> None:
     # Each page handed over as it came, in order (railctl links makes its rows so).
     assert [len(page.links) for page in seen] == [3, 3, 2]
     assert [link for page in seen for link in page.links] == list(whole.links)
+    # Without merging, the pages are handed over all the same and the answer is the last.
+    calls, seen = 0, []
+    last = await admin_commands.every_page(
+        small_pages, admin_pb2.ListLinksRequest(), seen.append, merge=False
+    )
+    assert calls == 3 and last == seen[-1] and list(last.links) == list(whole.links)[6:]
+    assert [link for page in seen for link in page.links] == list(whole.links)
 
     async def diagnose_pages(request: admin_pb2.DiagnoseRequest, **_kw: Any) -> Any:
         request.page_size = 2
