@@ -53,7 +53,9 @@ def parse_ipv4(text: str) -> int:
 
 
 def mac_str(mac: int) -> str:
-    return ":".join(f"{(mac >> s) & 255:02x}" for s in range(40, -8, -8))
+    """The low 48 bits of `mac` as "aa:bb:cc:dd:ee:ff" (`railctl expand` writes 107,072 on
+    ref-100k: a format per byte took 0.5 s of it)."""
+    return (mac & 0xFFFF_FFFF_FFFF).to_bytes(6, "big").hex(":")
 
 
 def parse_mac(text: str) -> int:

@@ -8,9 +8,19 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from controller.daemon.core_planner import CorePlanner
-from controller.fabric import LatencyIntent, LldpIntent, RoceIntent, Role, ipv4_str, mac_str
+from controller.fabric import (
+    LatencyIntent,
+    LldpIntent,
+    RoceIntent,
+    Role,
+    ipv4_str,
+    mac_str,
+    parse_mac,
+)
 from controller.intent import IntentError, load_fabric, load_fabric_text, to_explicit_yaml
 from controller.intent_keys import LIMITS, Limit
 from controller.topology import host_nics, switch_ports
@@ -648,3 +658,10 @@ def test_overrides_round_trip_as_integers() -> None:
     fabric = load_fabric_text(text, "f.yaml")
     assert fabric.qos.overrides == (("ecn_kmin_bytes", 5000),)
     assert load_fabric_text(to_explicit_yaml(fabric), "again.yaml") == fabric
+
+
+@given(st.integers(-(2**64), 2**64))
+def test_a_mac_is_its_low_48_bits_byte_by_byte(value: int) -> None:
+    want = ":".join(f"{(value >> s) & 255:02x}" for s in range(40, -8, -8))
+    assert mac_str(value) == want
+    assert parse_mac(want) == value & (2**48 - 1)
