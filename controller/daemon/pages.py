@@ -45,7 +45,7 @@ _ITEM_FRAMING = 6
 CHUNK = 64
 
 
-# A list's item: a message, or one already serialized (a LinkInfo: admin.link_info_wire).
+# A list's item: a message, or one already serialized (a LinkInfo: link_wire.link_info_wire).
 Item = Message | bytes
 
 

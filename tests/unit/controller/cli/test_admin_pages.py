@@ -161,7 +161,7 @@ async def test_an_old_client_without_paging_fields_gets_everything_on_a_small_fa
 
 
 async def test_links_joined_from_their_wire_are_the_core_s_links_field_by_field() -> None:
-    # Pages join each link's serialized plan and observed fields (admin.link_info_wire);
+    # Pages join each link's serialized plan and observed fields (link_wire.link_info_wire);
     # every field must be what the core says, built here the plain way.
     h = lab()
     flapped = "tor-r1-b2:3--spine-p1-1:3"
@@ -194,7 +194,7 @@ async def test_links_joined_from_their_wire_are_the_core_s_links_field_by_field(
     assert any(x.HasField("drain") for x in expected)
     assert any(x.flaps >= 2 for x in expected)
     assert any(x.reason for x in expected) and all(x.since_wall_ns for x in expected)
-    # Links that changed together share their since (encoded once: admin.SinceFields), and
+    # Links that changed together share their since (encoded once: link_wire.SinceFields), and
     # the flapped link's differs.
     sinces = [x.since_wall_ns for x in expected]
     assert 1 < len(set(sinces)) < len(sinces)
