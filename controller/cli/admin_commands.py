@@ -148,8 +148,8 @@ def _render_links(r: admin_pb2.ListLinksResponse) -> list[str]:
 
 @dataclass(frozen=True)
 class Listed:
-    """A list's whole answer (for --json), or its table made page by page while later pages
-    came, with the last page."""
+    """A list's answer: the whole list (--json), or its last page with the table made page by
+    page while later pages came."""
 
     reply: Message
     table: Table
