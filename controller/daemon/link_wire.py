@@ -64,7 +64,7 @@ class PlannedWires:
 
 
 def _tail(link: PlannedLink) -> bytes:
-    """A link's speed and length fields (each left out when 0)."""
+    """A link's speed and length fields (each left out when 0; a length of -0.0 too)."""
     out = b""
     if link.speed_mbps:
         out += uint_field(_LinkInfo.SPEED_MBPS_FIELD_NUMBER, link.speed_mbps)
