@@ -25,7 +25,7 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -88,7 +88,9 @@ class Target(Protocol):
 
     async def read_pipeline(self) -> tuple[Pipeline, list[p4r.Entity]]: ...
 
-    async def write(self, updates: Encoded) -> list[UpdateError]: ...
+    def write(self, updates: Encoded) -> Awaitable[list[UpdateError]]:
+        """Start one Write; P4Target.write sends it before the caller's next turn."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -523,7 +525,8 @@ class Writer:
                     self.writes += 1
                     self.updates_written += len(chunk)
                     in_flight.append((chunk, asyncio.ensure_future(self.target.write(encoded))))
-                    await asyncio.sleep(0)  # let the Write go out before encoding the next
+                    # One turn: the Write goes out (P4Target.write) before the next is encoded.
+                    await asyncio.sleep(0)
             await settle(0)
         finally:
             # Only when a Write raised (target lost): the others' results no longer matter;
