@@ -26,8 +26,9 @@ from railfabric import tls
 
 RAILCTL = Path(sys.executable).parent / "railctl"
 # The read commands an operator runs on a large fabric (each should answer in <= 2 s on
-# ref-100k; `expand` in <= 5 s).
-COMMANDS = ("topology", "links", "switches", "events", "alarms", "diagnose")
+# ref-100k; `expand` in <= 5 s), each a command line after the connection's flags; a script's
+# `--json links` too.
+COMMANDS = ("topology", "links", "--json links", "switches", "events", "alarms", "diagnose")
 RUNS = 3
 # `diagnose` exits 3 when it finds problems: an answer all the same.
 _ANSWERED = {"diagnose": (0, 3)}
@@ -101,7 +102,8 @@ async def measure(
     out: dict[str, Any] = {"runs": runs}
     for command in COMMANDS:
         answered = _ANSWERED.get(command, (0,))
-        ran = [await run_once([*connection, command], prefix, answered) for _ in range(runs)]
+        args = [*connection, *command.split()]
+        ran = [await run_once(args, prefix, answered) for _ in range(runs)]
         out[command] = _figures(f"railctl {command}", ran)
     ran = [await run_once(["expand", fabric], prefix) for _ in range(runs)]
     out["expand"] = _figures("railctl expand", ran)

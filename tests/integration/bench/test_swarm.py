@@ -116,6 +116,7 @@ def test_every_figure_is_reported_with_its_sample(tmp_path: Path) -> None:
     # One line per switch and a header at least: the answer, not an error.
     assert ops["switches"]["lines"] > 6
     assert ops["links"]["lines"] > 8
+    assert ops["--json links"]["bytes"] > ops["links"]["bytes"]  # every field of every link
     assert ops["diagnose"]["exit_code"] in (0, 3)
 
     assert "serving fabric lab-2rail" in (logs / "controller.log").read_text()
