@@ -21,6 +21,7 @@ import datetime
 import functools
 import math
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii as _string
 from typing import Any
 
@@ -186,8 +187,33 @@ def _emit(value: Any, newline: str, out: list[str]) -> None:
                 _emit(item, inner, out)
             head = "," + inner
         out.append(newline + "]")
+    elif type(value) is Written:
+        out.append(value.text)
     else:
         raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """Elements of a JSON list, written as `dumps` writes them where they go (`written`):
+    `dumps` puts the text in as it is. railctl writes a long list's pages so, each while the
+    next page comes."""
+
+    text: str
+
+
+def written(items: Sequence[Any], depth: int) -> Written | None:
+    """`items`, elements of a list `depth` levels into the data (the list of a dict given to
+    `dumps` is at depth 1, its elements at 2), as `dumps` writes them there; None for none."""
+    if not items:
+        return None
+    newline = "\n" + "  " * depth
+    out: list[str] = []
+    for item in items:
+        if out:
+            out.append("," + newline)
+        _emit(item, newline, out)
+    return Written("".join(out))
 
 
 # A message type's fields as `to_json` reads them: name, how (_PLAIN, _REPEATED, _PRESENCE: a

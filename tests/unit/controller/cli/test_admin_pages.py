@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import json
 import math
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from google.protobuf.message import Message
 
 from controller.cli import admin_commands, railctl
+from controller.cli.output import dumps, to_json
 from controller.core.machine import link_state_message
 from controller.daemon import pages
 from controller.daemon.admin import AdminService
@@ -619,3 +621,27 @@ async def test_railctl_topology_s_table_asks_without_links_and_its_json_with_the
     # An older controller sends no count, and every link: the table counts those.
     whole.ClearField("link_count")
     assert admin_commands._render_topology(whole)[0] == first
+
+
+@pytest.mark.parametrize("argv", [["--json", "links"], ["--json", "links", "--switch", "nope"]])
+async def test_railctl_json_links_written_page_by_page_is_the_whole_list(argv: list[str]) -> None:
+    api = AdminService(lab().core, insecure=True)
+    pages_sent = 0
+
+    async def small_pages(request: admin_pb2.ListLinksRequest, **_kw: Any) -> Any:
+        nonlocal pages_sent
+        pages_sent += 1
+        request.page_size = 3
+        if request.switch_name == "nope":  # a filter nothing matches: no link at all
+            return admin_pb2.ListLinksResponse()
+        return await api.ListLinks(request, CTX)
+
+    a = railctl.build_parser().parse_args(argv)
+    listed = await admin_commands._q_links(cast(Any, argparse.Namespace(ListLinks=small_pages)), a)
+    whole = await api.ListLinks(admin_pb2.ListLinksRequest(), CTX)
+    expected = to_json(whole if a.switch is None else admin_pb2.ListLinksResponse())
+    del expected["next_page_token"]
+    printed = dumps(admin_commands._message_json(listed, a))
+    assert printed == json.dumps(expected, indent=2)
+    assert pages_sent == (3 if a.switch is None else 1)  # 8 links, 3 a page
+    assert json.loads(printed)["links"] == expected["links"]
