@@ -58,7 +58,11 @@ class Relay:
                 client, _ = self.listener.accept()
             except OSError:
                 return  # closed
-            server = socket.create_connection(self.target)
+            try:
+                server = socket.create_connection(self.target)
+            except OSError:  # the server is gone (the test is ending)
+                client.close()
+                continue
             for src, dst, count in ((client, server, True), (server, client, False)):
                 threading.Thread(target=self._pump, args=(src, dst, count), daemon=True).start()
 
