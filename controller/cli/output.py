@@ -259,7 +259,8 @@ def _converter(field: Any) -> Callable[[Any], Any] | None:
         return to_json
     if kind == FieldDescriptor.TYPE_ENUM:
         enum = field.enum_type
-        names = {v.number: v.name for v in enum.values} if enum is not None else {}
+        by_number = enum.values_by_number if enum is not None else {}
+        names = {number: value.name for number, value in by_number.items()}
         return lambda value: names.get(value, value)
     if kind in _INT_TYPES:
         name = field.name
