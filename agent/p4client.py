@@ -99,10 +99,8 @@ class P4Target:
         self.device_config = device_config
         self._backoff = backoff or Backoff(initial_s=0.2, maximum_s=5.0)
         self._client: P4Client | None = None
-        # The Write method on the client's channel, made once per connection.
-        self._write_rpc: (
-            tuple[P4Client, grpc.aio.UnaryUnaryMultiCallable[bytes, p4r.WriteResponse]] | None
-        ) = None
+        # The Write method on the client's channel (`write`), made with each connection.
+        self._write_rpc: grpc.aio.UnaryUnaryMultiCallable[bytes, p4r.WriteResponse] | None = None
         self._stream_lock = asyncio.Lock()
         self.primary = asyncio.Event()
         # The stream answered our arbitration (the target is there, primary or not).
@@ -137,6 +135,11 @@ class P4Target:
             try:
                 async with P4Client(self.address, self._credentials()) as client:
                     self._client = client
+                    channel = client.channel
+                    assert channel is not None  # open inside the `async with`
+                    self._write_rpc = channel.unary_unary(
+                        WRITE_METHOD, None, p4r.WriteResponse.FromString
+                    )
                     await self._send(
                         p4r.StreamMessageRequest(
                             arbitration=p4r.MasterArbitrationUpdate(
@@ -379,7 +382,7 @@ class P4Target:
 
         The writer hands over updates already in wire format (Codec.encode_updates): they
         follow the request's own fields as they are, never parsed into a message here."""
-        client = self._require()
+        self._require()
         if isinstance(updates, Encoded):
             data, count = updates.data, updates.count
         else:
@@ -389,16 +392,8 @@ class P4Target:
             election_id=self._election,
             atomicity=p4r.WriteRequest.CONTINUE_ON_ERROR,
         ).SerializeToString()
-        rpc = self._write_rpc
-        if rpc is None or rpc[0] is not client:
-            channel = client.channel
-            if channel is None:
-                raise ConnectionError(f"target {self.address}: not connected")
-            rpc = self._write_rpc = (
-                client,
-                channel.unary_unary(WRITE_METHOD, None, p4r.WriteResponse.FromString),
-            )
-        return _write_result(rpc[1](head + data, timeout=WRITE_TIMEOUT_S), count)
+        assert self._write_rpc is not None  # made with the connection `_require` found
+        return _write_result(self._write_rpc(head + data, timeout=WRITE_TIMEOUT_S), count)
 
     async def read_port_counters(self, reader: PortCounterReader) -> dict[int, dict[str, Any]]:
         """port → PortCounters field → value, read as `reader` says for this kind of target

@@ -151,10 +151,9 @@ def _render_links(r: admin_pb2.ListLinksResponse) -> list[str]:
 
 @dataclass(frozen=True)
 class Listed:
-    """A list's answer: the whole list (--json), or its last page with the table made page by
-    page while later pages came; or, for --json, its last page without the list and the list
-    written page by page (`written`: by field name, each page's elements as --json prints
-    them)."""
+    """A list's answer, made page by page while later pages came: its last page, with the
+    table's rows, or for --json with the list written out (`written`: by field name, each
+    page's elements as --json prints them) in place of the last page's."""
 
     reply: Message
     table: Table

@@ -89,9 +89,7 @@ def _reference_value(field: Any, value: Any) -> Any:
     if field.type == FieldDescriptor.TYPE_ENUM:
         known = field.enum_type.values_by_number.get(value)
         return known.name if known is not None else value
-    if field.cpp_type in (FieldDescriptor.CPPTYPE_INT32, FieldDescriptor.CPPTYPE_INT64) or (
-        field.cpp_type in (FieldDescriptor.CPPTYPE_UINT32, FieldDescriptor.CPPTYPE_UINT64)
-    ):
+    if field.cpp_type in _MAX:  # every integer type
         if field.name in ("mac", "smac", "dmac") or field.name.endswith("_mac"):
             return mac_str(value)
         if field.name.endswith("_ipv4"):
