@@ -17,11 +17,19 @@ from typing import Any
 
 from controller import qos
 from controller.fabric import Prefix
+from controller.port_wire import ItemWire
 from controller.routing import FabricRouting, Group, Route, SwitchDelta, iter_bits
 from railfabric import fabric_p4 as p4
-from railfabric.digest import DigestAccumulator, Tag, bytes_hash, field_sum, state_sum
+from railfabric.digest import (
+    DigestAccumulator,
+    Tag,
+    bytes_hash,
+    bytes_sum,
+    field_sum,
+    state_sum,
+)
 from railfabric.ecmp import HashFields
-from railfabric.protowire import len_field
+from railfabric.protowire import len_field, len_tag, varint
 from railfabric.v1 import state_pb2
 
 ECMP_HASH: dict[HashFields, state_pb2.EcmpHash.ValueType] = {
@@ -130,75 +138,86 @@ def _intent_part(routing: FabricRouting, x: int, params: qos.QosParams) -> tuple
         parts = _INTENT_PARTS[routing.topo] = {}
     hit = parts.get((x, params))
     if hit is None:
-        state, (qos_wire, known) = _intent_objects(routing, x, params)
-        digest = state_sum(state, known)
-        shared = qos_wire
-        if state.matrix.classes:
-            del state.matrix.classes[:]  # the matrix itself stays set: a ToR's
-            shared += _matrix_classes_field(routing)
-        alike = _SHARED_PARTS.get(routing.topo)
-        if alike is None:
-            alike = _SHARED_PARTS[routing.topo] = {}
-        shared = alike.setdefault(shared, shared)
-        hit = parts[(x, params)] = (state.SerializeToString(deterministic=True), shared, digest)
+        hit = parts[(x, params)] = _intent_wire(routing, x, params)
     return hit
 
 
-def _intent_objects(
-    routing: FabricRouting, x: int, params: qos.QosParams
-) -> tuple[state_pb2.DesiredState, tuple[bytes, dict[Tag, int]]]:
-    """Switch `x`'s objects that only the intent decides but its ports' QoS (ECN, PFC, DSCP
-    map: shared by every switch of its port layout), and those as `_port_layout_qos` gives
-    them: serialized, with their digest sums."""
+# Compiled fabric -> the encoder of its switches' ports and neighbours.
+_ITEM_WIRES: weakref.WeakKeyDictionary[object, ItemWire] = weakref.WeakKeyDictionary()
+_PORTS = len_tag(state_pb2.DesiredState.PORTS_FIELD_NUMBER)
+_NEIGHBORS = len_tag(state_pb2.DesiredState.NEIGHBORS_FIELD_NUMBER)
+_NAME = state_pb2.DesiredState.SWITCH_NAME_FIELD_NUMBER
+
+
+def _intent_wire(routing: FabricRouting, x: int, params: qos.QosParams) -> tuple[bytes, bytes, int]:
+    """`_intent_part` computed. Ports and neighbours are encoded by hand (controller.port_wire);
+    the switch's few other objects (watchdog, ECMP hash, probing; on a ToR its matrix's
+    source ports and NAK sampling) go through a message, serialized after them: the bytes are
+    the whole message's deterministic serialization, fields in number order. A ToR's matrix
+    is hashed whole: its source ports, then the classes every ToR shares."""
     topo = routing.topo
     fabric = topo.fabric
-    state = state_pb2.DesiredState(switch_name=topo.names[x])
+    wire = _ITEM_WIRES.get(topo)
+    if wire is None:
+        wire = _ITEM_WIRES[topo] = ItemWire()
     mac_base = topo.mac_base[x]
-    add_port = state.ports.add
-    add_neighbor = state.neighbors.add
+    ports: list[bytes] = []
+    neighbors: list[bytes] = []
+    host_ports: list[int] = []
     layout: list[tuple[int, int, float]] = []
     for port in topo.ports(x):
         speed, length = topo.port_cable(x, port)
         layout.append((port, speed, length))
-        add_port(port=port, mac=mac_base | port, speed_mbps=speed, cable_length_m=length)
+        ports.append(wire.port(port, mac_base | port, speed, length))
         owner = topo.owner(x, port)
         assert owner is not None
         is_nic, ident = owner
         if is_nic:
             nic = fabric.nics[ident]
-            add_neighbor(
-                port=port,
-                kind=state_pb2.PEER_KIND_HOST,
-                peer_name=nic.full_name,
-                peer_mac=nic.mac,
-                peer_ipv4=nic.ipv4,
-            )
+            host_ports.append(port)
+            neighbors.append(wire.host_neighbor(port, nic.full_name, nic.mac, nic.ipv4))
         else:
             a, a_port, b, b_port = topo.link_ends[ident]
             peer, peer_port = (b, b_port) if a == x else (a, a_port)
-            add_neighbor(
-                port=port,
-                kind=state_pb2.PEER_KIND_SWITCH,
-                peer_name=topo.names[peer],
-                peer_port=peer_port,
-                peer_mac=topo.mac_base[peer] | peer_port,
-            )
-    if topo.dest_of[x] >= 0:  # a ToR: the source of its traffic matrix row
-        matrix = state.matrix
-        matrix.MergeFromString(_matrix_classes(routing))
-        # Its host ports: owner() is (is a NIC, which), None for an uncabled port.
-        host_ports = [p for p in topo.ports(x) if (topo.owner(x, p) or (0,))[0]]
+            peer_mac = topo.mac_base[peer] | peer_port
+            neighbors.append(wire.switch_neighbor(port, topo.names[peer], peer_port, peer_mac))
+    name = topo.names[x]
+    rest = state_pb2.DesiredState(switch_name=name)
+    tor = topo.dest_of[x] >= 0
+    interval = fabric.roce.nak_sample_interval_us
+    if tor and interval and host_ports:  # where a responder's NAK enters the fabric
+        rest.nak_sampling.ports.extend(host_ports)
+        rest.nak_sampling.interval_us = interval
+    _add_probing(rest, routing, x)
+    shared, known = _port_layout_qos(tuple(layout), params)
+    rest.pfc_watchdog.detect_ns = params.pfc_watchdog_detect_ns
+    rest.pfc_watchdog.restore_ns = params.pfc_watchdog_restore_ns
+    rest.ecmp_hash = ECMP_HASH[fabric.ecmp_hash]
+    # The message holds none of them: their sums stand for them.
+    known = {
+        **known,
+        "port": bytes_sum("port", ports),
+        "neighbor": bytes_sum("neighbor", neighbors),
+    }
+    digest = state_sum(rest, known)
+    if tor:  # the source of its traffic matrix row: its host ports
+        matrix = rest.matrix
+        matrix.SetInParent()
         matrix.source_ports.extend(host_ports)
-        interval = fabric.roce.nak_sample_interval_us
-        if interval and host_ports:  # where a responder's NAK enters the fabric
-            state.nak_sampling.ports.extend(host_ports)
-            state.nak_sampling.interval_us = interval
-    _add_probing(state, routing, x)
-    shared = _port_layout_qos(tuple(layout), params)
-    state.pfc_watchdog.detect_ns = params.pfc_watchdog_detect_ns
-    state.pfc_watchdog.restore_ns = params.pfc_watchdog_restore_ns
-    state.ecmp_hash = ECMP_HASH[fabric.ecmp_hash]
-    return state, shared
+        classes = _matrix_classes(routing)
+        digest += bytes_hash("matrix", matrix.SerializeToString(deterministic=True) + classes)
+        shared += _matrix_classes_field(routing)
+    alike = _SHARED_PARTS.get(topo)
+    if alike is None:
+        alike = _SHARED_PARTS[topo] = {}
+    shared = alike.setdefault(shared, shared)
+    rest.ClearField("switch_name")
+    own = [len_field(_NAME, name.encode())]
+    for tag, items in ((_PORTS, ports), (_NEIGHBORS, neighbors)):
+        for item in items:
+            own += (tag, varint(len(item)), item)
+    own.append(rest.SerializeToString(deterministic=True))
+    return b"".join(own), shared, DigestAccumulator(digest).value
 
 
 def _add_probing(state: state_pb2.DesiredState, routing: FabricRouting, x: int) -> None:

@@ -80,6 +80,12 @@ def bytes_hash(tag: Tag, data: bytes) -> int:
     return int.from_bytes(hashlib.sha256(_PREFIX[tag] + data).digest(), "big")
 
 
+def bytes_sum(tag: Tag, items: Iterable[bytes]) -> int:
+    """`field_sum` of a repeated field given as its objects' deterministic serializations."""
+    prefix, sha = _PREFIX[tag], hashlib.sha256
+    return sum(map(int.from_bytes, [sha(prefix + data).digest() for data in items])) & _MASK
+
+
 class DigestAccumulator:
     """A digest being built or updated: add or remove objects in any order, read it back."""
 

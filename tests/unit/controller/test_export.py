@@ -227,6 +227,24 @@ def test_switches_alike_share_one_object_of_the_fields_they_have_alike() -> None
             assert own == state
 
 
+@pytest.mark.parametrize("name", ["lab-2rail.yaml", "lab-8rail.yaml", "ref-mid.yaml"])
+def test_a_switchs_intent_objects_are_protobufs_bytes_and_digest(name: str) -> None:
+    """The intent-only objects, ports and neighbours written by hand (controller.port_wire)
+    and the matrix hashed from its parts: their bytes are the deterministic serialization of
+    the message they parse into, and their digest sum is that message's, with the shared
+    fields joined, hashed afresh."""
+    fabric = load_fabric(LAB.parent / name)
+    routing = FabricRouting(fabric)
+    params = qos.resolve(fabric.qos)
+    for x, sw in enumerate(routing.topo.names):
+        own, shared, digest = export._intent_part(routing, x, params)
+        parsed = state_pb2.DesiredState.FromString(own)
+        assert parsed.SerializeToString(deterministic=True) == own, sw
+        assert len(parsed.ports) == len(parsed.neighbors) == len(routing.topo.ports(x)), sw
+        whole = state_pb2.DesiredState.FromString(own + shared)
+        assert f"v2:{digest:064x}" == state_digest(whole), sw
+
+
 def test_a_tors_nak_sampling_covers_its_host_ports_at_the_intents_interval() -> None:
     fabric = load_fabric(LAB)
     routing = FabricRouting(fabric)
