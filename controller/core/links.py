@@ -230,6 +230,8 @@ class LinkTracker(Generic[K]):
 
     def tick(self, now_ns: int) -> list[Transition[K]]:
         """Advance hold-downs and damping to `now_ns`; returns links that became usable."""
+        if not self._timed:  # every report ends here: a Hello's is one per port
+            return []
         out: list[Transition[K]] = []
         for key in sorted(self._timed, key=str):
             link = self._links[key]
