@@ -15,9 +15,9 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
-from controller import qos
+from controller import object_wire, qos
 from controller.fabric import Prefix
-from controller.port_wire import ItemWire
+from controller.object_wire import ObjectWire
 from controller.routing import FabricRouting, Group, Route, SwitchDelta, iter_bits
 from railfabric import fabric_p4 as p4
 from railfabric.digest import (
@@ -54,12 +54,6 @@ def _add_route(field: Any, prefix: Prefix, group_id: int) -> None:
     msg = field.add(group_id=group_id)
     msg.prefix.address = prefix.address
     msg.prefix.length = prefix.length
-
-
-def group_message(group: Group) -> state_pb2.NextHopGroup:
-    holder = state_pb2.StateDelta()
-    _add_group(holder.upsert_groups, group)
-    return holder.upsert_groups[0]
 
 
 def route_message(route: Route) -> state_pb2.Route:
@@ -142,24 +136,31 @@ def _intent_part(routing: FabricRouting, x: int, params: qos.QosParams) -> tuple
     return hit
 
 
-# Compiled fabric -> the encoder of its switches' ports and neighbours.
-_ITEM_WIRES: weakref.WeakKeyDictionary[object, ItemWire] = weakref.WeakKeyDictionary()
+# Compiled fabric -> the encoder of its switches' ports, neighbours and groups.
+_OBJECT_WIRES: weakref.WeakKeyDictionary[object, ObjectWire] = weakref.WeakKeyDictionary()
+
+
+def _object_wire(topo: object) -> ObjectWire:
+    wire = _OBJECT_WIRES.get(topo)
+    if wire is None:
+        wire = _OBJECT_WIRES[topo] = ObjectWire()
+    return wire
+
+
 _PORTS = len_tag(state_pb2.DesiredState.PORTS_FIELD_NUMBER)
 _NEIGHBORS = len_tag(state_pb2.DesiredState.NEIGHBORS_FIELD_NUMBER)
 _NAME = state_pb2.DesiredState.SWITCH_NAME_FIELD_NUMBER
 
 
 def _intent_wire(routing: FabricRouting, x: int, params: qos.QosParams) -> tuple[bytes, bytes, int]:
-    """`_intent_part` computed. Ports and neighbours are encoded by hand (controller.port_wire);
+    """`_intent_part` computed. Ports and neighbours are encoded by hand (controller.object_wire);
     the switch's few other objects (watchdog, ECMP hash, probing; on a ToR its matrix's
     source ports and NAK sampling) go through a message, serialized after them: the bytes are
     the whole message's deterministic serialization, fields in number order. A ToR's matrix
     is hashed whole: its source ports, then the classes every ToR shares."""
     topo = routing.topo
     fabric = topo.fabric
-    wire = _ITEM_WIRES.get(topo)
-    if wire is None:
-        wire = _ITEM_WIRES[topo] = ItemWire()
+    wire = _object_wire(topo)
     mac_base = topo.mac_base[x]
     ports: list[bytes] = []
     neighbors: list[bytes] = []
@@ -367,13 +368,15 @@ def _group_entries(routing: FabricRouting, x: int, groups: Iterable[Group]) -> t
     cache = _GROUPS.get(routing.topo)
     if cache is None or len(cache) > _GROUPS_LIMIT:
         cache = _GROUPS[routing.topo] = {}  # the limit: a bound, not a policy
+    wire = _object_wire(routing.topo)
     parts: list[bytes] = []
     total = 0
     for group in groups:
         key = (x, group.id, group.ports, group.weights)
         hit = cache.get(key)
         if hit is None:
-            data = group_message(group).SerializeToString(deterministic=True)
+            weights = group.weights or (1,) * len(group.ports)
+            data = wire.group(group.id, group.ports, group.dmacs, weights)
             hit = cache[key] = (len_field(_GROUPS_FIELD, data), bytes_hash("group", data))
         parts.append(hit[0])
         total += hit[1]
@@ -407,10 +410,7 @@ def _route_entry(triple: tuple[int, int, int]) -> tuple[bytes, int]:
     hit = _ROUTES.get(triple)
     if hit is not None:
         return hit
-    address, length, group_id = triple
-    msg = state_pb2.Route(group_id=group_id)
-    msg.prefix.address, msg.prefix.length = address, length
-    data = msg.SerializeToString(deterministic=True)
+    data = object_wire.route(*triple)
     hit = _ROUTES[triple] = (len_field(_ROUTES_FIELD, data), bytes_hash("route", data))
     return hit
 

@@ -53,6 +53,11 @@ def double_field(number: int, value: float) -> bytes:
     return _tag(number, _I64) + _DOUBLE.pack(value)
 
 
+def uint_tag(number: int) -> bytes:
+    """The tag of field `number` (1..15) holding a varint: for writing many values of it."""
+    return _tag(number, _VARINT)
+
+
 def len_tag(number: int) -> bytes:
     """The tag of field `number` (1..15) holding bytes or a sub-message: for joining it, the
     payload's length and the payload in one `join` where `len_field` costs too many copies."""

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from railfabric.protowire import double_field, len_field, len_tag, uint_field, varint
+from railfabric.protowire import double_field, len_field, len_tag, uint_field, uint_tag, varint
 from railfabric.v1 import admin_pb2, control_pb2, state_pb2
 
 
@@ -53,3 +53,8 @@ def test_only_one_byte_tags() -> None:
 def test_no_negative_varint() -> None:
     with pytest.raises(ValueError, match="varint of -1"):
         varint(-1)
+
+
+@given(st.integers(1, 15), st.integers(0, 2**64 - 1))
+def test_a_uint_tag_and_varint_are_uint_field(number: int, value: int) -> None:
+    assert uint_tag(number) + varint(value) == uint_field(number, value)

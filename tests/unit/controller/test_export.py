@@ -229,7 +229,7 @@ def test_switches_alike_share_one_object_of_the_fields_they_have_alike() -> None
 
 @pytest.mark.parametrize("name", ["lab-2rail.yaml", "lab-8rail.yaml", "ref-mid.yaml"])
 def test_a_switchs_intent_objects_are_protobufs_bytes_and_digest(name: str) -> None:
-    """The intent-only objects, ports and neighbours written by hand (controller.port_wire)
+    """The intent-only objects, ports and neighbours written by hand (controller.object_wire)
     and the matrix hashed from its parts: their bytes are the deterministic serialization of
     the message they parse into, and their digest sum is that message's, with the shared
     fields joined, hashed afresh."""

@@ -1,4 +1,4 @@
-"""controller.port_wire against protobuf's own deterministic serialization: a digest hashes
+"""controller.object_wire against protobuf's own deterministic serialization: a digest hashes
 each item's bytes, so the hand-written ones must be protobuf's to the byte."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from controller.port_wire import ItemWire
+from controller.object_wire import ObjectWire, route
 from railfabric.v1 import state_pb2
 
 pytestmark = pytest.mark.unit
@@ -17,10 +17,10 @@ UINT32 = st.integers(0, 2**32 - 1)
 UINT64 = st.one_of(st.integers(0, 2**16), st.integers(0, 2**64 - 1))
 NAMES = st.text(max_size=40)
 # One encoder for every example: what it keeps from one item must not leak into the next.
-WIRE = ItemWire()
+WIRE = ObjectWire()
 
 
-def _protobuf(msg: state_pb2.PortConfig | state_pb2.Neighbor) -> bytes:
+def _protobuf(msg: state_pb2.PortConfig | state_pb2.Neighbor | state_pb2.NextHopGroup) -> bytes:
     return msg.SerializeToString(deterministic=True)
 
 
@@ -69,3 +69,27 @@ def test_host_neighbors_are_what_protobuf_writes(
         peer_ipv4=peer_ipv4,
     )
     assert ours == _protobuf(msg)
+
+
+HOPS = st.lists(st.tuples(UINT32, UINT64, UINT32), max_size=5)
+
+
+@given(UINT32, HOPS)
+@example(0, [])
+@example(7, [(3, 0x020000050001, 1), (4, 0x020000060001, 1)])
+@example(1, [(0, 0, 0)])  # a member of zeros is still a member: an empty entry
+def test_groups_are_what_protobuf_writes(group_id: int, hops: list[tuple[int, int, int]]) -> None:
+    ports, dmacs, weights = (tuple(h[i] for h in hops) for i in range(3))
+    msg = state_pb2.NextHopGroup(id=group_id)
+    for port, dmac, weight in hops:
+        msg.next_hops.add(port=port, dmac=dmac, weight=weight)
+    assert WIRE.group(group_id, ports, dmacs, weights) == _protobuf(msg)
+
+
+@given(UINT32, st.integers(0, 32), UINT32)
+@example(0, 0, 0)  # the default route: its prefix is set though empty
+@example(0x0A000002, 32, 5)
+def test_routes_are_what_protobuf_writes(address: int, length: int, group_id: int) -> None:
+    msg = state_pb2.Route(group_id=group_id)
+    msg.prefix.address, msg.prefix.length = address, length
+    assert route(address, length, group_id) == msg.SerializeToString(deterministic=True)
