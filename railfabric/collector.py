@@ -3,9 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+
+
+@contextlib.contextmanager
+def held_off() -> Iterator[None]:
+    """No automatic collection inside: for start-up building the daemon's long-lived state,
+    which then leaves the scans (freeze_start_up). What it allocates lives on, so the
+    collections it set off found almost nothing: in the controller at 100k GPUs, 3 full and
+    ~3,500 young ones during `DecisionCore.start`, 0.5 s of its 4.5 s. Cyclic garbage made
+    meanwhile (by anything in the process) waits for the next collection: freeze_start_up's
+    is the one that follows. Enabled again on the way out only if it was on the way in."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def freeze_start_up() -> None:

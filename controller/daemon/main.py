@@ -53,7 +53,7 @@ from controller.web.app import WebError, WebView
 from controller.web.live import Hub
 from controller.yamlnodes import IntentError
 from railfabric import cli, tls
-from railfabric.collector import freeze_start_up, full_collections
+from railfabric.collector import freeze_start_up, full_collections, held_off
 from railfabric.grpc_wakeups import drain_wakeups_or_warn
 from railfabric.grpcopts import server_options
 from railfabric.metrics import MetricsError
@@ -635,10 +635,11 @@ async def _serve(
         )
         started = time.monotonic()
         assert restored is not None
-        runner.apply(await asyncio.to_thread(core.start, restored, now()))
-        # Before the fabric's calls are let in: the first full collection takes 0.3 s at
-        # 100k GPUs, and after it the plan and the desired states are out of every other.
-        freeze_start_up()
+        with held_off():
+            runner.apply(await asyncio.to_thread(core.start, restored, now()))
+            # Before the fabric's calls are let in: the first full collection takes 0.3 s at
+            # 100k GPUs, and after it the plan and the desired states are out of every other.
+            freeze_start_up()
         runner.input(core.sessions_open)  # the grace of absent switches counts from here
         gate.open()
         log.info(

@@ -9,7 +9,7 @@ import weakref
 
 import pytest
 
-from railfabric.collector import freeze_start_up, full_collections
+from railfabric.collector import freeze_start_up, full_collections, held_off
 
 pytestmark = pytest.mark.unit
 
@@ -85,3 +85,30 @@ async def test_full_collections_come_on_the_clock_at_a_quiet_moment() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert gc.get_threshold() == before
+
+
+def test_held_off_stops_automatic_collection_inside_and_restores_it() -> None:
+    collections: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    gc.callbacks.append(count)
+    try:
+        with held_off():
+            assert not gc.isenabled()
+            junk = [[_Node() for _ in range(10)] for _ in range(20_000)]  # sets off many
+            del junk
+            assert not collections
+        assert gc.isenabled()
+        # Off on the way in: off on the way out.
+        gc.disable()
+        try:
+            with held_off():
+                pass
+            assert not gc.isenabled()
+        finally:
+            gc.enable()
+    finally:
+        gc.callbacks.remove(count)
