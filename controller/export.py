@@ -18,7 +18,7 @@ from typing import Any
 from controller import object_wire, qos
 from controller.fabric import Prefix
 from controller.object_wire import ObjectWire
-from controller.routing import FabricRouting, Group, Route, SwitchDelta, iter_bits
+from controller.routing import FabricRouting, Group, SwitchDelta, iter_bits
 from railfabric import fabric_p4 as p4
 from railfabric.digest import (
     DigestAccumulator,
@@ -45,8 +45,7 @@ ECMP_HASH: dict[HashFields, state_pb2.EcmpHash.ValueType] = {
 def _add_group(field: Any, group: Group) -> None:
     msg = field.add(id=group.id, truncated=False)  # split, never cut (routing.split_notices)
     add = msg.next_hops.add
-    weights = group.weights or (1,) * len(group.ports)
-    for port, dmac, weight in zip(group.ports, group.dmacs, weights, strict=True):
+    for port, dmac, weight in zip(group.ports, group.dmacs, group.member_weights, strict=True):
         add(port=port, dmac=dmac, weight=weight)
 
 
@@ -54,13 +53,6 @@ def _add_route(field: Any, prefix: Prefix, group_id: int) -> None:
     msg = field.add(group_id=group_id)
     msg.prefix.address = prefix.address
     msg.prefix.length = prefix.length
-
-
-def route_message(route: Route) -> state_pb2.Route:
-    return state_pb2.Route(
-        prefix=state_pb2.Ipv4Prefix(address=route.prefix.address, length=route.prefix.length),
-        group_id=route.group_id,
-    )
 
 
 def _qos_params(routing: FabricRouting) -> qos.QosParams:
@@ -375,8 +367,7 @@ def _group_entries(routing: FabricRouting, x: int, groups: Iterable[Group]) -> t
         key = (x, group.id, group.ports, group.weights)
         hit = cache.get(key)
         if hit is None:
-            weights = group.weights or (1,) * len(group.ports)
-            data = wire.group(group.id, group.ports, group.dmacs, weights)
+            data = wire.group(group.id, group.ports, group.dmacs, group.member_weights)
             hit = cache[key] = (len_field(_GROUPS_FIELD, data), bytes_hash("group", data))
         parts.append(hit[0])
         total += hit[1]

@@ -89,10 +89,15 @@ class Group(NamedTuple):
         )
 
     @property
+    def member_weights(self) -> tuple[int, ...]:
+        """The weight of each member, in port order (1 each for plain ECMP)."""
+        return self.weights or (1,) * len(self.ports)
+
+    @property
     def next_hops(self) -> tuple[NextHop, ...]:
-        weights = self.weights or (1,) * len(self.ports)
         return tuple(
-            NextHop(p, m, w) for p, m, w in zip(self.ports, self.dmacs, weights, strict=True)
+            NextHop(p, m, w)
+            for p, m, w in zip(self.ports, self.dmacs, self.member_weights, strict=True)
         )
 
 
