@@ -25,7 +25,7 @@ from __future__ import annotations
 import enum
 import functools
 import operator
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -317,6 +317,11 @@ class Pipeline:
         return [e for e in self.entries.values() if isinstance(e, kind)]
 
     @functools.cached_property
+    def routes_held(self) -> int:
+        """How many of the entries are routes."""
+        return sum(1 for key in self.entries if key[0] == "route")
+
+    @functools.cached_property
     def groups(self) -> tuple[GroupEntry, ...]:
         """The group entries (cached: local repair looks only at these)."""
         return tuple(e for e in self.entries.values() if isinstance(e, GroupEntry))
@@ -476,87 +481,120 @@ def translate(state: state_pb2.DesiredState) -> tuple[Pipeline, list[ObjectProbl
 
     Objects that cannot be translated are skipped and returned as problems, named as the
     controller names them; a route whose group was skipped is skipped too."""
-    problems: list[ObjectProblem] = []
-    entries: list[Entry] = [*control_acl(), *mesh_probe_acl(state)]
-    hashing, problem = hash_config_entry(state)
-    entries.append(hashing)
-    if problem is not None:
-        problems.append(ObjectProblem("ecmp_hash", problem))
-    try:
-        entries.append(pfc_watchdog_entry(state))
-    except ValueError as err:
-        entries.append(PfcWatchdogEntry(None))
-        problems.append(ObjectProblem("pfc_watchdog", f"{err}; the target's own timing is kept"))
+    translation = Translation(state)
+    return translation.pipeline, translation.problems
 
-    for mapping in state.dscp_map:
+
+class Translation:
+    """`translate` in two steps. Every entry but the routes is translated at once (`head`);
+    the routes, most of a large switch and the last of `diff`'s inserts, when `routes` is
+    first read: a writer can have the head's Writes on their way meanwhile (`staged_diff`).
+    `problems` holds the routes' once they are translated."""
+
+    def __init__(self, state: state_pb2.DesiredState) -> None:
+        self.state = state
+        problems: list[ObjectProblem] = []
+        entries: list[Entry] = [*control_acl(), *mesh_probe_acl(state)]
+        hashing, problem = hash_config_entry(state)
+        entries.append(hashing)
+        if problem is not None:
+            problems.append(ObjectProblem("ecmp_hash", problem))
         try:
-            entries.append(qos_entry(mapping))
+            entries.append(pfc_watchdog_entry(state))
         except ValueError as err:
-            problems.append(ObjectProblem(f"dscp {mapping.dscp}", str(err)))
-    for ecn in state.ecn:
-        try:
-            entries.append(ecn_entry(ecn))
-        except ValueError as err:
-            problems.append(ObjectProblem(f"ecn port {ecn.port} tc {ecn.traffic_class}", str(err)))
-    for pfc in state.pfc:
-        try:
-            entries.append(pfc_entry(pfc))
-        except ValueError as err:
-            problems.append(ObjectProblem(f"pfc port {pfc.port} priority {pfc.priority}", str(err)))
+            entries.append(PfcWatchdogEntry(None))
+            problems.append(
+                ObjectProblem("pfc_watchdog", f"{err}; the target's own timing is kept")
+            )
 
-    if state.HasField("matrix"):
-        entries.extend(_matrix_entries(state.matrix, problems))
-    if state.HasField("nak_sampling"):
-        entries.extend(_nak_sampling_entries(state.nak_sampling, problems))
+        for mapping in state.dscp_map:
+            try:
+                entries.append(qos_entry(mapping))
+            except ValueError as err:
+                problems.append(ObjectProblem(f"dscp {mapping.dscp}", str(err)))
+        for ecn in state.ecn:
+            try:
+                entries.append(ecn_entry(ecn))
+            except ValueError as err:
+                problems.append(
+                    ObjectProblem(f"ecn port {ecn.port} tc {ecn.traffic_class}", str(err))
+                )
+        for pfc in state.pfc:
+            try:
+                entries.append(pfc_entry(pfc))
+            except ValueError as err:
+                problems.append(
+                    ObjectProblem(f"pfc port {pfc.port} priority {pfc.priority}", str(err))
+                )
 
-    port_macs = {p.port: p.mac for p in state.ports}
-    members: dict[int, MemberEntry] = {}
-    groups: dict[int, GroupEntry] = {}
-    for group in sorted(state.groups, key=lambda g: g.id):
-        name = f"group {group.id}"
-        try:
-            group_members, new_members = _group(group, port_macs, members)
-        except ValueError as err:
-            problems.append(ObjectProblem(name, f"{name}: {err}"))
-            continue
-        members.update(new_members)
-        groups[group.id] = GroupEntry(group.id, watched(group_members))
+        if state.HasField("matrix"):
+            entries.extend(_matrix_entries(state.matrix, problems))
+        if state.HasField("nak_sampling"):
+            entries.extend(_nak_sampling_entries(state.nak_sampling, problems))
 
-    # Members for cabled ports without a next hop yet, so their identity is fixed up front.
-    for neighbor in state.neighbors:
-        port = neighbor.port
-        if port in members or neighbor.peer_mac == 0 or port not in port_macs:
-            continue
-        if _check_port(port, "neighbor") is None and neighbor.peer_mac <= MAC_MAX:
-            members[port] = MemberEntry(port, port, port_macs[port], neighbor.peer_mac)
+        port_macs = {p.port: p.mac for p in state.ports}
+        members: dict[int, MemberEntry] = {}
+        groups: dict[int, GroupEntry] = {}
+        for group in sorted(state.groups, key=lambda g: g.id):
+            name = f"group {group.id}"
+            try:
+                group_members, new_members = _group(group, port_macs, members)
+            except ValueError as err:
+                problems.append(ObjectProblem(name, f"{name}: {err}"))
+                continue
+            members.update(new_members)
+            groups[group.id] = GroupEntry(group.id, watched(group_members))
 
-    entries.extend(members[m] for m in sorted(members))
-    for group_id in sorted(groups):
-        entries.append(groups[group_id])
-        entries.append(NextEntry(group_id, group_id))
+        # Members for cabled ports without a next hop yet, so their identity is fixed up front.
+        for neighbor in state.neighbors:
+            port = neighbor.port
+            if port in members or neighbor.peer_mac == 0 or port not in port_macs:
+                continue
+            if _check_port(port, "neighbor") is None and neighbor.peer_mac <= MAC_MAX:
+                members[port] = MemberEntry(port, port, port_macs[port], neighbor.peer_mac)
 
-    # Routes are most of a large switch: checked and keyed here directly, and named only when
-    # refused (formatting every prefix cost more than the rest of the translation).
-    out = _keyed(entries)
-    for route in state.routes:
-        prefix = route.prefix
-        address, length, group_id = prefix.address, prefix.length, route.group_id
-        key = ("route", address, length)
-        if length > 32:
-            problem = f"prefix length {length} > 32"
-        elif address & _HOST_BITS[length]:
-            problem = f"host bits set beyond /{length}"
-        elif key in out:
-            problem = "listed twice"
-        elif group_id not in groups:
-            problem = f"group {group_id} is missing or was refused"
-        else:
-            out[key] = _new(RouteEntry, (address, length, group_id))
-            continue
-        name = f"route {prefix_name(prefix)}"
-        problems.append(ObjectProblem(name, f"{name}: {problem}"))
+        entries.extend(members[m] for m in sorted(members))
+        for group_id in sorted(groups):
+            entries.append(groups[group_id])
+            entries.append(NextEntry(group_id, group_id))
+        self.problems = problems
+        self.head = Pipeline(_keyed(entries))
+        self._groups = groups.keys()
 
-    return Pipeline(out), problems
+    @functools.cached_property
+    def routes(self) -> dict[Key, Entry]:
+        """The route entries, keyed; the refused ones added to `problems`."""
+        # Checked and keyed here directly, and named only when refused (formatting every
+        # prefix cost more than the rest of the translation).
+        problems, groups = self.problems, self._groups
+        out: dict[Key, Entry] = {}
+        for route in self.state.routes:
+            prefix = route.prefix
+            address, length, group_id = prefix.address, prefix.length, route.group_id
+            key = ("route", address, length)
+            if length > 32:
+                problem = f"prefix length {length} > 32"
+            elif address & _HOST_BITS[length]:
+                problem = f"host bits set beyond /{length}"
+            elif key in out:
+                problem = "listed twice"
+            elif group_id not in groups:
+                problem = f"group {group_id} is missing or was refused"
+            else:
+                out[key] = _new(RouteEntry, (address, length, group_id))
+                continue
+            name = f"route {prefix_name(prefix)}"
+            problems.append(ObjectProblem(name, f"{name}: {problem}"))
+        return out
+
+    @property
+    def pipeline(self) -> Pipeline:
+        """Every entry: the head's and the routes'."""
+        return self.joined(self.head)
+
+    def joined(self, head: Pipeline) -> Pipeline:
+        """`head` (this head, local repair applied) with the routes."""
+        return Pipeline({**head.entries, **self.routes})
 
 
 def _nak_sampling_entries(
@@ -686,16 +724,59 @@ _FIRST = operator.itemgetter(0)
 _INSERT_STAGE = {kind: stage for (kind, op), stage in _STAGE_OF.items() if op is Op.INSERT}
 _MODIFY_STAGE = {kind: stage for (kind, op), stage in _STAGE_OF.items() if op is Op.MODIFY}
 _DELETE_STAGE = {kind: stage for (kind, op), stage in _STAGE_OF.items() if op is Op.DELETE}
+_ROUTE_STAGE = _STAGE_OF[(RouteEntry, Op.INSERT)]
 
 
 def diff(current: Pipeline, desired: Pipeline) -> list[list[Update]]:
     """Ordered, non-empty batches of updates turning `current` into `desired`. Entries equal
     in both produce nothing, so an agent that restarts on an up-to-date target writes nothing.
     Within a batch, updates are sorted by key (members in ascending port = creation order)."""
+    stages = _diff(current.entries, desired.entries, len(current.entries))
+    return [_sorted(stage) for stage in stages if stage]
+
+
+def staged_diff(
+    current: Pipeline, head: Pipeline, translation: Translation
+) -> Iterator[list[Update]]:
+    """`diff(current, desired)` for desired = `head` (`translation.head`, local repair applied:
+    it touches groups alone) and `translation.routes`, one stage at a time as the caller asks.
+    The routes are translated once the first stage is taken and diffed when the next is: a
+    writer that sends a stage's Write before asking for the next has it in flight meanwhile,
+    and the target does not wait for the whole translation before its first Write."""
+    have = current.entries
+    held_routes = current.routes_held
+    stages = _diff(have, head.entries, len(have) - held_routes)
+    route_stage: list[Update] = []
+
+    def diff_routes() -> None:
+        found = _diff(have, translation.routes, held_routes)[_ROUTE_STAGE]
+        route_stage.extend(_sorted(found))
+
+    # Each step runs after a stage is taken; those left over before the routes' stage.
+    steps: list[Callable[[], object]] = [lambda: translation.routes, diff_routes]
+    for stage in stages[:_ROUTE_STAGE]:
+        if stage:
+            yield _sorted(stage)
+            if steps:
+                steps.pop(0)()
+    for step in steps:
+        step()
+    if route_stage:
+        yield route_stage
+    for stage in stages[_ROUTE_STAGE + 1 :]:
+        if stage:
+            yield _sorted(stage)
+
+
+def _diff(
+    have_entries: Mapping[Key, Entry], want_entries: Mapping[Key, Entry], held: int
+) -> list[list[tuple[Key, Update]]]:
+    """`diff`'s stages as (key, update) pairs, unsorted. `held` is how many of `have_entries`
+    are of the kinds in `want_entries` (`staged_diff` diffs routes and the rest apart: each
+    takes only its own stages of the result, where the deletes of the other's kinds are not)."""
     # (key, update) pairs: the pipelines' dict keys are the entries' keys, so sorting on them
     # needs no key recomputed per entry (a large switch has tens of thousands).
     stages: list[list[tuple[Key, Update]]] = [[] for _ in range(_STAGES)]
-    have_entries, want_entries = current.entries, desired.entries
     get = have_entries.get
     insert, modify = Op.INSERT, Op.MODIFY
     inserts = 0
@@ -708,18 +789,19 @@ def diff(current: Pipeline, desired: Pipeline) -> list[list[Update]]:
             stages[_MODIFY_STAGE[type(want)]].append((key, _new(Update, (modify, want))))
     # Every entry held is wanted when as many of them were found as there are (the usual
     # case of a reconcile): no need to look each up again.
-    if len(have_entries) > len(want_entries) - inserts:
+    if held > len(want_entries) - inserts:
         for key, have in have_entries.items():
             if key not in want_entries:
                 stages[_DELETE_STAGE[type(have)]].append((key, Update(Op.DELETE, have)))
-    out = []
-    for stage in stages:
-        if stage:
-            # Keys start with their kind's name and hold ints after it, so keys of one kind
-            # compare element-wise and keys of different kinds are told apart by the name.
-            stage.sort(key=_FIRST)
-            out.append([update for _, update in stage])
-    return out
+    return stages
+
+
+def _sorted(stage: list[tuple[Key, Update]]) -> list[Update]:
+    """A stage's updates in key order: keys start with their kind's name and hold ints after
+    it, so keys of one kind compare element-wise and keys of different kinds are told apart
+    by the name."""
+    stage.sort(key=_FIRST)
+    return [update for _, update in stage]
 
 
 def _sort_key(update: Update) -> Any:

@@ -25,7 +25,7 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -48,12 +48,14 @@ from agent.translate import (
     Pipeline,
     QosEntry,
     RouteEntry,
+    Translation,
     Update,
     control_acl,
     diff,
     format_ipv4,
     repair,
     repair_updates,
+    staged_diff,
     translate,
 )
 from railfabric.delta import DeltaError, apply_delta
@@ -429,20 +431,35 @@ class Writer:
 
     async def _sync(self) -> None:
         """Write the difference between what the target holds and what is wanted."""
-        desired = self.desired()
-        if desired is None or self.installed is None or not self.target.primary.is_set():
-            if desired is None and self._unchecked_read_ns:
+        installed, excluded = self.installed, self.excluded()
+        if self.held is None and self.adopted is None:
+            if self._unchecked_read_ns:
                 self._checked(ReadBack(self._unchecked_read_ns))  # nothing to compare with
                 self._unchecked_read_ns = 0
             return
-        wanted = repair(desired, self.excluded())
+        if installed is None or not self.target.primary.is_set():
+            return
+        staged: Iterable[list[Update]]
+        translation: Translation | None = None
+        if self.held is not None:
+            # The routes are translated while the first Writes are out (staged_diff).
+            translation = Translation(self.held)
+            self.problems = translation.problems
+            head = repair(translation.head, excluded)
+            staged = staged_diff(installed, head, translation)
+        else:
+            assert self.adopted is not None
+            head = repair(self.adopted, excluded)
+            staged = diff(installed, head)
+        stages, failures = await self._write_stages(staged)
+        wanted = head if translation is None else translation.joined(head)
+        # After the writes: the routes' problems are found while the first ones are out.
         errors: list[control_pb2.ObjectError] = [
             control_pb2.ObjectError(object=p.object, code=3, message=p.message)  # INVALID_ARG.
             for p in self.problems
         ]
         failed = False
-        stages = diff(self.installed, wanted)
-        for update, err in await self._write_stages(stages):
+        for update, err in failures:
             failed = True
             errors.append(
                 control_pb2.ObjectError(
@@ -498,13 +515,17 @@ class Writer:
         self.read_back = result
         self._on_read_back(result)
 
-    async def _write_stages(self, stages: list[list[Update]]) -> list[tuple[Update, UpdateError]]:
+    async def _write_stages(
+        self, stages: Iterable[list[Update]]
+    ) -> tuple[list[list[Update]], list[tuple[Update, UpdateError]]]:
         """The stages of `diff` in Writes of at most WRITE_CHUNK updates. A stage starts only
         when the previous one is committed. Inside a stage the updates are independent, so up
         to WRITES_IN_FLIGHT of its Writes are outstanding at once (the target is never idle
         waiting for the next one) -- except in a stage that creates members, whose Writes go
-        one at a time so members are created in port order. The next chunk is encoded while
-        the previous ones are in flight. Returns the updates the target refused."""
+        one at a time so members are created in port order. The next chunk, and the next
+        stage (`staged_diff` makes them as they are asked for), are made while the previous
+        Writes are in flight. Returns the stages written and the updates the target refused."""
+        written: list[list[Update]] = []
         failures: list[tuple[Update, UpdateError]] = []
         in_flight: collections.deque[tuple[list[Update], asyncio.Future[list[UpdateError]]]]
         in_flight = collections.deque()
@@ -516,6 +537,7 @@ class Writer:
 
         try:
             for stage in stages:
+                written.append(stage)
                 ordered = any(isinstance(u.entry, MemberEntry) for u in stage)
                 outstanding = 1 if ordered else WRITES_IN_FLIGHT
                 for start in range(0, len(stage), WRITE_CHUNK):
@@ -533,7 +555,7 @@ class Writer:
             # the target is read back and reconciled.
             for _, future in in_flight:
                 future.cancel()
-        return failures
+        return written, failures
 
     async def _write(self, batch: list[Update]) -> list[UpdateError]:
         self.writes += 1

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.translate import (
     U32_MAX,
@@ -22,6 +24,7 @@ from agent.translate import (
     Pipeline,
     QosEntry,
     RouteEntry,
+    Translation,
     Update,
     diff,
     ecn_entry,
@@ -30,6 +33,7 @@ from agent.translate import (
     pfc_entry,
     repair,
     repair_updates,
+    staged_diff,
     translate,
 )
 from railfabric.fabric_p4 import MATRIX_COUNTER_SIZE as MATRIX_CLASSES
@@ -248,3 +252,82 @@ def test_a_tors_traffic_matrix_becomes_its_entries_and_bad_classes_are_problems(
     # What was valid is still there; the first of a prefix listed twice wins.
     assert pipeline.entries[("matrix_dest", 0x0A000008, 29)] == MatrixDestEntry(0x0A000008, 29, 1)
     assert ("matrix_source", 3) in pipeline.entries
+
+
+def _varied_state(
+    groups: list[list[int]], routes: list[tuple[int, int, int]]
+) -> state_pb2.DesiredState:
+    """tor_state with `groups` (ports 1-3, or 7, which has no PortConfig) as groups 3, 4, ...
+    and `routes` (address, length, group id) added: some refused (host bits, a group missing
+    or refused, listed twice)."""
+    state = tor_state()
+    for i, ports in enumerate(groups):
+        group = state.groups.add(id=3 + i)
+        for port in ports:
+            group.next_hops.add(port=port, dmac=SPINE_MACS.get(port, HOST_MAC), weight=1)
+    for address, length, group_id in routes:
+        prefix = state_pb2.Ipv4Prefix(address=address, length=length)
+        state.routes.add(prefix=prefix, group_id=group_id)
+    return state
+
+
+_GROUPS = st.lists(st.lists(st.sampled_from([1, 2, 3, 7]), min_size=1, max_size=3), max_size=4)
+_ROUTES = st.lists(
+    st.tuples(
+        st.sampled_from([0x0A000000, 0x0A000100, 0x0A000101, 0x0B000000]),
+        st.sampled_from([24, 30, 32]),
+        st.integers(1, 7),
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    want_groups=_GROUPS,
+    want_routes=_ROUTES,
+    have_groups=_GROUPS,
+    have_routes=_ROUTES,
+    down=st.frozensets(st.sampled_from([1, 2, 3])),
+    have_kind=st.sampled_from(["empty", "translated", "repaired"]),
+)
+def test_staged_diff_is_diff_stage_by_stage(
+    *,
+    want_groups: list[list[int]],
+    want_routes: list[tuple[int, int, int]],
+    have_groups: list[list[int]],
+    have_routes: list[tuple[int, int, int]],
+    down: frozenset[int],
+    have_kind: str,
+) -> None:
+    """The writer's staged diff writes what `diff` of the whole translation would, in the same
+    stages and order, and ends with the same problems, for any target contents."""
+    state = _varied_state(want_groups, want_routes)
+    have = Pipeline()
+    if have_kind != "empty":
+        have, _ = translate(_varied_state(have_groups, have_routes))
+        if have_kind == "repaired":
+            have = repair(have, frozenset({2}))
+    pipeline, problems = translate(state)
+    translation = Translation(state)
+    head = repair(translation.head, down)
+    assert list(staged_diff(have, head, translation)) == diff(have, repair(pipeline, down))
+    assert translation.problems == problems
+    assert translation.joined(head) == repair(pipeline, down)
+
+
+def test_staged_diff_translates_the_routes_once_the_first_stage_is_taken() -> None:
+    """The first stage (the first Write) comes before the routes are translated; they are
+    translated and diffed before the routes' stage, and their problems found by then."""
+    state = tor_state()
+    state.routes.add(prefix=state_pb2.Ipv4Prefix(address=0x0A000001, length=24), group_id=1)
+    translation = Translation(state)
+    stages = staged_diff(Pipeline(), translation.head, translation)
+    first = next(stages)
+    assert {type(u.entry) for u in first} >= {AclEntry, MemberEntry}
+    assert "routes" not in vars(translation), "the routes were translated before the first Write"
+    assert [p.object for p in translation.problems] == []
+    rest = list(stages)
+    assert "routes" in vars(translation)
+    assert {type(u.entry) for u in rest[-1]} == {RouteEntry}
+    assert [p.object for p in translation.problems] == ["route 10.0.0.1/24"]
