@@ -40,7 +40,7 @@ from agent.translate import (
 )
 from railfabric import fabric_p4 as p4
 from railfabric.p4bytes import decode_unchecked, encode
-from railfabric.protowire import len_field, uint_field, varint
+from railfabric.protowire import len_field, len_tag, uint_field, uint_tag, varint
 
 T = TypeVar("T")
 LOG = logging.getLogger("railfabric.agent.codec")
@@ -165,12 +165,77 @@ class _RouteWire:
         return pieces[0] + v + pieces[1] + value
 
 
+class _MemberWire:
+    """ecmp_selector member updates straight in wire format, as _RouteWire writes routes: a
+    member is `head + member id + before port + port + before smac + smac + before dmac + dmac`
+    (set_nexthop's parameters, in the order the field encoder adds them), the pieces built once
+    per update type and lengths of the values. A switch's first Write is mostly its members
+    (128 on ref-100k's largest), and no Write is in flight to hide their encoding: that Write
+    took 0.6 ms to encode field by field, 0.13 ms so. `Codec` checks it against the field
+    encoder."""
+
+    def __init__(self, profile_id: int, action_id: int, param_ids: tuple[int, int, int]) -> None:
+        self._ids = (profile_id, action_id, param_ids)
+        self._pieces: dict[tuple[int, ...], tuple[bytes, bytes, bytes, bytes]] = {}
+
+    def _build(
+        self, kind: int, lid: int, lport: int, lsmac: int, ldmac: int
+    ) -> tuple[bytes, bytes, bytes, bytes]:
+        profile_id, action_id, param_ids = self._ids
+        # Each parameter as an Action.params field, up to its value.
+        params = []
+        for param_id, size in zip(param_ids, (lport, lsmac, ldmac), strict=True):
+            param = uint_field(p4r.Action.Param.PARAM_ID_FIELD_NUMBER, param_id)
+            param += len_tag(p4r.Action.Param.VALUE_FIELD_NUMBER) + varint(size)
+            field = len_tag(p4r.Action.PARAMS_FIELD_NUMBER) + varint(len(param) + size)
+            params.append(field + param)
+        action_id_field = uint_field(p4r.Action.ACTION_ID_FIELD_NUMBER, action_id)
+        action_size = len(action_id_field) + sum(map(len, params)) + lport + lsmac + ldmac
+        # A member id of 0 is protobuf's default: the field encoder leaves it out.
+        member = uint_field(p4r.ActionProfileMember.ACTION_PROFILE_ID_FIELD_NUMBER, profile_id)
+        if lid:
+            member += uint_tag(p4r.ActionProfileMember.MEMBER_ID_FIELD_NUMBER)
+        action_head = len_tag(p4r.ActionProfileMember.ACTION_FIELD_NUMBER) + varint(action_size)
+        member_size = len(member) + lid + len(action_head) + action_size
+        entity = len_tag(p4r.Entity.ACTION_PROFILE_MEMBER_FIELD_NUMBER) + varint(member_size)
+        entity_size = len(entity) + member_size
+        update_head = uint_field(p4r.Update.TYPE_FIELD_NUMBER, kind) + len_tag(
+            p4r.Update.ENTITY_FIELD_NUMBER
+        )
+        update_size = len(update_head) + len(varint(entity_size)) + entity_size
+        head = b"".join(
+            (_UPDATES_TAG, varint(update_size), update_head, varint(entity_size), entity, member)
+        )
+        return head, action_head + action_id_field + params[0], params[1], params[2]
+
+    def field(self, kind: int, entry: MemberEntry) -> bytes:
+        """The update as a WriteRequest.updates field."""
+        member_id, port, smac, dmac = entry
+        # p4bytes.encode, inlined.
+        p = port.to_bytes((port.bit_length() + 7) // 8 or 1, "big")
+        s = smac.to_bytes((smac.bit_length() + 7) // 8 or 1, "big")
+        d = dmac.to_bytes((dmac.bit_length() + 7) // 8 or 1, "big")
+        m = varint(member_id) if member_id else b""
+        shape = (kind, len(m), len(p), len(s), len(d))
+        pieces = self._pieces.get(shape)
+        if pieces is None:
+            pieces = self._pieces[shape] = self._build(*shape)
+        head, before_port, before_smac, before_dmac = pieces
+        return b"".join((head, m, before_port, p, before_smac, s, before_dmac, d))
+
+
 # Routes whose wire encoding Codec compares with the field encoder at start-up: /0 (no match
 # field), and values of one and of four bytes.
 _ROUTE_SAMPLES = (
     RouteEntry(0, 0, 1),
     RouteEntry(0x0A000000, 8, 300),
     RouteEntry((1 << 32) - 1, 32, (1 << 32) - 1),
+)
+# Members likewise: a member id of 0 (left out), values of one and of six bytes.
+_MEMBER_SAMPLES = (
+    MemberEntry(0, 0, 0, 0),
+    MemberEntry(1, 1, 0x02AA00000001, 0x020000001001),
+    MemberEntry(300, 511, (1 << 48) - 1, 1 << 40),
 )
 
 
@@ -286,7 +351,17 @@ class Codec:
         self._route_wire = _RouteWire(
             self._routing_id, self._routing_dst_id, self._set_next_id_id, self._next_id_param_id
         )
-        self._check_route_wire()
+        nexthop = self.actions[p4.SET_NEXTHOP]
+        self._member_wire = _MemberWire(
+            self.selector_id,
+            nexthop.id,
+            (
+                nexthop.params[p4.SET_NEXTHOP_PORT],
+                nexthop.params[p4.SET_NEXTHOP_SMAC],
+                nexthop.params[p4.SET_NEXTHOP_DMAC],
+            ),
+        )
+        self._check_wire()
 
     def _find(self, items: Mapping[str, T], name: str, what: str) -> T:
         try:
@@ -512,29 +587,36 @@ class Codec:
         return out
 
     def encode_updates(self, updates: Iterable[Update]) -> Encoded:
-        """The updates of one WriteRequest in wire format, in order: routes from templates
-        (_RouteWire), the rest field by field and serialized."""
+        """The updates of one WriteRequest in wire format, in order: routes and members from
+        templates (_RouteWire, _MemberWire), the rest field by field and serialized."""
         route_field = self._route_wire.field
+        member_field = self._member_wire.field
         parts: list[bytes] = []
         for update in updates:
             op, entry = update
             if type(entry) is RouteEntry:
                 kind = _INSERT if op is _OP_INSERT else _MODIFY if op is _OP_MODIFY else _DELETE
                 parts.append(route_field(kind, entry))
+            elif type(entry) is MemberEntry:
+                kind = _INSERT if op is _OP_INSERT else _MODIFY if op is _OP_MODIFY else _DELETE
+                parts.append(member_field(kind, entry))
             else:
                 data = self.encode_update(update).SerializeToString()
                 parts.append(_UPDATES_TAG + varint(len(data)) + data)
         return Encoded(b"".join(parts), len(parts))
 
-    def _check_route_wire(self) -> None:
-        """The route templates must encode what the field encoder does (a bug otherwise)."""
+    def _check_wire(self) -> None:
+        """The route and member templates must encode what the field encoder does (a bug
+        otherwise)."""
         for op in Op:
-            updates = [Update(op, route) for route in _ROUTE_SAMPLES]
+            updates = [Update(op, entry) for entry in (*_ROUTE_SAMPLES, *_MEMBER_SAMPLES)]
             request = p4r.WriteRequest()
             request.MergeFromString(self.encode_updates(updates).data)
             fields = [self.encode_update(u) for u in updates]
             if list(request.updates) != fields:
-                raise RuntimeError(f"route wire encoding differs from the field encoder: {op}")
+                raise RuntimeError(
+                    f"route or member wire encoding differs from the field encoder: {op}"
+                )
 
     # -- entities → entries ------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from agent.translate import (
     AclEntry,
     HashConfigEntry,
     MatrixDestEntry,
+    MemberEntry,
     Op,
     PfcWatchdogEntry,
     Pipeline,
@@ -133,9 +134,10 @@ def test_an_entry_in_our_table_with_a_foreign_action_is_set_aside(codec: Codec) 
 
 @pytest.mark.parametrize("op", list(Op))
 def test_updates_in_wire_format_equal_the_field_encoder(codec: Codec, op: Op) -> None:
-    """What the writer sends (routes built from byte templates, the rest serialized) parses
-    into what filling the messages field by field gives, in order, for every kind of entry
-    and routes of every value length and prefix length."""
+    """What the writer sends (routes and members built from byte templates, the rest
+    serialized) parses into what filling the messages field by field gives, in order, for
+    every kind of entry, routes of every value length and prefix length, and members of every
+    value length (a member id of 0 is left out)."""
     pipeline, _ = translate(tor_state())
     routes = [
         RouteEntry(0, 0, 1),
@@ -143,7 +145,12 @@ def test_updates_in_wire_format_equal_the_field_encoder(codec: Codec, op: Op) ->
         RouteEntry(0xFFFFFFFF, 32, 2**32 - 1),
         *(RouteEntry(0x0A000000 & (0xFFFFFFFF << (32 - n)), n, 1 << n) for n in range(1, 33)),
     ]
-    updates = [Update(op, e) for e in [*pipeline.entries.values(), *routes]]
+    members = [
+        MemberEntry(0, 0, 0, 0),
+        MemberEntry(200, 511, 0x02AA00000001, 0xFF),
+        *(MemberEntry(1 << n, (1 << n) - 1, 1 << (5 * n), (1 << 48) - 1) for n in range(1, 10)),
+    ]
+    updates = [Update(op, e) for e in [*pipeline.entries.values(), *routes, *members]]
     encoded = codec.encode_updates(updates)
     request = p4r.WriteRequest.FromString(encoded.data)
     assert encoded.count == len(updates)
