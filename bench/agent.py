@@ -7,7 +7,10 @@
   LocalRepair.latency_ns (the same figure it logs for people).
 - Programming: the largest switch of the ref-100k fabric (routes and groups from the
   controller's routing) written from scratch into softswitch by the agent's writer (entries
-  and entries per second); `--fabric synthetic` programs a synthetic state instead.
+  and entries per second); `--fabric synthetic` programs a synthetic state instead. The agent
+  (this process) and softswitch are pinned to CPUs of their own (bench/pinning.py), as a
+  switch's agent and its target do not share a CPU: floating over this machine's two, they
+  now and then took turns on one.
 - Reconcile: after each programming, an agent restart: a fresh writer and P4 client, holding
   the same state, become primary, read every entry back, compare and write nothing (entries
   read and seconds; a restarted agent that writes anything fails the bench).
@@ -36,7 +39,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -46,6 +49,7 @@ from agent.p4client import P4Target, PacketIn
 from agent.ports import PortMonitor
 from agent.writer import Writer
 from bench.output import percentile
+from bench.pinning import Pinning, pinned, plan_pinning
 from mininet_labs.processes import this_checkout_env
 from railfabric.digest import state_digest
 from railfabric.p4info import DEFAULT_P4INFO, load_p4info
@@ -80,9 +84,9 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def lab(ports: Iterable[int]) -> Iterator[Lab]:
+def lab(ports: Iterable[int], prefix: Sequence[str] = ()) -> Iterator[Lab]:
     """Veths (switch end in this namespace, peer in a private "wire" namespace) and a
-    softswitch on them; all removed afterwards."""
+    softswitch on them, its command line after `prefix` (taskset); all removed afterwards."""
     tag = uuid.uuid4().hex[:6]
     wire_ns = f"rfb{tag}-wire"
     switch_links = {p: f"rfb{tag}s{p}" for p in ports}
@@ -97,6 +101,7 @@ def lab(ports: Iterable[int]) -> Iterator[Lab]:
             _ip("-n", wire_ns, "link", "set", wire_links[port], "up")
         target = f"127.0.0.1:{_free_port()}"
         argv = [
+            *prefix,
             str(SOFTSWITCH),
             "--device-id",
             "1",
@@ -368,9 +373,13 @@ async def program(
     return Programming(applied.updates_written, seconds, read, reconcile_seconds)
 
 
-async def measure_programming(state: state_pb2.DesiredState) -> Programming:
-    """`program` into a softswitch started for it."""
-    with lab([1, 2]) as net:
+async def measure_programming(
+    state: state_pb2.DesiredState, pinning: Pinning | None = None
+) -> Programming:
+    """`program` into a softswitch started for it: with `pinning`, softswitch on its load
+    CPUs and this process (the agent) on its measured ones."""
+    prefix = pinning.prefix(pinning.load) if pinning is not None else []
+    with lab([1, 2], prefix) as net, pinned(pinning.measured if pinning is not None else ()):
         return await program(net.target, state)
 
 
@@ -535,7 +544,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.flaps > 0
         else ([], 0)
     )
-    runs = [asyncio.run(measure_programming(state)) for _ in range(max(1, args.program_runs))]
+    pinning = plan_pinning("agent", "softswitch")
+    runs = [
+        asyncio.run(measure_programming(state, pinning)) for _ in range(max(1, args.program_runs))
+    ]
     programmed = sorted(runs, key=lambda r: r.rate)[len(runs) // 2]
     reconciled = sorted(runs, key=lambda r: r.reconcile_seconds)[len(runs) // 2]
     cuts = measure_convergence(args.cuts, Path(args.lab_fabric)) if args.cuts > 0 else []
@@ -567,6 +579,7 @@ def main(argv: list[str] | None = None) -> int:
         "program_entries_per_s": round(programmed.rate, 1),
         "program_entries_per_s_runs": [round(r.rate, 1) for r in runs],
         "program_state": program_state,
+        "program_pinning": pinning.describe(),
         "reconcile_entries_read": reconciled.read,
         "reconcile_entries_written": 0,  # a restarted agent that writes fails the bench
         "reconcile_seconds": round(reconciled.reconcile_seconds, 4),
@@ -588,7 +601,7 @@ def main(argv: list[str] | None = None) -> int:
             f"programming ({program_state}): {programmed.written} entries in "
             f"{programmed.seconds:.4f} s = {result['program_entries_per_s']} entries/s, median "
             f"of {len(runs)} runs (DesiredState in the writer -> Applied: translate, diff, "
-            "encode, ordered Writes)"
+            f"encode, ordered Writes; {pinning.describe()})"
         )
         print(
             f"reconcile after an agent restart: {reconciled.read} entries read back, 0 written, "

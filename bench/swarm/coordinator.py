@@ -32,10 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.pinning import plan_pinning
 from bench.swarm import certs, railctl
 from bench.swarm.admin import PROBE_RPC, Admin, link_ends
 from bench.swarm.agents import CONNECT_TIMEOUT_S
-from bench.swarm.daemon import Controller, ControllerFailed, plan_pinning, wait_serving
+from bench.swarm.daemon import Controller, ControllerFailed, wait_serving
 from bench.swarm.figures import EmptySample, distribution, one
 from bench.swarm.fleet import Fleet
 from bench.swarm.plan import Cut, Plan, make_plan
@@ -160,9 +161,9 @@ class Run:
     async def run(self) -> dict[str, Any]:
         o = self.options
         plan = make_plan(o.fabric, o.agents, o.processes, o.cuts)
-        pinning = plan_pinning()
-        if pinning.swarm:  # this process drives the swarm: off the controller's CPU too
-            os.sched_setaffinity(0, pinning.swarm)
+        pinning = plan_pinning("controller", "swarm and coordinator")
+        if pinning.load:  # this process drives the swarm: off the controller's CPU too
+            os.sched_setaffinity(0, pinning.load)
         setup: dict[str, Any] = {
             "pinning": pinning.describe(),
             "hold_down_s": o.hold_down_s,
@@ -242,7 +243,7 @@ class Run:
         if o.railctl_runs:
             self.say(f"railctl: each read command {o.railctl_runs} times")
             operator = await railctl.measure(
-                address, reader, o.fabric, pinning.prefix(pinning.swarm), o.railctl_runs
+                address, reader, o.fabric, pinning.prefix(pinning.load), o.railctl_runs
             )
             phases.end("railctl")
         setup["load_average"]["after"] = [round(x, 2) for x in os.getloadavg()]
@@ -280,7 +281,7 @@ class Run:
             },
             "phases_wall_s": phases.wall,
             "load_generator": {
-                "cpus": len(pinning.swarm) or os.cpu_count(),
+                "cpus": len(pinning.load) or os.cpu_count(),
                 "cpu_s": phases.swarm_cpu,
             },
             "admin": {

@@ -1,9 +1,9 @@
 """The controller under test: the real `railfabric-controller` as a child process, pinned to
 its own CPU, watched from /proc (resident memory, CPU seconds) and through gRPC health.
 
-Pinning: the controller gets the first CPU this process may use, the swarm (and the
-coordinator) the others, so the load generator does not decide the result by taking the
-controller's CPU. Without taskset or a second CPU nothing is pinned, and the report says so."""
+Pinning (bench/pinning.py): the controller gets the first CPU this process may use, the swarm
+(and the coordinator) the others, so the load generator does not decide the result by taking
+the controller's CPU."""
 
 from __future__ import annotations
 
@@ -12,18 +12,17 @@ import collections
 import contextlib
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from bench.pinning import Pinning
 from mininet_labs.processes import this_checkout_env
 from railfabric import tls
 from railfabric.grpcopts import channel_options
@@ -45,46 +44,6 @@ _LEVEL = re.compile(r"^\S+ \S+ (WARNING|ERROR|CRITICAL) (\S+): (.*)$")
 
 class ControllerFailed(Exception):
     """The controller exited or never served; the text ends with its last log lines."""
-
-
-@dataclass(frozen=True)
-class Pinning:
-    controller: tuple[int, ...]
-    swarm: tuple[int, ...]
-    # Empty when both are pinned; else why nothing is.
-    note: str
-
-    def prefix(self, cpus: tuple[int, ...]) -> list[str]:
-        """`taskset -c CPUS` to put before a command line; nothing when not pinning."""
-        if self.note or not cpus:
-            return []
-        return ["taskset", "-c", ",".join(map(str, cpus))]
-
-    def describe(self) -> str:
-        if self.note:
-            return self.note
-        return (
-            f"controller on CPU {_cpus(self.controller)}, swarm and coordinator on CPU "
-            f"{_cpus(self.swarm)} (taskset)"
-        )
-
-
-def _cpus(cpus: tuple[int, ...]) -> str:
-    return ",".join(map(str, cpus))
-
-
-def plan_pinning() -> Pinning:
-    cpus = tuple(sorted(os.sched_getaffinity(0)))
-    if shutil.which("taskset") is None:
-        return Pinning((), (), "taskset not found: nothing pinned, controller and swarm share CPUs")
-    if len(cpus) < 2:
-        return Pinning(
-            (),
-            (),
-            f"only CPU {_cpus(cpus)} available: nothing pinned, the swarm competes "
-            "with the controller for it",
-        )
-    return Pinning(cpus[:1], cpus[1:], "")
 
 
 def rss_mib(pid: int) -> float | None:
@@ -117,7 +76,7 @@ class Controller:
 
     def __init__(self, args: Sequence[str], log_path: Path, pinning: Pinning) -> None:
         self.argv = [
-            *pinning.prefix(pinning.controller),
+            *pinning.prefix(pinning.measured),
             sys.executable,
             "-m",
             "controller.daemon.main",

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.pinning import Pinning
 from bench.swarm import ipc
-from bench.swarm.daemon import Pinning, cpu_seconds, rss_mib
+from bench.swarm.daemon import cpu_seconds, rss_mib
 from bench.swarm.plan import Plan
 from mininet_labs.processes import this_checkout_env
 
@@ -170,7 +171,7 @@ class Fleet:
         self._server = await asyncio.start_unix_server(connected, self.socket, limit=ipc.LINE_LIMIT)
         for shard in range(plan.shards):
             argv = [
-                *pinning.prefix(pinning.swarm),
+                *pinning.prefix(pinning.load),
                 sys.executable,
                 "-m",
                 "bench.swarm.worker",
