@@ -361,6 +361,11 @@ class Codec:
                 nexthop.params[p4.SET_NEXTHOP_DMAC],
             ),
         )
+        # Entry type -> its template's encoder (encode_updates).
+        self._templated: dict[type, Callable[[int, Any], bytes]] = {
+            RouteEntry: self._route_wire.field,
+            MemberEntry: self._member_wire.field,
+        }
         self._check_wire()
 
     def _find(self, items: Mapping[str, T], name: str, what: str) -> T:
@@ -589,17 +594,14 @@ class Codec:
     def encode_updates(self, updates: Iterable[Update]) -> Encoded:
         """The updates of one WriteRequest in wire format, in order: routes and members from
         templates (_RouteWire, _MemberWire), the rest field by field and serialized."""
-        route_field = self._route_wire.field
-        member_field = self._member_wire.field
+        templated = self._templated
         parts: list[bytes] = []
         for update in updates:
             op, entry = update
-            if type(entry) is RouteEntry:
+            field = templated.get(type(entry))
+            if field is not None:
                 kind = _INSERT if op is _OP_INSERT else _MODIFY if op is _OP_MODIFY else _DELETE
-                parts.append(route_field(kind, entry))
-            elif type(entry) is MemberEntry:
-                kind = _INSERT if op is _OP_INSERT else _MODIFY if op is _OP_MODIFY else _DELETE
-                parts.append(member_field(kind, entry))
+                parts.append(field(kind, entry))
             else:
                 data = self.encode_update(update).SerializeToString()
                 parts.append(_UPDATES_TAG + varint(len(data)) + data)

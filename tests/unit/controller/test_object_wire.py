@@ -20,7 +20,9 @@ NAMES = st.text(max_size=40)
 WIRE = ObjectWire()
 
 
-def _protobuf(msg: state_pb2.PortConfig | state_pb2.Neighbor | state_pb2.NextHopGroup) -> bytes:
+def _protobuf(
+    msg: state_pb2.PortConfig | state_pb2.Neighbor | state_pb2.NextHopGroup | state_pb2.Route,
+) -> bytes:
     return msg.SerializeToString(deterministic=True)
 
 
@@ -92,4 +94,4 @@ def test_groups_are_what_protobuf_writes(group_id: int, hops: list[tuple[int, in
 def test_routes_are_what_protobuf_writes(address: int, length: int, group_id: int) -> None:
     msg = state_pb2.Route(group_id=group_id)
     msg.prefix.address, msg.prefix.length = address, length
-    assert route(address, length, group_id) == msg.SerializeToString(deterministic=True)
+    assert route(address, length, group_id) == _protobuf(msg)
